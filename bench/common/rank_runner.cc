@@ -1,0 +1,269 @@
+#include "bench/common/rank_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "bench/common/report.h"
+
+namespace loom::bench {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0)
+    benchFail(Status::kInternalError, "cannot allocate %zu bytes of host memory", bytes);
+  data_ = static_cast<char*>(p);
+  // Fault every page in now, not inside the first timed iteration.
+  memset(data_, 0, std::max<size_t>(bytes, 64));
+}
+
+HostBuffer::~HostBuffer() { free(data_); }
+
+RankRunner::RankRunner(BenchProcess& proc, int thread, ncclComm_t comm)
+    : proc_(proc),
+      o_(proc.opts()),
+      coll_(proc.coll()),
+      thread_(thread),
+      rank_(proc.rankOf(thread)),
+      nranks_(proc.nranks()),
+      comm_(comm) {
+  // nccl-tests pads by the widest element so -u can shift any type.
+  size_t bytes = proc_.maxBytes() + 8 * static_cast<size_t>(o_.unalign);
+  sendBuf_ = std::make_unique<HostBuffer>(bytes);
+  recvBuf_ = std::make_unique<HostBuffer>(bytes);
+  send_ = sendBuf_->data();
+  recv_ = recvBuf_->data();
+}
+
+RankRunner::~RankRunner() { deregisterBuffers(); }
+
+void RankRunner::registerBuffers() {
+  if (!o_.localRegister) return;
+  ncclResult_t a = ncclCommRegister(comm_, send_, proc_.maxBytes(), &sendHandle_);
+  ncclResult_t b = ncclCommRegister(comm_, recv_, proc_.maxBytes(), &recvHandle_);
+  if (a != ncclSuccess || b != ncclSuccess) {
+    proc_.print(thread_, formatString("# -R %d: ncclCommRegister failed (%s); running without "
+                                      "registration\n",
+                                      o_.localRegister, ncclGetErrorString(a != ncclSuccess ? a : b)));
+    deregisterBuffers();
+  }
+}
+
+void RankRunner::deregisterBuffers() {
+  if (sendHandle_) ncclCommDeregister(comm_, sendHandle_);
+  if (recvHandle_) ncclCommDeregister(comm_, recvHandle_);
+  sendHandle_ = recvHandle_ = nullptr;
+}
+
+void RankRunner::barrier() {
+  Watchdog::Busy busy(proc_.watchdog(), thread_);
+  int32_t one = 1, all = 0;
+  BENCH_NCCL(ncclAllReduce(&one, &all, 1, ncclInt32, ncclSum, comm_, nullptr), comm_);
+  if (all != nranks_)
+    benchFail(Status::kInternalError, "barrier all-reduce returned %d instead of %d ranks", all,
+              nranks_);
+}
+
+double RankRunner::reduceScalar(double v, int mode) {
+  Watchdog::Busy busy(proc_.watchdog(), thread_);
+  double in = mode == 0 ? (rank_ == 0 ? v : 0.0) : v, out = 0;
+  ncclRedOp_t op = mode == 2 ? ncclMin : mode == 3 ? ncclMax : ncclSum;
+  BENCH_NCCL(ncclAllReduce(&in, &out, 1, ncclFloat64, op, comm_, nullptr), comm_);
+  return mode == 1 ? out / nranks_ : out;
+}
+
+int64_t RankRunner::sumAll(int64_t v) {
+  Watchdog::Busy busy(proc_.watchdog(), thread_);
+  int64_t out = 0;
+  BENCH_NCCL(ncclAllReduce(&v, &out, 1, ncclInt64, ncclSum, comm_, nullptr), comm_);
+  return out;
+}
+
+void RankRunner::maxAll(std::vector<double>& v) {
+  Watchdog::Busy busy(proc_.watchdog(), thread_);
+  std::vector<double> in = v;
+  BENCH_NCCL(ncclAllReduce(in.data(), v.data(), v.size(), ncclFloat64, ncclMax, comm_, nullptr), comm_);
+}
+
+void RankRunner::run() {
+  registerBuffers();
+  std::vector<const TypeInfo*> types =
+      o_.type ? std::vector<const TypeInfo*>{o_.type} : sweepTypes();
+  std::vector<const OpInfo*> ops;
+  if (!coll_.sweepsOps()) ops = {&noOp()};
+  else if (o_.op) ops = {o_.op};
+  else for (const OpInfo& op : allOps()) ops.push_back(&op);
+  int firstRoot = -1, lastRoot = -1;
+  if (coll_.sweepsRoots()) {
+    firstRoot = o_.root == -1 ? 0 : o_.root;
+    lastRoot = o_.root == -1 ? nranks_ - 1 : o_.root;
+    if (lastRoot >= nranks_)
+      benchFail(Status::kInvalidUsage, "root %d is not a rank of this %d-rank run (-r)", lastRoot,
+                nranks_);
+  }
+  for (const TypeInfo* type : types)
+    for (const OpInfo* op : ops)
+      for (int root = firstRoot; root <= lastRoot; ++root) timeTest(*type, *op, root);
+}
+
+void RankRunner::setupSize(size_t bytes) {
+  size_t es = type_->size;
+  counts_ = coll_.counts(bytes / es, es, nranks_);
+  sendBytes_ = counts_.sendCount * es;
+  recvBytes_ = counts_.recvCount * es;
+}
+
+DataContext RankRunner::dataContext(bool inPlace, uint64_t seed) const {
+  return DataContext{type_, op_, rank_, nranks_, root_, inPlace, seed, counts_, send_, recv_};
+}
+
+void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
+  type_ = &type;
+  op_ = &op;
+  root_ = root;
+  barrier();
+
+  ncclOp_ = op.op;
+  opCreated_ = false;
+  if (op.preMulSum && coll_.usesOp()) {
+    // The premultiplier is a value of the reduced type, passed by host pointer.
+    alignas(8) unsigned char scalar[8] = {};
+    storeValue(type.type, scalar, 0, preMulScalar(rank_));
+    BENCH_NCCL(ncclRedOpCreatePreMulSum(&ncclOp_, scalar, type.type, ncclScalarHostImmediate, comm_),
+               comm_);
+    opCreated_ = true;
+  } else if (op.preMulSum) {
+    ncclOp_ = ncclSum;
+  }
+
+  send_ = sendBuf_->data() + o_.unalign * type.size;
+  recv_ = recvBuf_->data() + o_.unalign * type.size;
+
+  // Warm-up over every size, doubling as nccl-tests does.
+  for (size_t size = o_.minBytes; size <= proc_.maxBytes(); size = size ? size * 2 : 1) {
+    setupSize(size);
+    for (int iter = 0; iter < o_.warmupIters; ++iter) startColl(false, iter);
+  }
+
+  long cycles = o_.runCycles;
+  do {
+    for (size_t size = o_.minBytes; size <= proc_.maxBytes(); size = nextSize(size)) {
+      setupSize(size);
+      const char* opName = coll_.sweepsOps() ? op.name : "none";
+      size_t rowBytes = std::max(sendBytes_, recvBytes_);
+      proc_.print(thread_, formatRowPreamble(rowBytes, counts_.paramCount, type.name, opName, root));
+      if (proc_.isPrinter(thread_)) proc_.json().beginRow(rowBytes, counts_.paramCount, type.name, opName, root);
+      benchTime(false);
+      benchTime(true);
+      proc_.print(thread_, "\n");
+      if (proc_.isPrinter(thread_)) proc_.json().endRow(o_.iters);
+      if (nextSize(size) <= size) break;  // -b 0 -f 2 or -i 0 would never grow
+    }
+  } while (--cycles != 0);
+
+  if (opCreated_) BENCH_NCCL(ncclRedOpDestroy(ncclOp_, comm_), comm_);
+  opCreated_ = false;
+}
+
+size_t RankRunner::nextSize(size_t size) const {
+  return o_.stepFactor > 1 ? size * o_.stepFactor : size + o_.stepBytes;
+}
+
+void RankRunner::startColl(bool inPlace, int iter) {
+  const size_t es = type_->size;
+  // Move through the buffer from one iteration to the next, as nccl-tests does, so
+  // consecutive calls do not hit the same cache lines.
+  size_t total = std::max(sendBytes_, recvBytes_);
+  size_t steps = total ? proc_.maxBytes() / total : 1;
+  size_t shift = total * (static_cast<size_t>(iter) % std::max<size_t>(steps, 1));
+  char* send = send_ + shift;
+  char* recv = recv_ + shift;
+  CallArgs a{send, recv, counts_.paramCount, type_->type, ncclOp_, root_, comm_};
+  if (inPlace) {
+    a.send = recv + counts_.sendInplaceOffset * rank_ * es;
+    a.recv = recv + counts_.recvInplaceOffset * rank_ * es;
+  }
+  {
+    Watchdog::Busy busy(proc_.watchdog(), thread_);
+    ncclResult_t res = coll_.run(a);
+    if (res != ncclSuccess)
+      checkNccl(res, formatString("%s (%zu x %s, rank %d)", coll_.name(), counts_.paramCount,
+                                  type_->name, rank_).c_str(), comm_);
+  }
+  // Host calls return complete, so -z's "wait" is already done; -z 1 adds the barrier.
+  if (o_.blocking == 1) barrier();
+}
+
+void RankRunner::benchTime(bool inPlace) {
+  const int totalIters = o_.iters * o_.aggIters;
+  if (o_.datacheck) coll_.fill(dataContext(inPlace, 99));
+  startColl(inPlace, 0);
+  barrier();
+
+  std::vector<double> iterTimes;
+  double collOnly = 0;
+  const double t0 = now();
+  for (int iter = 0; iter < o_.iters; ++iter) {
+    double ti = now();
+    if (o_.aggIters > 1) BENCH_NCCL(ncclGroupStart(), comm_);
+    for (int a = 0; a < o_.aggIters; ++a) startColl(inPlace, iter * o_.aggIters + a);
+    if (o_.aggIters > 1) {
+      Watchdog::Busy busy(proc_.watchdog(), thread_);
+      BENCH_NCCL(ncclGroupEnd(), comm_);
+    }
+    double dt = now() - ti;
+    if (o_.perIterTiming) iterTimes.push_back(dt / o_.aggIters);
+    if (o_.blocking == 3) {
+      collOnly += dt;
+      barrier();
+    }
+  }
+  double elapsed = o_.blocking == 3 ? collOnly : now() - t0;
+  double deltaSec = elapsed / totalIters;
+  double cpuSec = deltaSec;  // host calls: CPU time and completion time coincide
+
+  deltaSec = reduceScalar(deltaSec, o_.average);
+  const double bytes = double(counts_.paramCount) * type_->size * coll_.algBytesFactor(nranks_);
+  const double algBw = bytes / 1.0e9 / deltaSec;
+  const double busBw = algBw * coll_.busBwFactor(nranks_);
+
+  IterStats stats;
+  if (o_.perIterTiming) {
+    maxAll(iterTimes);
+    stats = computeIterStats(std::vector<double>(iterTimes.begin() + o_.perIterSkip, iterTimes.end()));
+  }
+  barrier();
+
+  int64_t wrong = 0;
+  for (int c = 0; c < o_.datacheck; ++c) {
+    uint64_t seed = ++rep_;
+    DataContext ctx = dataContext(inPlace, seed);
+    coll_.fill(ctx);
+    startColl(inPlace, 0);
+    int64_t local = coll_.check(ctx);
+    if (local && (!inPlace || coll_.checksInPlace())) ++errors_;
+    wrong = sumAll(local);
+    if (wrong) break;
+  }
+  const bool reportErrors = o_.datacheck && (!inPlace || coll_.checksInPlace());
+  double timeUs = (o_.reportCputime ? cpuSec : deltaSec) * 1e6;
+  std::string line = formatRowBody(timeUs, algBw, busBw, reportErrors ? wrong : -1);
+  if (o_.perIterTiming) line += formatIterStats(stats);
+  if (inPlace && o_.reportTimestamps) line += formatTimestamp();
+  proc_.print(thread_, line);
+  if (proc_.isPrinter(thread_))
+    proc_.json().placement(!inPlace, o_.reportCputime, timeUs, algBw, busBw, reportErrors ? wrong : -1,
+                           o_.perIterTiming ? &stats : nullptr, o_.perIterTiming ? &iterTimes : nullptr,
+                           o_.perIterSkip);
+  bwSum_ += busBw;
+  ++bwCount_;
+}
+
+}  // namespace loom::bench

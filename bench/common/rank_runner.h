@@ -1,0 +1,84 @@
+// One rank's part of the benchmark: nccl-tests' TimeTest / BenchTime loop on host buffers.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "bench/common/collective.h"
+#include "bench/common/runner.h"
+
+namespace loom::bench {
+
+// Page-aligned, pre-faulted host memory.
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t bytes);
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class RankRunner {
+ public:
+  RankRunner(BenchProcess& proc, int thread, ncclComm_t comm);
+  ~RankRunner();
+  void run();  // the whole sweep
+
+  int errors() const { return errors_; }  // checks with wrong elements on this rank
+  double bwSum() const { return bwSum_; }
+  int bwCount() const { return bwCount_; }
+
+  // Control traffic between the timed calls, over the communicator under test.
+  void barrier();
+  double reduceScalar(double v, int mode);  // nccl-tests' -a: 0 rank 0, 1 avg, 2 min, 3 max
+  int64_t sumAll(int64_t v);
+  void maxAll(std::vector<double>& v);
+
+ private:
+  void timeTest(const TypeInfo& type, const OpInfo& op, int root);
+  void setupSize(size_t bytes);
+  size_t nextSize(size_t size) const;
+  void benchTime(bool inPlace);
+  void startColl(bool inPlace, int iter);
+  DataContext dataContext(bool inPlace, uint64_t seed) const;
+  void registerBuffers();
+  void deregisterBuffers();
+
+  BenchProcess& proc_;
+  const Options& o_;
+  const Collective& coll_;
+  const int thread_;
+  const int rank_;
+  const int nranks_;
+  ncclComm_t comm_;
+  std::unique_ptr<HostBuffer> sendBuf_, recvBuf_;
+  char* send_ = nullptr;  // after -u misalignment
+  char* recv_ = nullptr;
+  void* sendHandle_ = nullptr;
+  void* recvHandle_ = nullptr;
+
+  // The test in progress.
+  const TypeInfo* type_ = nullptr;
+  const OpInfo* op_ = nullptr;
+  ncclRedOp_t ncclOp_ = ncclSum;
+  bool opCreated_ = false;
+  int root_ = -1;
+  Counts counts_;
+  size_t sendBytes_ = 0, recvBytes_ = 0;
+  uint64_t rep_ = 0;
+
+  int errors_ = 0;
+  double bwSum_ = 0;
+  int bwCount_ = 0;
+};
+
+}  // namespace loom::bench

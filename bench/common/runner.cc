@@ -1,0 +1,388 @@
+#include "bench/common/runner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <future>
+
+#include "bench/common/rank_runner.h"
+#include "bench/common/report.h"
+
+namespace loom::bench {
+
+namespace {
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string hostName() {
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  // nccl-tests prints the name up to the first dot.
+  if (char* dot = strchr(buf, '.')) *dot = '\0';
+  return buf;
+}
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "CPU";
+}
+
+size_t memAvailableBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+std::string memString(double bytes) {
+  const char* unit = " B";
+  if (bytes >= 1024.0 * 1024 * 1024) { unit = " GB"; bytes /= 1024.0 * 1024 * 1024; }
+  else if (bytes >= 1024.0 * 1024) { unit = " MB"; bytes /= 1024.0 * 1024; }
+  else if (bytes >= 1024.0) { unit = " KB"; bytes /= 1024.0; }
+  int precision = bytes < 10 ? 2 : bytes < 100 ? 1 : 0;
+  return formatString("%.*f%s", precision, bytes, unit);
+}
+
+constexpr size_t kDeviceLineBytes = 256;
+
+}  // namespace
+
+// ---------------- Watchdog ----------------
+
+Watchdog::Watchdog(int timeoutSec, int nThreads, std::function<void(int)> onTimeout)
+    : timeoutSec_(timeoutSec), onTimeout_(std::move(onTimeout)), busySinceNs_(nThreads) {
+  for (auto& b : busySinceNs_) b = 0;
+  if (timeoutSec_ > 0) thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::enter(int thread) { busySinceNs_[thread] = nowNs(); }
+void Watchdog::leave(int thread) { busySinceNs_[thread] = 0; }
+
+void Watchdog::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
+    const int64_t now = nowNs();
+    for (size_t t = 0; t < busySinceNs_.size(); ++t) {
+      int64_t since = busySinceNs_[t];
+      if (since && now - since > int64_t(timeoutSec_) * 1000000000) {
+        lock.unlock();
+        onTimeout_(static_cast<int>(t));  // does not return
+      }
+    }
+  }
+}
+
+// ---------------- BenchProcess ----------------
+
+BenchProcess::BenchProcess(const RunInputs& in) : in_(in), maxBytes_(in.opts.maxBytes) {
+  applyPlatformNotes();
+  limitToMemory();
+  watchdog_ = std::make_unique<Watchdog>(in_.opts.timeoutSec, in_.opts.nThreads, [this](int t) {
+    fatal(t, Status::kTimeout,
+          formatString("%s: Test timeout (%ds): a call did not complete", hostName().c_str(),
+                       in_.opts.timeoutSec));
+  });
+}
+
+BenchProcess::~BenchProcess() = default;
+
+void BenchProcess::print(int thread, const std::string& text) {
+  if (!isPrinter(thread)) return;
+  fputs(text.c_str(), stdout);
+  fflush(stdout);
+}
+
+// Options that need a GPU: say what happens instead, as nccl-tests does for options its
+// NCCL cannot honour.
+void BenchProcess::applyPlatformNotes() {
+  Options& o = in_.opts;
+  for (const std::string& n : o.notes) notes_.push_back(n + "\n");
+  if (o.nGpus > 1) {
+    notes_.push_back(formatString(
+        "# -g %d: host buffers have no GPUs; running 1 rank per thread (use -t N for threads or "
+        "-np N for processes)\n",
+        o.nGpus));
+    o.nGpus = 1;
+  }
+  if (o.cudaGraphLaunches > 0) {
+    notes_.push_back(formatString(
+        "Option -G (CUDA graph) needs device buffers; ignoring it with host buffers\n"));
+    o.cudaGraphLaunches = 0;
+  }
+  if (o.streamNull) notes_.push_back("# -y: host buffers use no CUDA stream; ignoring\n");
+  if (o.localRegister == 2) {
+    notes_.push_back(
+        "Option -R 2 (symmetric) needs device buffers. Defaulting to local registration\n");
+    o.localRegister = 1;
+  }
+  if (o.memoryReport)
+    notes_.push_back("# -M 1: host buffers; the memory report counts the benchmark's host buffers\n");
+  if (getenv("NCCL_TESTS_SPLIT") || getenv("NCCL_TESTS_SPLIT_MASK"))
+    notes_.push_back(
+        "# NCCL_TESTS_SPLIT/NCCL_TESTS_SPLIT_MASK: splitting ranks into groups is not supported "
+        "by Loom's benchmarks yet; running one group\n");
+}
+
+void BenchProcess::limitToMemory() {
+  Options& o = in_.opts;
+  size_t avail = memAvailableBytes();
+  if (!avail) return;
+  size_t ranksHere = size_t(std::max(1, in_.placement.localSize)) * o.nThreads;
+  // Two buffers per rank; leave a tenth of the memory (and 256 MiB) to everything else.
+  size_t reserve = avail / 10 + (256u << 20);
+  if (avail <= reserve) return;
+  size_t memMax = (avail - reserve) / (2 * ranksHere);
+  if (maxBytes_ > memMax) {
+    maxBytes_ = memMax;
+    if (o.minBytes > maxBytes_) o.minBytes = maxBytes_;
+    notes_.push_back(formatString("#\n# Reducing maxBytes to %zu due to memory limitation\n", maxBytes_));
+  }
+}
+
+std::string BenchProcess::deviceDescription() const {
+  return "host memory, " + cpuModel();
+}
+
+void BenchProcess::abortAll() {
+  std::call_once(abortOnce_, [this] {
+    for (ncclComm_t c : comms_)
+      if (c) ncclCommAbort(c);
+  });
+}
+
+void BenchProcess::fatal(int thread, Status status, const std::string& message) {
+  fflush(stdout);
+  fprintf(stderr, "%s: rank %d (%s pid %d): %s\n", in_.programName.c_str(), rankOf(thread),
+          hostName().c_str(), static_cast<int>(getpid()), message.c_str());
+  fflush(stderr);
+  // Abort from a helper thread with a deadline: a wedged library must not keep us alive.
+  auto done = std::async(std::launch::async, [this] { abortAll(); });
+  done.wait_for(std::chrono::seconds(5));
+  _exit(static_cast<int>(status));
+}
+
+void BenchProcess::initComms() {
+  const Options& o = in_.opts;
+  const int n = nThreads();
+  comms_.assign(n, nullptr);
+  Watchdog::Busy busy(*watchdog_, 0);
+  if (nProcs() == 1 && !o.parallelInit && o.ctaPolicy < 0) {
+    BENCH_NCCL(ncclCommInitAll(comms_.data(), n, nullptr), nullptr);
+    return;
+  }
+  ncclUniqueId id;
+  BENCH_NCCL(ncclGetUniqueId(&id), nullptr);
+  auto initRank = [&](int t) {
+    if (o.ctaPolicy >= 0) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.CTAPolicy = o.ctaPolicy;
+      BENCH_NCCL(ncclCommInitRankConfig(&comms_[t], nranks(), id, rankOf(t), &config), nullptr);
+    } else {
+      BENCH_NCCL(ncclCommInitRank(&comms_[t], nranks(), id, rankOf(t)), nullptr);
+    }
+  };
+  if (n == 1) {
+    initRank(0);
+    return;
+  }
+  // Each thread joins on its own; InitRank blocks until all ranks have.
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        initRank(t);
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < n; ++t)
+    if (!errors[t].empty()) benchFail(Status::kNcclError, "rank %d: %s", rankOf(t), errors[t].c_str());
+}
+
+int BenchProcess::run() {
+  const Options& o = in_.opts;
+  for (const std::string& note : notes_) print(0, note);
+  if (!o.outputFile.empty() && proc() == 0)
+    print(0, json_.open(o.outputFile, in_.argc, in_.argv, 0));
+
+  {
+    Rendezvous rendezvous(in_.placement);
+    try {
+      initComms();
+    } catch (const BenchError& e) {
+      fatal(0, e.status(), e.what());
+    }
+    rendezvous.release();
+  }
+
+  int version = 0;
+  ncclGetVersion(&version);
+  std::vector<int> errorCounts(nThreads(), 0);
+  std::vector<double> avgBw(nThreads(), 0);
+
+  auto rankMain = [&](int t) {
+    try {
+      RankRunner runner(*this, t, comms_[t]);
+      // Gather every rank's device line: each writes its slot, a byte-wise sum joins them.
+      std::vector<uint8_t> lines(kDeviceLineBytes * nranks(), 0), all(lines.size(), 0);
+      std::string mine = formatDeviceLine(rankOf(t), 0, static_cast<int>(getpid()), hostName(), -1,
+                                          "host", deviceDescription());
+      memcpy(lines.data() + kDeviceLineBytes * rankOf(t), mine.data(),
+             std::min(mine.size(), kDeviceLineBytes - 1));
+      {
+        Watchdog::Busy busy(*watchdog_, t);
+        BENCH_NCCL(ncclAllReduce(lines.data(), all.data(), all.size(), ncclUint8, ncclSum, comms_[t], nullptr),
+                   comms_[t]);
+      }
+      if (isPrinter(t)) {
+        HeaderInfo info{in_.programName, version, in_.placement.launcher, "host", nranks()};
+        std::string header = formatHeader(o, info) + "# Using devices\n";
+        std::vector<DeviceRecord> records;
+        for (int r = 0; r < nranks(); ++r) {
+          const char* line = reinterpret_cast<const char*>(all.data() + kDeviceLineBytes * r);
+          std::string text(line, strnlen(line, kDeviceLineBytes));
+          header += text;
+          DeviceRecord d{};
+          char host[256] = {}, bus[64] = {}, infoText[256] = {};
+          sscanf(text.c_str(), "#  Rank %d Group %d Pid %d on %255s device %d [%63[^]]] %255[^\n]",
+                 &d.rank, &d.group, &d.pid, host, &d.device, bus, infoText);
+          d.host = host;
+          d.busId = bus;
+          d.info = infoText;
+          records.push_back(d);
+        }
+        print(t, header);
+        json_.config(o);
+        json_.devices(records);
+        print(t, formatColumnHeader(o));
+        json_.beginResults();
+      }
+      runner.run();
+      errorCounts[t] = static_cast<int>(runner.sumAll(runner.errors()));
+      avgBw[t] = runner.bwCount() ? runner.bwSum() / runner.bwCount() : 0;
+      if (isPrinter(t)) {
+        const char* minBwEnv = getenv("NCCL_TESTS_MIN_BW");
+        double checkBw = minBwEnv ? atof(minBwEnv) : -1;
+        print(t, formatFooter(errorCounts[t], avgBw[t], checkBw, in_.programName));
+        json_.footer(errorCounts[t], avgBw[t], checkBw);
+        if (o.memoryReport) {
+          double bytes = 2.0 * (maxBytes_ + 8.0 * o.unalign);
+          print(t, formatString("# %-20s : User-Allocated %s | Total  %s (per rank)\n",
+                                "Host memory usage", memString(bytes).c_str(), memString(bytes).c_str()));
+        }
+        print(t, "#\n");
+        const char* last = ncclGetLastError(nullptr);
+        std::string lastError = last ? last : "";
+        print(t, lastError.empty() ? "\n" : "# error: " + lastError + "\n");
+        json_.close(lastError);
+      }
+      runner.barrier();
+    } catch (const BenchError& e) {
+      fatal(t, e.status(), e.what());
+    } catch (const std::exception& e) {
+      fatal(t, Status::kInternalError, e.what());
+    }
+    BENCH_NCCL(ncclCommDestroy(comms_[t]), nullptr);
+    comms_[t] = nullptr;
+  };
+
+  std::vector<std::thread> threads;
+  for (int t = 1; t < nThreads(); ++t) threads.emplace_back([&, t] {
+    try {
+      rankMain(t);
+    } catch (const BenchError& e) {
+      fatal(t, e.status(), e.what());
+    }
+  });
+  try {
+    rankMain(0);
+  } catch (const BenchError& e) {
+    fatal(0, e.status(), e.what());
+  }
+  for (auto& th : threads) th.join();
+
+  const char* minBwEnv = getenv("NCCL_TESTS_MIN_BW");
+  double checkBw = minBwEnv ? atof(minBwEnv) : -1;
+  if (errorCounts[0] || avgBw[0] < checkBw * 0.9) return static_cast<int>(Status::kNumResults);
+  return 0;
+}
+
+// ---------------- benchMain ----------------
+
+int benchMain(int argc, char** argv, const Collective& collective) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  const char* slash = strrchr(argv[0], '/');
+  std::string program = slash ? slash + 1 : argv[0];
+  RunInputs in;
+  in.coll = &collective;
+  in.programName = program;
+  in.argc = argc;
+  in.argv = argv;
+  try {
+    in.opts = parseOptions(argc, argv);
+    if (in.opts.help) {
+      fputs(usage(program.c_str()).c_str(), stdout);
+      return 0;
+    }
+    if (in.opts.memoryKind == MemoryKind::kDevice)
+      benchFail(Status::kInvalidUsage,
+                "device buffers (-M device) are not supported yet: Loom's benchmarks have no "
+                "CUDA executor path; run with host buffers (-M host, the default without a GPU)");
+    if (in.opts.deviceImpl > 0)
+      benchFail(Status::kInvalidUsage,
+                "device implementation (-D %d) needs device buffers and NCCL's device API, which "
+                "host buffers do not have",
+                in.opts.deviceImpl);
+    if (in.opts.nranks == 0)
+      if (const char* n = getenv("LOOM_BENCH_NRANKS"); n && *n) in.opts.nranks = atoi(n);
+    in.placement = detectPlacement(processEnv());
+    if (in.opts.nranks > 1 && in.placement.kind != LaunchKind::kForkChild) {
+      if (in.placement.nProcs > 1)
+        benchFail(Status::kInvalidUsage,
+                  "--nranks/-np %d cannot be combined with an external launcher (%s started %d "
+                  "processes)",
+                  in.opts.nranks, in.placement.launcher.c_str(), in.placement.nProcs);
+      if (std::optional<int> parentExit = forkRanks(in.opts.nranks)) return *parentExit;
+      in.placement = detectPlacement(processEnv());
+    }
+    BenchProcess process(in);
+    return process.run();
+  } catch (const BenchError& e) {
+    fflush(stdout);
+    fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
+    if (e.status() == Status::kInvalidUsage) fprintf(stderr, "Run '%s -h' for usage.\n", program.c_str());
+    return static_cast<int>(e.status());
+  }
+}
+
+}  // namespace loom::bench

@@ -1,0 +1,112 @@
+// The harness proper: one BenchProcess per process sets up communicators (one per thread,
+// -t), prints nccl-tests' header and footer from global rank 0, and runs one RankRunner per
+// thread through nccl-tests' sweep: types x ops x roots, sizes, out-of-place then in-place.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/common/bench_error.h"
+#include "bench/common/collective.h"
+#include "bench/common/json_report.h"
+#include "bench/common/launcher.h"
+#include "bench/common/options.h"
+
+namespace loom::bench {
+
+struct RunInputs {
+  Options opts;
+  const Collective* coll = nullptr;
+  Placement placement;
+  std::string programName;
+  int argc = 0;
+  const char* const* argv = nullptr;
+};
+
+// -T: a rank stuck in one call for longer than the timeout aborts the process's
+// communicators and exits with nccl-tests' timeout code.
+class Watchdog {
+ public:
+  Watchdog(int timeoutSec, int nThreads, std::function<void(int thread)> onTimeout);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  class Busy {
+   public:
+    Busy(Watchdog& w, int thread) : w_(w), thread_(thread) { w_.enter(thread_); }
+    ~Busy() { w_.leave(thread_); }
+    Busy(const Busy&) = delete;
+    Busy& operator=(const Busy&) = delete;
+
+   private:
+    Watchdog& w_;
+    int thread_;
+  };
+
+ private:
+  void enter(int thread);
+  void leave(int thread);
+  void loop();
+  const int timeoutSec_;
+  std::function<void(int)> onTimeout_;
+  std::vector<std::atomic<int64_t>> busySinceNs_;  // 0 = not in a call
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class BenchProcess {
+ public:
+  explicit BenchProcess(const RunInputs& in);
+  ~BenchProcess();
+  int run();  // the process's exit code
+
+  // ---- for RankRunner ----
+  const Options& opts() const { return in_.opts; }
+  const Collective& coll() const { return *in_.coll; }
+  int proc() const { return in_.placement.proc; }
+  int nProcs() const { return in_.placement.nProcs; }
+  int nThreads() const { return in_.opts.nThreads; }
+  int nranks() const { return nProcs() * nThreads(); }
+  int rankOf(int thread) const { return proc() * nThreads() + thread; }
+  bool isPrinter(int thread) const { return proc() == 0 && thread == 0; }
+  // Prints on stdout (flushed) when `thread` is the printing rank.
+  void print(int thread, const std::string& text);
+  JsonReport& json() { return json_; }
+  Watchdog& watchdog() { return *watchdog_; }
+  size_t maxBytes() const { return maxBytes_; }
+  // A rank failed: report it, abort this process's communicators (so no other thread
+  // stays blocked in a collective) and exit with the error's status.
+  [[noreturn]] void fatal(int thread, Status status, const std::string& message);
+
+ private:
+  void applyPlatformNotes();
+  void limitToMemory();
+  void initComms();
+  std::string deviceDescription() const;
+  void printHeader();
+  void abortAll();
+
+  RunInputs in_;
+  size_t maxBytes_;
+  std::vector<std::string> notes_;
+  std::vector<ncclComm_t> comms_;
+  JsonReport json_;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::once_flag abortOnce_;
+};
+
+// Entry point of every tool: parse, launch, run. `collective` names the tool's collective.
+int benchMain(int argc, char** argv, const Collective& collective);
+
+}  // namespace loom::bench

@@ -1,0 +1,70 @@
+// Alpha-beta cost model: predicted time of one collective for an algorithm and protocol,
+// given what the topology says about one host (NodeModel) and how many hosts there are.
+//
+//   time = base latency (launch / hand-off)
+//        + sum over steps of the per-step latency of the link class the step crosses
+//        + bytes moved per rank / effective bandwidth of the bottleneck
+//
+// Constants follow NCCL's published tuning tables (src/graph/tuning.cc: base latencies,
+// per-hop latencies for NVLink/PCI/NET, LL and LL128 efficiencies and caps) and NCCL's
+// topology bandwidths (topo.h: NVLink per link, PCIe per lane, CPU interconnects), so that
+// the model lands on the figures NVIDIA and users publish (docs/topology.md). Host-memory
+// (shared memory) and TCP socket classes are Loom's own estimates and are marked as such.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "algo/collective.h"
+#include "topo/system.h"
+
+namespace loom::algo {
+
+enum class LinkClass : int { kNvLink = 0, kPcie, kShm, kNetIb, kNetSocket, kCount };
+const char* linkClassName(LinkClass c);
+
+// What the tuner needs to know about one host for a given number of local ranks.
+struct NodeModel {
+  int localRanks = 1;
+  bool hostMemory = false;     // buffers in host memory: the CPU executor and shm
+  LinkClass intra = LinkClass::kShm;
+  int sm = 0;                  // smallest compute capability among the GPUs used (0: none)
+  double ringBw = 0;           // GB/s, intra-host rings (bus bandwidth of a ring collective)
+  double portBw = 0;           // GB/s, one rank's injection bandwidth (direct, halving-doubling)
+  double allToAllBw = 0;       // GB/s per rank when every rank sends to every other at once
+  std::vector<double> hdBw;    // GB/s per rank, halving-doubling step k (partner distance 2^k)
+  int maxChannels = 1;         // parallel pipelines the hardware can keep busy
+  double perChannelBw = 0;     // GB/s one channel moves (one CUDA block / one CPU thread)
+  LinkClass inter = LinkClass::kNetSocket;
+  double netBw = 0;            // GB/s per host across the network, all rails, after efficiency
+  int rails = 0;               // NICs the host's ranks use
+  std::vector<int> ringOrder;  // GPU indices of the intra-host ring (empty for host memory)
+  std::string notes;           // assumptions made (shown by loom-topo and TUNING logs)
+};
+
+// Builds the host model for `localRanks` ranks per host. GPUs 0..localRanks-1 carry the
+// ranks unless `hostMemory` (or the host has no GPU), in which case ranks are processes
+// sharing memory.
+NodeModel buildNodeModel(const topo::System& sys, int localRanks, bool hostMemory);
+
+struct Estimate {
+  bool feasible = false;
+  std::string why;          // why not, when infeasible
+  double us = 0;            // predicted time
+  double latencyUs = 0;     // the alpha part of `us`
+  double busBw = 0;         // GB/s implied, nccl-tests' definition for the collective
+  int channels = 0;
+  size_t chunkBytes = 0;    // per pipeline step and channel
+};
+
+// `bytes` is nccl-tests' "size" for the collective: the buffer for AllReduce, Broadcast,
+// Reduce and SendRecv; the full (gathered / scattered / exchanged) buffer for AllGather,
+// ReduceScatter, AlltoAll, Gather and Scatter.
+Estimate estimate(const NodeModel& node, Collective coll, Algorithm algo, Protocol proto,
+                  size_t bytes, int nranks, int nnodes);
+
+// nccl-tests' bus bandwidth factor for a collective (2(n-1)/n for AllReduce, ...).
+double busBwFactor(Collective coll, int nranks);
+
+}  // namespace loom::algo

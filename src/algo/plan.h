@@ -1,0 +1,116 @@
+// A plan is what an algorithm compiles a collective into, per rank: for each channel, a
+// sequence of steps over connection FIFOs and chunks of the user buffers. The engine's
+// executors (CPU now, CUDA later) run plans; they know nothing about algorithms.
+//
+// Step semantics (R = the reduction; pre/post are R's local scaling and final division):
+//   send               peer <- pre(src)
+//   recv               dst  <- post(in)
+//   recvReduceSend     peer <- in R pre(src)
+//   recvReduceCopy     dst  <- post(in R pre(src))
+//   recvReduceCopySend dst  <- post(in R pre(src)),  peer <- in R pre(src)
+//   recvCopySend       dst  <- post(in),             peer <- in
+//   copy               dst  <- post(pre(src))        (local, no connection)
+// A step of B bytes moves in ceil(B / slotBytes) FIFO steps (one if B == 0), so both ends
+// of a connection must agree on B: a mismatch is detected and reported.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algo/collective.h"
+
+namespace loom {
+
+enum class StepOp : uint8_t {
+  kSend,
+  kRecv,
+  kRecvReduceSend,
+  kRecvReduceCopy,
+  kRecvReduceCopySend,
+  kRecvCopySend,
+  kCopy,
+};
+
+// kAbsolute: offset is an address (per-call plans such as a group's send/recv batch).
+enum class Buf : uint8_t { kNone, kSend, kRecv, kScratch, kAbsolute };
+
+struct BufRef {
+  Buf buf = Buf::kNone;
+  size_t offset = 0;  // bytes
+};
+
+struct Step {
+  StepOp op;
+  int sendPeer = -1;
+  int recvPeer = -1;
+  BufRef src;
+  BufRef dst;
+  size_t bytes = 0;
+};
+
+inline bool stepRecvs(StepOp op) {
+  return op != StepOp::kSend && op != StepOp::kCopy;
+}
+inline bool stepSends(StepOp op) {
+  return op == StepOp::kSend || op == StepOp::kRecvReduceSend ||
+         op == StepOp::kRecvReduceCopySend || op == StepOp::kRecvCopySend;
+}
+
+struct ChannelPlan {
+  std::vector<Step> steps;
+};
+
+struct Plan {
+  Collective coll = Collective::kAllReduce;
+  Algorithm algo = Algorithm::kRing;
+  std::vector<ChannelPlan> channels;
+  size_t scratchBytes = 0;
+
+  // Peers this rank sends to / receives from (for connection setup).
+  void peers(std::vector<int>* sendPeers, std::vector<int>* recvPeers) const;
+  std::string str() const;  // one line per step, for loom-info / debugging
+};
+
+// Appends steps to a channel; algorithms are written against this so they read like the
+// textbook: b.send(chunk); b.recvReduceSend(chunk); ...
+class PlanBuilder {
+ public:
+  PlanBuilder(ChannelPlan& ch, int sendPeer, int recvPeer)
+      : ch_(ch), sendPeer_(sendPeer), recvPeer_(recvPeer) {}
+  void setPeers(int sendPeer, int recvPeer) { sendPeer_ = sendPeer; recvPeer_ = recvPeer; }
+
+  void send(BufRef src, size_t bytes) { add(StepOp::kSend, src, {}, bytes); }
+  void recv(BufRef dst, size_t bytes) { add(StepOp::kRecv, {}, dst, bytes); }
+  void recvReduceSend(BufRef src, size_t bytes) { add(StepOp::kRecvReduceSend, src, {}, bytes); }
+  void recvReduceCopy(BufRef src, BufRef dst, size_t bytes) {
+    add(StepOp::kRecvReduceCopy, src, dst, bytes);
+  }
+  void recvReduceCopySend(BufRef src, BufRef dst, size_t bytes) {
+    add(StepOp::kRecvReduceCopySend, src, dst, bytes);
+  }
+  void recvCopySend(BufRef dst, size_t bytes) { add(StepOp::kRecvCopySend, {}, dst, bytes); }
+  void copy(BufRef src, BufRef dst, size_t bytes) { add(StepOp::kCopy, src, dst, bytes); }
+
+ private:
+  void add(StepOp op, BufRef src, BufRef dst, size_t bytes) {
+    Step s;
+    s.op = op;
+    s.sendPeer = stepSends(op) ? sendPeer_ : -1;
+    s.recvPeer = stepRecvs(op) ? recvPeer_ : -1;
+    s.src = src;
+    s.dst = dst;
+    s.bytes = bytes;
+    ch_.steps.push_back(s);
+  }
+  ChannelPlan& ch_;
+  int sendPeer_;
+  int recvPeer_;
+};
+
+inline BufRef sendBuf(size_t off) { return {Buf::kSend, off}; }
+inline BufRef recvBuf(size_t off) { return {Buf::kRecv, off}; }
+inline BufRef absBuf(const void* p) { return {Buf::kAbsolute, reinterpret_cast<size_t>(p)}; }
+
+}  // namespace loom

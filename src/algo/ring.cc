@@ -1,0 +1,134 @@
+#include "algo/ring.h"
+
+namespace loom {
+
+Ring Ring::identity(int nranks, int rank) {
+  Ring r;
+  for (int i = 0; i < nranks; ++i) r.order.push_back(i);
+  r.pos = rank;
+  return r;
+}
+
+namespace {
+
+// Element range of part i when `count` elements are split into n nearly equal parts.
+struct Part {
+  size_t off, bytes;
+};
+Part part(size_t count, int n, int i, size_t elt) {
+  size_t b = count * i / n, e = count * (i + 1) / n;
+  return {b * elt, (e - b) * elt};
+}
+
+Plan start(Collective c, const Ring& ring) {
+  Plan p;
+  p.coll = c;
+  p.algo = Algorithm::kRing;
+  p.channels.resize(1);
+  (void)ring;
+  return p;
+}
+
+}  // namespace
+
+Plan ringAllReduce(const Ring& ring, size_t count, size_t elt) {
+  Plan plan = start(Collective::kAllReduce, ring);
+  int n = ring.size();
+  PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
+  if (n == 1) {
+    b.copy(sendBuf(0), recvBuf(0), count * elt);
+    return plan;
+  }
+  // Chunk k of the buffer is reduced along the ring and ends, complete, on ring position k;
+  // then it circulates once more so everyone has it.
+  auto chunk = [&](int k) { return part(count, n, ((k % n) + n) % n, elt); };
+  int r = ring.pos;
+  Part c = chunk(r - 1);
+  b.send(sendBuf(c.off), c.bytes);
+  for (int j = 2; j < n; ++j) {
+    c = chunk(r - j);
+    b.recvReduceSend(sendBuf(c.off), c.bytes);
+  }
+  c = chunk(r);
+  b.recvReduceCopySend(sendBuf(c.off), recvBuf(c.off), c.bytes);
+  for (int j = 1; j < n - 1; ++j) {
+    c = chunk(r - j);
+    b.recvCopySend(recvBuf(c.off), c.bytes);
+  }
+  c = chunk(r + 1);
+  b.recv(recvBuf(c.off), c.bytes);
+  return plan;
+}
+
+Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt) {
+  Plan plan = start(Collective::kAllGather, ring);
+  int n = ring.size();
+  size_t bytes = count * elt;
+  PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
+  // Our own block: into place (skipped by the executor when in-place), then around the ring.
+  b.copy(sendBuf(0), recvBuf(rank * bytes), bytes);
+  if (n == 1) return plan;
+  b.send(sendBuf(0), bytes);
+  for (int j = 1; j < n - 1; ++j) b.recvCopySend(recvBuf(ring.at(ring.pos - j) * bytes), bytes);
+  b.recv(recvBuf(ring.at(ring.pos - (n - 1)) * bytes), bytes);
+  return plan;
+}
+
+Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t elt) {
+  Plan plan = start(Collective::kReduceScatter, ring);
+  int n = ring.size();
+  size_t bytes = count * elt;
+  PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
+  if (n == 1) {
+    b.copy(sendBuf(0), recvBuf(0), bytes);
+    return plan;
+  }
+  // Block of rank ring[k] travels from ring position k+1 around to position k.
+  b.send(sendBuf(ring.at(ring.pos - 1) * bytes), bytes);
+  for (int j = 2; j < n; ++j) b.recvReduceSend(sendBuf(ring.at(ring.pos - j) * bytes), bytes);
+  b.recvReduceCopy(sendBuf(rank * bytes), recvBuf(0), bytes);
+  return plan;
+}
+
+Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t elt) {
+  Plan plan = start(Collective::kBroadcast, ring);
+  int n = ring.size();
+  size_t bytes = count * elt;
+  PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
+  // A chain from the root; each step is pipelined slot by slot by the executor.
+  int rootPos = 0;
+  while (ring.order[rootPos] != root) ++rootPos;
+  int dist = ((ring.pos - rootPos) % n + n) % n;
+  if (rank == root) {
+    b.copy(sendBuf(0), recvBuf(0), bytes);
+    if (n > 1) b.send(sendBuf(0), bytes);
+  } else if (dist == n - 1) {
+    b.recv(recvBuf(0), bytes);
+  } else {
+    b.recvCopySend(recvBuf(0), bytes);
+  }
+  return plan;
+}
+
+Plan ringReduce(const Ring& ring, int rank, int root, size_t count, size_t elt) {
+  Plan plan = start(Collective::kReduce, ring);
+  int n = ring.size();
+  size_t bytes = count * elt;
+  PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
+  int rootPos = 0;
+  while (ring.order[rootPos] != root) ++rootPos;
+  // The chain starts just after the root and ends at it.
+  int dist = ((ring.pos - rootPos) % n + n) % n;
+  if (n == 1) {
+    b.copy(sendBuf(0), recvBuf(0), bytes);
+  } else if (rank == root) {
+    b.recvReduceCopy(sendBuf(0), recvBuf(0), bytes);
+  } else if (dist == 1) {
+    b.send(sendBuf(0), bytes);
+  } else {
+    b.recvReduceSend(sendBuf(0), bytes);
+  }
+  return plan;
+}
+
+}  // namespace loom

@@ -1,0 +1,31 @@
+// Ring algorithms. A ring is an order of the communicator's ranks; each rank sends to its
+// successor and receives from its predecessor.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "algo/plan.h"
+
+namespace loom {
+
+struct Ring {
+  std::vector<int> order;  // ranks in ring order
+  int pos = 0;             // this rank's index in order
+
+  int size() const { return static_cast<int>(order.size()); }
+  int at(int i) const { int n = size(); return order[((i % n) + n) % n]; }
+  int next() const { return at(pos + 1); }
+  int prev() const { return at(pos - 1); }
+
+  static Ring identity(int nranks, int rank);
+};
+
+// counts are elements of eltSize bytes.
+Plan ringAllReduce(const Ring& ring, size_t count, size_t eltSize);
+Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t eltSize);
+Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t eltSize);
+Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t eltSize);
+Plan ringReduce(const Ring& ring, int rank, int root, size_t count, size_t eltSize);
+
+}  // namespace loom

@@ -1,0 +1,95 @@
+#include "api/comm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <unordered_set>
+
+#include "api/guard.h"
+#include "base/log.h"
+
+namespace loom::api {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_set<ncclComm_t> live;
+};
+Registry& registry() {
+  static Registry* r = new Registry();  // outlives static destruction: apps destroy late
+  return *r;
+}
+
+}  // namespace
+
+void registerComm(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().live.insert(comm);
+}
+
+void unregisterComm(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().live.erase(comm);
+}
+
+bool isLiveComm(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().live.count(comm) > 0;
+}
+
+void checkComm(ncclComm_t comm, const char* fn) {
+  if (!comm) LOOM_THROW(kInvalidArgument, "%s: comm is NULL", fn);
+  if (!isLiveComm(comm))
+    LOOM_THROW(kInvalidArgument,
+               "%s: comm %p is not a live communicator (already destroyed, or never created)",
+               fn, static_cast<void*>(comm));
+  comm->waitInit();
+  int err = comm->asyncError.load();
+  if (err != ncclSuccess) {
+    std::string last;
+    {
+      std::lock_guard<std::mutex> lock(comm->errMu);
+      last = comm->lastError;
+    }
+    throw Error(static_cast<Code>(err),
+                strprintf("%s: communicator (rank %d) has failed earlier: %s", fn, comm->rank,
+                          last.c_str()));
+  }
+  if (comm->abortFlag.load())
+    LOOM_THROW(kInvalidUsage, "%s: communicator (rank %d) has been aborted", fn, comm->rank);
+  if (comm->revoked.load())
+    LOOM_THROW(kInvalidUsage, "%s: communicator (rank %d) has been revoked", fn, comm->rank);
+  if (comm->finalized)
+    LOOM_THROW(kInvalidUsage, "%s: communicator (rank %d) has been finalized", fn, comm->rank);
+}
+
+void destroyComm(ncclComm_t comm) {
+  unregisterComm(comm);
+  if (comm->initThread.joinable()) comm->initThread.join();
+  // Another thread may still be inside a call that noticed the abort: let it leave.
+  while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  delete comm;
+}
+
+}  // namespace loom::api
+
+void ncclComm::runInit() noexcept {
+  ncclResult_t rc = loom::api::guard("ncclCommInitRank", this, [&]() {
+    loom::ScopedLogRank lr(rank);
+    auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag);
+    LOOM_INFO(loom::kLogInit, "comm %p %s - Init COMPLETE", static_cast<void*>(this),
+              c->initSummary().c_str());
+    core = std::move(c);
+    return ncclSuccess;
+  });
+  {
+    std::lock_guard<std::mutex> lock(initMu);
+    asyncError.store(rc);
+  }
+  initCv.notify_all();
+}
+
+void ncclComm::waitInit() {
+  std::unique_lock<std::mutex> lock(initMu);
+  initCv.wait(lock, [&] { return asyncError.load() != ncclInProgress || abortFlag.load(); });
+}

@@ -1,0 +1,81 @@
+// The C API's communicator object. It wraps the engine's Communicator with what the API
+// needs: configuration, error state, user-defined reduction ops, and liveness for abort.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/unique_id.h"
+#include "engine/communicator.h"
+#include "kernels/reduce.h"
+
+struct ncclComm {
+  int rank = -1;
+  int nranks = 0;
+  int cudaDev = -1;
+  bool blocking = true;
+  std::string commName;
+  loom::JobId job;
+
+  std::unique_ptr<loom::Communicator> core;  // null until init completes
+  std::atomic<bool> abortFlag{false};
+  std::atomic<bool> revoked{false};
+  std::atomic<int> asyncError{ncclSuccess};  // ncclInProgress while initializing
+  std::thread initThread;                    // non-blocking / grouped init
+  std::mutex initMu;
+  std::condition_variable initCv;
+
+  std::atomic<int> activeCalls{0};  // API calls running on this comm (abort waits for them)
+  bool finalized = false;
+
+  struct UserOp {
+    bool live = false;
+    int dtype = 0;
+    loom::Reducer red;
+  };
+  std::vector<UserOp> userOps;
+  std::mutex opsMu;
+
+  std::mutex errMu;
+  std::string lastError;
+
+  // Runs the collective init (bootstrap, connections); records the outcome.
+  void runInit() noexcept;
+  void waitInit();
+};
+
+namespace loom::api {
+
+// Communicator registry: lets every entry point reject destroyed or foreign handles
+// without touching freed memory.
+void registerComm(ncclComm_t comm);
+void unregisterComm(ncclComm_t comm);
+bool isLiveComm(ncclComm_t comm);
+
+// Validates `comm` for an operation: live, initialized (waits for a non-blocking init),
+// not aborted or failed. Throws with a message naming `fn`.
+void checkComm(ncclComm_t comm, const char* fn);
+
+// Holds comm->activeCalls for the duration of a call.
+class CallScope {
+ public:
+  explicit CallScope(ncclComm_t c) : c_(c) { c_->activeCalls.fetch_add(1); }
+  ~CallScope() { c_->activeCalls.fetch_sub(1); }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  ncclComm_t c_;
+};
+
+// Frees a communicator: joins its init thread and releases every resource.
+void destroyComm(ncclComm_t comm);
+
+}  // namespace loom::api

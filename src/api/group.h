@@ -1,0 +1,33 @@
+// Group semantics: between ncclGroupStart and the matching ncclGroupEnd, operations and
+// communicator inits are collected per thread and launched together.
+#pragma once
+
+#include <nccl.h>
+
+#include <functional>
+
+#include "algo/collective.h"
+
+namespace loom::api {
+
+struct OpArgs {
+  Collective coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t dtype;
+  ncclRedOp_t op;
+  int root;  // root, or peer for send/recv
+  bool isSend = false;
+  bool isRecv = false;
+  ncclComm_t comm;
+};
+
+bool inGroup();
+// Queues an op in the current group, or launches it alone when no group is open.
+void submit(const OpArgs& op);
+// Queues a deferred communicator init to run (concurrently with the group's others) at
+// the outermost ncclGroupEnd.
+void deferInit(ncclComm_t comm);
+
+}  // namespace loom::api

@@ -1,0 +1,353 @@
+// Communicator creation and teardown entry points.
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "api/comm.h"
+#include "api/group.h"
+#include "api/guard.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "bootstrap/root.h"
+#include "loom/version_gen.h"
+
+using loom::api::guard;
+
+namespace {
+
+constexpr unsigned kConfigMagic = 0xcafebeef;
+constexpr uint32_t kTagSplit = 0x30000000u;
+
+void logVersionOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LOOM_LOG(kVersion, loom::kLogInit, "NCCL version %d.%d.%d+loom%s", NCCL_MAJOR, NCCL_MINOR,
+             NCCL_PATCH, LOOM_VERSION_STRING);
+  });
+}
+
+// Applies a user config (NCCL's size/magic/version header rules) onto comm.
+void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
+  if (!config) return;
+  if (config->magic != kConfigMagic)
+    LOOM_THROW(kInvalidArgument,
+               "%s: config was not initialized with NCCL_CONFIG_INITIALIZER (magic %#x)", fn,
+               config->magic);
+  if (config->size < offsetof(ncclConfig_t, blocking) + sizeof(int) ||
+      config->size > sizeof(ncclConfig_t))
+    LOOM_THROW(kInvalidArgument, "%s: config->size=%zu is not a valid ncclConfig_t size", fn,
+               config->size);
+  // Older configs are shorter: read only the fields they have.
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  memcpy(&c, config, config->size);
+  if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
+    if (c.blocking != 0 && c.blocking != 1)
+      LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, c.blocking);
+    comm->blocking = c.blocking == 1;
+  }
+  if (config->size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c.commName)
+    comm->commName = c.commName;
+}
+
+// Creates the comm object and starts (or defers) its collective init.
+ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int rank,
+                       const ncclConfig_t* config, const char* fn) {
+  auto comm = std::make_unique<ncclComm>();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->job = job;
+  applyConfig(comm.get(), config, fn);
+  comm->asyncError.store(ncclInProgress);
+  ncclComm_t c = comm.release();
+  loom::api::registerComm(c);
+  *out = c;
+  if (loom::api::inGroup()) {
+    loom::api::deferInit(c);
+    return ncclSuccess;
+  }
+  if (!c->blocking) {
+    c->initThread = std::thread([c] { c->runInit(); });
+    return ncclInProgress;
+  }
+  c->runInit();
+  ncclResult_t rc = static_cast<ncclResult_t>(c->asyncError.load());
+  if (rc != ncclSuccess) {
+    std::string msg;
+    {
+      std::lock_guard<std::mutex> lock(c->errMu);
+      msg = c->lastError;
+    }
+    loom::api::destroyComm(c);
+    *out = nullptr;
+    throw loom::Error(static_cast<loom::Code>(rc), msg);
+  }
+  return ncclSuccess;
+}
+
+void checkInitArgs(ncclComm_t* comm, int nranks, int rank, const char* fn) {
+  LOOM_CHECK_ARG(comm != nullptr, "%s: comm (output pointer) is NULL", fn);
+  *comm = nullptr;
+  LOOM_CHECK_ARG(nranks >= 1, "%s: nranks=%d must be at least 1", fn, nranks);
+  LOOM_CHECK_ARG(rank >= 0 && rank < nranks, "%s: rank=%d is out of range [0, %d)", fn, rank,
+                 nranks);
+}
+
+// With NCCL_COMM_ID, rank 0 runs the root at the given address.
+void maybeStartEnvRoot(loom::JobId& job, int rank) {
+  loom::JobId env;
+  if (rank == 0 && loom::commIdFromEnv(&env) && env.root.str() == job.root.str())
+    loom::startRoot(job);
+}
+
+}  // namespace
+
+LOOM_NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+  return guard("ncclGetUniqueId", nullptr, [&] {
+    LOOM_CHECK_ARG(uniqueId != nullptr, "ncclGetUniqueId: uniqueId is NULL");
+    logVersionOnce();
+    bool fixed = false;
+    loom::JobId job = loom::newJobId(&fixed);
+    if (!fixed) loom::startRoot(job);
+    job.encode(uniqueId->internal);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks,
+              ncclUniqueId commId, int rank, ncclConfig_t* config) {
+  return guard("ncclCommInitRankConfig", nullptr, [&] {
+    checkInitArgs(comm, nranks, rank, "ncclCommInitRankConfig");
+    logVersionOnce();
+    loom::JobId job = loom::JobId::decode(commId.internal);
+    maybeStartEnvRoot(job, rank);
+    return startInit(comm, nranks, job, rank, config, "ncclCommInitRankConfig");
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId,
+              int rank) {
+  return guard("ncclCommInitRank", nullptr, [&] {
+    checkInitArgs(comm, nranks, rank, "ncclCommInitRank");
+    logVersionOnce();
+    loom::JobId job = loom::JobId::decode(commId.internal);
+    maybeStartEnvRoot(job, rank);
+    return startInit(comm, nranks, job, rank, nullptr, "ncclCommInitRank");
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank,
+              int nId, ncclUniqueId* commIds, ncclConfig_t* config) {
+  return guard("ncclCommInitRankScalable", nullptr, [&] {
+    checkInitArgs(newcomm, nranks, myrank, "ncclCommInitRankScalable");
+    LOOM_CHECK_ARG(nId >= 1 && nId <= nranks,
+                   "ncclCommInitRankScalable: nId=%d must be in [1, nranks=%d]", nId, nranks);
+    LOOM_CHECK_ARG(commIds != nullptr, "ncclCommInitRankScalable: commIds is NULL");
+    logVersionOnce();
+    // Every rank holds the same ordered list; the first id's root serves the rendezvous.
+    // (Loom's root handles thousands of ranks; the extra ids are accepted and unused.)
+    loom::JobId job = loom::JobId::decode(commIds[0].internal);
+    maybeStartEnvRoot(job, myrank);
+    return startInit(newcomm, nranks, job, myrank, config, "ncclCommInitRankScalable");
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+  return guard("ncclCommInitAll", nullptr, [&] {
+    LOOM_CHECK_ARG(comms != nullptr, "ncclCommInitAll: comms is NULL");
+    LOOM_CHECK_ARG(ndev >= 1, "ncclCommInitAll: ndev=%d must be at least 1", ndev);
+    logVersionOnce();
+    bool fixed = false;
+    loom::JobId job = loom::newJobId(&fixed);
+    loom::startRoot(job);
+    std::vector<ncclComm_t> made(ndev, nullptr);
+    for (int i = 0; i < ndev; ++i) {
+      auto comm = std::make_unique<ncclComm>();
+      comm->rank = i;
+      comm->nranks = ndev;
+      comm->job = job;
+      comm->cudaDev = devlist ? devlist[i] : i;
+      comm->asyncError.store(ncclInProgress);
+      made[i] = comm.release();
+      loom::api::registerComm(made[i]);
+    }
+    std::vector<std::thread> threads;
+    for (int i = 0; i < ndev; ++i) threads.emplace_back([c = made[i]] { c->runInit(); });
+    for (auto& t : threads) t.join();
+    ncclResult_t rc = ncclSuccess;
+    std::string msg;
+    for (int i = 0; i < ndev; ++i) {
+      if (made[i]->asyncError.load() != ncclSuccess && rc == ncclSuccess) {
+        rc = static_cast<ncclResult_t>(made[i]->asyncError.load());
+        msg = made[i]->lastError;
+      }
+    }
+    if (rc != ncclSuccess) {
+      for (auto c : made) loom::api::destroyComm(c);
+      throw loom::Error(static_cast<loom::Code>(rc), msg);
+    }
+    for (int i = 0; i < ndev; ++i) comms[i] = made[i];
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key,
+              ncclComm_t* newcomm, ncclConfig_t* config) {
+  return guard("ncclCommSplit", comm, [&] {
+    LOOM_CHECK_ARG(newcomm != nullptr, "ncclCommSplit: newcomm is NULL");
+    *newcomm = nullptr;
+    loom::api::checkComm(comm, "ncclCommSplit");
+    LOOM_CHECK_ARG(color >= 0 || color == NCCL_SPLIT_NOCOLOR,
+                   "ncclCommSplit: color=%d must be non-negative or NCCL_SPLIT_NOCOLOR", color);
+    loom::api::CallScope scope(comm);
+    loom::Bootstrap& bs = comm->core->bootstrap();
+    struct Entry { int color, key, rank; };
+    std::vector<Entry> all(comm->nranks);
+    all[comm->rank] = {color, key, comm->rank};
+    bs.allGather(all.data(), sizeof(Entry));
+    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+    std::vector<Entry> group;
+    for (const Entry& e : all)
+      if (e.color == color) group.push_back(e);
+    std::stable_sort(group.begin(), group.end(), [](const Entry& a, const Entry& b) {
+      return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+    });
+    int newRank = 0;
+    while (group[newRank].rank != comm->rank) ++newRank;
+    // The group's first member makes the new job and hands its id to the others.
+    uint8_t idBytes[loom::kUniqueIdBytes];
+    if (newRank == 0) {
+      bool fixed = false;
+      loom::JobId job = loom::newJobId(&fixed);
+      if (fixed) {  // NCCL_COMM_ID names the parent's root; children get fresh ones
+        job.root = comm->core->bootstrap().iface().addr;
+        job.root.setPort(0);
+      }
+      loom::startRoot(job);
+      job.encode(idBytes);
+      for (size_t i = 1; i < group.size(); ++i)
+        bs.send(group[i].rank, kTagSplit, idBytes, sizeof(idBytes));
+    } else {
+      bs.recv(group[0].rank, kTagSplit, idBytes, sizeof(idBytes));
+    }
+    loom::JobId job = loom::JobId::decode(idBytes);
+    ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+    inherited.blocking = comm->blocking ? 1 : 0;
+    ncclResult_t rc = startInit(newcomm, static_cast<int>(group.size()), job, newRank,
+                                config ? config : &inherited, "ncclCommSplit");
+    if (*newcomm) (*newcomm)->cudaDev = comm->cudaDev;
+    return rc;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
+              int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  return guard("ncclCommShrink", comm, [&] {
+    LOOM_CHECK_ARG(newcomm != nullptr, "ncclCommShrink: newcomm is NULL");
+    LOOM_CHECK_ARG(excludeRanksCount >= 0 && (excludeRanksCount == 0 || excludeRanksList),
+                   "ncclCommShrink: bad exclude list (%d ranks at %p)", excludeRanksCount,
+                   static_cast<void*>(excludeRanksList));
+    LOOM_CHECK_ARG(shrinkFlags == NCCL_SHRINK_DEFAULT || shrinkFlags == NCCL_SHRINK_ABORT,
+                   "ncclCommShrink: shrinkFlags=%d", shrinkFlags);
+    LOOM_CHECK_USAGE(false,
+                     "ncclCommShrink is not supported yet by Loom: a shrink that survives dead "
+                     "ranks needs the failure-handling work of a later release; use "
+                     "ncclCommSplit among live ranks meanwhile");
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  return guard("ncclCommFinalize", comm, [&] {
+    loom::api::checkComm(comm, "ncclCommFinalize");
+    // Host operations complete before their call returns: nothing is left to flush.
+    comm->finalized = true;
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  return guard("ncclCommDestroy", nullptr, [&] {
+    if (!comm) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
+    LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
+                   "ncclCommDestroy: comm %p is not a live communicator (destroyed twice?)",
+                   static_cast<void*>(comm));
+    loom::api::destroyComm(comm);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  return guard("ncclCommAbort", nullptr, [&] {
+    if (!comm) return ncclSuccess;
+    LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
+                   "ncclCommAbort: comm %p is not a live communicator",
+                   static_cast<void*>(comm));
+    comm->abortFlag.store(true);
+    comm->initCv.notify_all();
+    loom::api::destroyComm(comm);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  return guard("ncclCommRevoke", comm, [&] {
+    LOOM_CHECK_ARG(loom::api::isLiveComm(comm), "ncclCommRevoke: comm is not a live communicator");
+    LOOM_CHECK_ARG(revokeFlags == NCCL_REVOKE_DEFAULT,
+                   "ncclCommRevoke: revokeFlags=%d must be NCCL_REVOKE_DEFAULT (0)", revokeFlags);
+    // In-flight operations on other threads see the flag within 100 ms and fail.
+    comm->revoked.store(true);
+    comm->abortFlag.store(true);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  return guard("ncclCommGetAsyncError", comm, [&] {
+    LOOM_CHECK_ARG(asyncError != nullptr, "ncclCommGetAsyncError: asyncError is NULL");
+    LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
+                   "ncclCommGetAsyncError: comm %p is not a live communicator",
+                   static_cast<void*>(comm));
+    *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  return guard("ncclCommCount", comm, [&] {
+    LOOM_CHECK_ARG(count != nullptr, "ncclCommCount: count is NULL");
+    LOOM_CHECK_ARG(loom::api::isLiveComm(comm), "ncclCommCount: comm is not a live communicator");
+    *count = comm->nranks;
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  return guard("ncclCommUserRank", comm, [&] {
+    LOOM_CHECK_ARG(rank != nullptr, "ncclCommUserRank: rank is NULL");
+    LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
+                   "ncclCommUserRank: comm is not a live communicator");
+    *rank = comm->rank;
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  return guard("ncclCommCuDevice", comm, [&] {
+    LOOM_CHECK_ARG(device != nullptr, "ncclCommCuDevice: device is NULL");
+    LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
+                   "ncclCommCuDevice: comm is not a live communicator");
+    *device = comm->cudaDev;  // -1 for host-only communicators
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
+  if (comm && loom::api::isLiveComm(comm)) {
+    std::lock_guard<std::mutex> lock(comm->errMu);
+    return comm->lastError.c_str();
+  }
+  return loom::api::threadLastError();
+}

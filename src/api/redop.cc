@@ -1,0 +1,100 @@
+// User-defined reduction operators (ncclRedOpCreatePreMulSum / ncclRedOpDestroy).
+#include <nccl.h>
+
+#include "api/comm.h"
+#include "api/guard.h"
+#include "kernels/reduce.h"
+
+using loom::api::guard;
+
+LOOM_NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,
+              ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm) {
+  const char* fn = "ncclRedOpCreatePreMulSum";
+  return guard(fn, comm, [&] {
+    loom::api::checkComm(comm, fn);
+    LOOM_CHECK_ARG(op != nullptr, "%s: op is NULL", fn);
+    LOOM_CHECK_ARG(scalar != nullptr, "%s: scalar is NULL", fn);
+    LOOM_CHECK_ARG(static_cast<int>(datatype) >= 0 && datatype < ncclNumTypes,
+                   "%s: datatype %d is not an ncclDataType_t", fn, static_cast<int>(datatype));
+    LOOM_CHECK_ARG(residence == ncclScalarHostImmediate || residence == ncclScalarDevice,
+                   "%s: residence %d is not an ncclScalarResidence_t", fn,
+                   static_cast<int>(residence));
+    // A device-resident scalar is read while the collective runs, on the GPU; Loom's host
+    // executor cannot dereference device memory.
+    LOOM_CHECK_USAGE(residence == ncclScalarHostImmediate,
+                     "%s: ncclScalarDevice needs Loom's CUDA executor, which this build does not "
+                     "have; pass the scalar with ncclScalarHostImmediate",
+                     fn);
+    std::lock_guard<std::mutex> lock(comm->opsMu);
+    size_t idx = 0;
+    while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
+    if (idx == comm->userOps.size()) comm->userOps.emplace_back();
+    auto& u = comm->userOps[idx];
+    u.live = true;
+    u.dtype = static_cast<int>(datatype);
+    u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), scalar);
+    *op = static_cast<ncclRedOp_t>(ncclNumOps + idx);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  const char* fn = "ncclRedOpDestroy";
+  return guard(fn, comm, [&] {
+    loom::api::checkComm(comm, fn);
+    LOOM_CHECK_ARG(op >= ncclNumOps, "%s: op %d is a built-in operator", fn, static_cast<int>(op));
+    std::lock_guard<std::mutex> lock(comm->opsMu);
+    size_t idx = static_cast<size_t>(op - ncclNumOps);
+    LOOM_CHECK_ARG(idx < comm->userOps.size() && comm->userOps[idx].live,
+                   "%s: op %d was not created on this communicator (or destroyed already)", fn,
+                   static_cast<int>(op));
+    comm->userOps[idx].live = false;
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
+              void** handle) {
+  const char* fn = "ncclCommRegister";
+  return guard(fn, comm, [&] {
+    loom::api::checkComm(comm, fn);
+    LOOM_CHECK_ARG(handle != nullptr, "%s: handle is NULL", fn);
+    LOOM_CHECK_ARG(buff != nullptr || size == 0, "%s: buff is NULL", fn);
+    // Registration is an optimisation hint; host buffers need none. The handle is the
+    // buffer address, so deregistration can validate it.
+    *handle = buff ? buff : reinterpret_cast<void*>(1);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  const char* fn = "ncclCommDeregister";
+  return guard(fn, comm, [&] {
+    loom::api::checkComm(comm, fn);
+    LOOM_CHECK_ARG(handle != nullptr, "%s: handle is NULL", fn);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
+              ncclWindow_t* win, int winFlags) {
+  const char* fn = "ncclCommWindowRegister";
+  return guard(fn, comm, [&] {
+    loom::api::checkComm(comm, fn);
+    LOOM_CHECK_ARG(win != nullptr, "%s: win is NULL", fn);
+    LOOM_CHECK_USAGE(false,
+                     "%s: symmetric memory windows are CUDA device memory mapped across GPUs; "
+                     "Loom has no CUDA executor in this build",
+                     fn);
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  const char* fn = "ncclCommWindowDeregister";
+  return guard(fn, comm, [&] {
+    loom::api::checkComm(comm, fn);
+    LOOM_CHECK_USAGE(false, "%s: no window can exist: ncclCommWindowRegister is not supported", fn);
+    return ncclSuccess;
+  });
+}

@@ -1,0 +1,147 @@
+// Library-level entry points that need no communicator: versions, error strings, memory
+// allocation, debug re-initialisation, and Loom's feature query.
+#include <nccl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "api/guard.h"
+#include "base/config.h"
+#include "base/dl.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "loom/loom.h"
+
+namespace {
+
+// TODO(fallback): move to the NCCL-fallback dispatcher once it exists; it must read the
+// same knob, and the registry wants each knob declared once.
+loom::StringKnob kNcclLibrary("LOOM_NCCL_LIBRARY", "", "",
+                              "Path of the stock libnccl.so.2 that Loom may hand calls to "
+                              "(default: /usr/local/cuda/lib/libnccl.so.2, then the loader's "
+                              "libnccl.so.2)");
+
+bool canLoad(const std::vector<std::string>& names) {
+  return loom::DynLib::open(names).loaded();
+}
+
+// The drop-in is itself called libnccl.so.2, and under LD_PRELOAD a dlopen of that name
+// returns it; a real NCCL is one that has ncclGetVersion and is not Loom.
+bool isStockNccl(const std::string& path) {
+  loom::DynLib lib = loom::DynLib::open({path});
+  return lib.loaded() && lib.symbol("ncclGetVersion") != nullptr &&
+         lib.symbol("loomGetVersionString") == nullptr;
+}
+
+bool stockNcclAvailable() {
+  std::vector<std::string> candidates;
+  if (kNcclLibrary.isSet()) {
+    candidates.push_back(kNcclLibrary.get());  // an explicit choice is the only one tried
+  } else {
+    candidates = {"/usr/local/cuda/lib/libnccl.so.2", "libnccl.so.2"};
+  }
+  for (const std::string& c : candidates)
+    if (isStockNccl(c)) return true;
+  return false;
+}
+
+unsigned probeAvailable() {
+  unsigned avail = loomFeatureHostMemory;
+  if (canLoad({"libcudart.so.13", "libcudart.so.12", "libcudart.so"})) avail |= loomFeatureCuda;
+  if (canLoad({"libnvidia-ml.so.1"})) avail |= loomFeatureNvml;
+  if (canLoad({"libibverbs.so.1"})) avail |= loomFeatureIbverbs;
+  if (canLoad({"libucp.so.0"})) avail |= loomFeatureUcx;
+  if (stockNcclAvailable()) avail |= loomFeatureNcclFallback;
+  return avail;
+}
+
+// What this build contains. Only host memory so far: the CUDA executor, NVML topology,
+// the verbs and UCX transports and the NCCL fallback are not built yet; each adds its bit
+// here when it lands.
+constexpr unsigned kCompiledFeatures = loomFeatureHostMemory;
+
+}  // namespace
+
+using loom::api::guard;
+
+extern "C" void ncclResetDebugInitInternal();
+
+LOOM_NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
+  return guard("ncclGetVersion", nullptr, [&] {
+    LOOM_CHECK_ARG(version != nullptr, "ncclGetVersion: version is NULL");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+  });
+}
+
+// The strings are NCCL's, word for word: scripts and log scrapers match on them.
+LOOM_NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+// NCCL allocates device memory through cuMem* here. Loom has no CUDA executor yet and runs
+// collectives on host memory, so it hands out page-aligned host memory: page alignment is
+// what registration and windows need (NCCL_WIN_REQUIRED_ALIGNMENT is 4096), and a buffer
+// from here works with every Loom collective. ncclMemFree releases it with free().
+LOOM_NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+  return guard("ncclMemAlloc", nullptr, [&] {
+    LOOM_CHECK_ARG(ptr != nullptr, "ncclMemAlloc: ptr is NULL");
+    LOOM_CHECK_ARG(size > 0, "ncclMemAlloc: size is 0");
+    long page = sysconf(_SC_PAGESIZE);
+    size_t align = page > 0 ? static_cast<size_t>(page) : 4096;
+    if (align < NCCL_WIN_REQUIRED_ALIGNMENT) align = NCCL_WIN_REQUIRED_ALIGNMENT;
+    void* p = nullptr;
+    if (int rc = posix_memalign(&p, align, size); rc != 0) {
+      LOOM_THROW(kSystemError, "ncclMemAlloc: cannot allocate %zu bytes of host memory (%s)",
+                 size, rc == ENOMEM ? "out of memory" : "posix_memalign failed");
+    }
+    *ptr = p;
+    return ncclSuccess;
+  });
+}
+
+LOOM_NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
+  free(ptr);  // NULL is a no-op, as for free()
+  return ncclSuccess;
+}
+
+// Deprecated in nccl.h; still exported because NCCL exports it.
+LOOM_NCCL_API(void, ncclResetDebugInit, void) { ncclResetDebugInitInternal(); }
+
+// NCCL's non-deprecated spelling (used by its own tests); there is no pnccl variant.
+extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInternal() {
+  (void)guard("ncclResetDebugInit", nullptr, [] {
+    loom::logReset();
+    return ncclSuccess;
+  });
+}
+
+extern "C" __attribute__((visibility("default"))) const char* loomGetVersionString(void) {
+  return LOOM_VERSION_STRING;
+}
+
+extern "C" __attribute__((visibility("default"))) ncclResult_t loomGetFeatures(unsigned* compiled,
+                                                                              unsigned* available) {
+  return guard("loomGetFeatures", nullptr, [&] {
+    LOOM_CHECK_ARG(compiled != nullptr || available != nullptr,
+                   "loomGetFeatures: compiled and available are both NULL");
+    if (compiled) *compiled = kCompiledFeatures;
+    if (available) *available = probeAvailable();
+    return ncclSuccess;
+  });
+}

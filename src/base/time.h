@@ -1,0 +1,38 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace loom {
+
+using Clock = std::chrono::steady_clock;
+
+inline uint64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// A point in time after which a wait gives up. Deadline::never() waits forever.
+class Deadline {
+ public:
+  static Deadline in(double seconds) {
+    return Deadline(nowNs() + static_cast<uint64_t>(seconds * 1e9));
+  }
+  static Deadline never() { return Deadline(UINT64_MAX); }
+  bool expired() const { return nowNs() >= at_; }
+  // Milliseconds left for poll(); -1 for never.
+  int pollMs() const {
+    if (at_ == UINT64_MAX) return -1;
+    uint64_t now = nowNs();
+    if (now >= at_) return 0;
+    uint64_t ms = (at_ - now + 999999) / 1000000;
+    return ms > 1000000 ? 1000000 : static_cast<int>(ms);
+  }
+  uint64_t ns() const { return at_; }
+
+ private:
+  explicit Deadline(uint64_t at) : at_(at) {}
+  uint64_t at_;
+};
+
+}  // namespace loom

@@ -1,0 +1,242 @@
+#include "bootstrap/bootstrap.h"
+
+#include <poll.h>
+
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/hmac.h"
+#include "base/log.h"
+#include "bootstrap/root.h"
+#include "bootstrap/wire.h"
+
+namespace loom {
+namespace {
+
+IntKnob kBootstrapTimeout("LOOM_BOOTSTRAP_TIMEOUT", "", 120,
+                          "Seconds a rank waits for the rendezvous (all ranks reaching the root) "
+                          "and for any single out-of-band message");
+
+constexpr uint32_t kMsgMagic = 0x4c4d5347;  // "LMSG"
+constexpr uint16_t kKindBootstrapPeer = 2;
+// The most a single out-of-band message may carry; anything larger is a corrupt stream.
+constexpr uint64_t kMaxMsgBytes = 1ull << 30;
+constexpr double kSliceSec = 0.1;  // wake up this often to notice an abort
+
+struct MsgHeader {
+  uint32_t magic;
+  uint32_t tag;
+  uint64_t len;
+};
+
+}  // namespace
+
+Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<bool>* abortFlag)
+    : job_(job), rank_(rank), nranks_(nranks), abort_(abortFlag) {
+  timeoutSec_ = static_cast<double>(kBootstrapTimeout.get());
+  iface_ = bootstrapInterface();
+  SocketAddr me = iface_.addr;
+  me.setPort(0);
+  listener_ = Socket::listen(me);
+  peers_.resize(nranks);
+  out_.resize(nranks);
+  in_.resize(nranks);
+  stash_.resize(nranks);
+
+  RootHello h{};
+  h.magic = kUniqueIdMagic;
+  h.version = kWireVersion;
+  h.kind = 1;
+  h.rank = rank;
+  h.nranks = nranks;
+  randomBytes(h.nonce, sizeof(h.nonce));
+  memcpy(h.listen, &me.storage, sizeof(me.storage));
+  h.listenLen = me.len;
+  Digest mac = helloMac(job_, h);
+  memcpy(h.mac, mac.data(), 32);
+
+  Deadline deadline = Deadline::in(timeoutSec_);
+  std::string what = strprintf("rank %d/%d bootstrap rendezvous with root %s", rank, nranks,
+                               job_.root.str().c_str());
+  Socket root = Socket::connect(job_.root, deadline, what.c_str());
+  root.sendAll(&h, sizeof(h), deadline, what.c_str());
+  RootReplyHeader r;
+  // Wait in slices so an abort from another thread is noticed.
+  for (;;) {
+    checkAbort("bootstrap rendezvous", -1);
+    pollfd p{root.fd(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(kSliceSec * 1000)) > 0) break;
+    if (deadline.expired())
+      LOOM_THROW(kRemoteError,
+                 "%s: timed out after %.0f s waiting for all %d ranks to join (raise "
+                 "LOOM_BOOTSTRAP_TIMEOUT if ranks start slowly)",
+                 what.c_str(), timeoutSec_, nranks);
+  }
+  root.recvAll(&r, sizeof(r), deadline, what.c_str());
+  if (r.magic != kUniqueIdMagic || r.version != kWireVersion)
+    LOOM_THROW(kRemoteError, "%s: the root answered with a malformed reply", what.c_str());
+  if (r.status == 1)
+    LOOM_THROW(kInvalidUsage, "%s: other ranks joined this unique id with nranks=%d", what.c_str(),
+               r.nranks);
+  if (r.status == 2)
+    LOOM_THROW(kInvalidUsage, "%s: another process already joined as rank %d", what.c_str(), rank);
+  if (r.nranks != nranks)
+    LOOM_THROW(kRemoteError, "%s: root reports nranks=%d", what.c_str(), r.nranks);
+  std::vector<sockaddr_storage> table(nranks);
+  root.recvAll(table.data(), table.size() * sizeof(sockaddr_storage), deadline, what.c_str());
+  Digest expect = replyMac(job_, h, r, table.data(), table.size() * sizeof(sockaddr_storage));
+  Digest got;
+  memcpy(got.data(), r.mac, 32);
+  if (!digestEqual(expect, got))
+    LOOM_THROW(kRemoteError, "%s: the root's reply failed authentication", what.c_str());
+  for (int i = 0; i < nranks; ++i) {
+    memcpy(&peers_[i].storage, &table[i], sizeof(table[i]));
+    peers_[i].len = peers_[i].family() == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  }
+  LOOM_INFO(kLogBootstrap, "rank %d/%d bootstrap ready on %s (%s)", rank, nranks,
+            me.str().c_str(), iface_.name.c_str());
+}
+
+Bootstrap::~Bootstrap() = default;
+
+void Bootstrap::checkAbort(const char* what, int peer) const {
+  if (abort_ && abort_->load(std::memory_order_relaxed)) {
+    if (peer >= 0)
+      LOOM_THROW(kInvalidUsage, "rank %d: %s with rank %d interrupted: communicator aborted", rank_,
+                 what, peer);
+    LOOM_THROW(kInvalidUsage, "rank %d: %s interrupted: communicator aborted", rank_, what);
+  }
+}
+
+Deadline Bootstrap::opDeadline() const { return Deadline::in(timeoutSec_); }
+
+Socket& Bootstrap::sendSocket(int peer) {
+  if (!out_[peer].isOpen()) {
+    std::string what = strprintf("rank %d bootstrap connect to rank %d", rank_, peer);
+    Socket s = Socket::connect(peers_[peer], opDeadline(), what.c_str());
+    PeerHello h = makePeerHello(job_, kKindBootstrapPeer, rank_, peer, 0);
+    s.sendAll(&h, sizeof(h), opDeadline(), what.c_str());
+    out_[peer] = std::move(s);
+  }
+  return out_[peer];
+}
+
+void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t len) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  LOOM_ASSERT(peer >= 0 && peer < nranks_);
+  checkAbort("bootstrap send", peer);
+  Socket& s = sendSocket(peer);
+  MsgHeader h{kMsgMagic, tag, len};
+  std::string what = strprintf("rank %d bootstrap send to rank %d (%s)", rank_, peer,
+                               peers_[peer].str().c_str());
+  Deadline d = opDeadline();
+  s.sendAll(&h, sizeof(h), d, what.c_str());
+  if (len) s.sendAll(data, len, d, what.c_str());
+}
+
+void Bootstrap::acceptOne(Deadline deadline) {
+  Socket s = listener_.accept(Deadline::in(kSliceSec));
+  if (!s.isOpen()) return;
+  PeerHello h;
+  try {
+    // A peer sends its hello right after connecting; a silent or slow stranger is dropped.
+    s.recvAll(&h, sizeof(h), Deadline::in(2), "bootstrap hello");
+  } catch (const Error& e) {
+    LOOM_WARN("rank %d: dropped bootstrap connection from %s: %s", rank_, s.peer().str().c_str(),
+              e.what());
+    return;
+  }
+  std::string nonce(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce));
+  if (!verifyPeerHello(job_, h, kKindBootstrapPeer, rank_) || h.fromRank < 0 ||
+      h.fromRank >= nranks_ || seenNonces_.count(nonce)) {
+    LOOM_WARN("rank %d: dropped unauthenticated bootstrap connection from %s", rank_,
+              s.peer().str().c_str());
+    return;
+  }
+  seenNonces_.insert(nonce);
+  if (in_[h.fromRank].isOpen()) {
+    LOOM_WARN("rank %d: dropped a second bootstrap connection claiming rank %d from %s", rank_,
+              h.fromRank, s.peer().str().c_str());
+    return;
+  }
+  in_[h.fromRank] = std::move(s);
+}
+
+Socket& Bootstrap::recvSocket(int peer, Deadline deadline) {
+  while (!in_[peer].isOpen()) {
+    checkAbort("bootstrap receive", peer);
+    if (deadline.expired())
+      LOOM_THROW(kRemoteError,
+                 "rank %d: timed out after %.0f s waiting for rank %d (%s) to connect for an "
+                 "out-of-band message",
+                 rank_, timeoutSec_, peer, peers_[peer].str().c_str());
+    acceptOne(deadline);
+  }
+  return in_[peer];
+}
+
+void Bootstrap::readMsg(int peer, Deadline deadline) {
+  Socket& s = recvSocket(peer, deadline);
+  std::string what = strprintf("rank %d bootstrap receive from rank %d (%s)", rank_, peer,
+                               peers_[peer].str().c_str());
+  for (;;) {
+    checkAbort("bootstrap receive", peer);
+    // Accept other peers meanwhile so their connects never wait on us.
+    pollfd p[2] = {{s.fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
+    if (::poll(p, 2, static_cast<int>(kSliceSec * 1000)) > 0) {
+      if (p[1].revents) acceptOne(deadline);
+      if (p[0].revents) break;
+    }
+    if (deadline.expired())
+      LOOM_THROW(kRemoteError, "%s: timed out after %.0f s", what.c_str(), timeoutSec_);
+  }
+  MsgHeader h;
+  s.recvAll(&h, sizeof(h), deadline, what.c_str());
+  if (h.magic != kMsgMagic || h.len > kMaxMsgBytes)
+    LOOM_THROW(kRemoteError, "%s: corrupt out-of-band message header", what.c_str());
+  Msg m{h.tag, std::vector<uint8_t>(h.len)};
+  if (h.len) s.recvAll(m.data.data(), h.len, deadline, what.c_str());
+  stash_[peer].push_back(std::move(m));
+}
+
+void Bootstrap::recv(int peer, uint32_t tag, void* data, size_t len) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  LOOM_ASSERT(peer >= 0 && peer < nranks_);
+  Deadline deadline = opDeadline();
+  for (;;) {
+    auto& q = stash_[peer];
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      if (it->tag != tag) continue;
+      if (it->data.size() != len)
+        LOOM_THROW(kInternalError,
+                   "rank %d: out-of-band message %#x from rank %d has %zu bytes, expected %zu",
+                   rank_, tag, peer, it->data.size(), len);
+      if (len) memcpy(data, it->data.data(), len);
+      q.erase(it);
+      return;
+    }
+    readMsg(peer, deadline);
+  }
+}
+
+void Bootstrap::allGather(void* allData, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  uint32_t base = kUserTagLimit + ((collSeq_++ & 0xffffu) << 8);
+  auto* data = static_cast<uint8_t*>(allData);
+  int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
+  // Ring: at step i pass on the slot received at step i-1 (our own at step 0).
+  for (int i = 0; i < nranks_ - 1; ++i) {
+    int sendSlot = (rank_ - i + nranks_) % nranks_;
+    int recvSlot = (rank_ - i - 1 + nranks_) % nranks_;
+    send(next, base + (i & 0xff), data + sendSlot * bytes, bytes);
+    recv(prev, base + (i & 0xff), data + recvSlot * bytes, bytes);
+  }
+}
+
+void Bootstrap::barrier() {
+  std::vector<uint8_t> v(nranks_);
+  allGather(v.data(), 1);
+}
+
+}  // namespace loom

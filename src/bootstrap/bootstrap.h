@@ -1,0 +1,74 @@
+// Out-of-band channel among the ranks of one communicator: rendezvous through the root,
+// then authenticated rank-to-rank send/recv with tags, all-gather and barrier. Used for
+// setup (addresses, transport handshakes), never on the data path.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/socket.h"
+#include "bootstrap/unique_id.h"
+
+namespace loom {
+
+class Bootstrap {
+ public:
+  // Joins the job: connects to the root (retrying until it is up), proves the secret,
+  // waits for every rank's address. Bounded by LOOM_BOOTSTRAP_TIMEOUT.
+  Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<bool>* abortFlag);
+  ~Bootstrap();
+  Bootstrap(const Bootstrap&) = delete;
+  Bootstrap& operator=(const Bootstrap&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const JobId& job() const { return job_; }
+  const NetInterface& iface() const { return iface_; }
+  const SocketAddr& peerAddr(int r) const { return peers_[r]; }
+
+  void send(int peer, uint32_t tag, const void* data, size_t len);
+  // Receives exactly `len` bytes sent with `tag` by `peer`.
+  void recv(int peer, uint32_t tag, void* data, size_t len);
+  // allData holds nranks slots of `bytes`; this rank's slot is filled on entry.
+  void allGather(void* allData, size_t bytes);
+  void barrier();
+
+  // Tags below this are free for callers; the bootstrap's own collectives use the rest.
+  static constexpr uint32_t kUserTagLimit = 0x80000000u;
+
+ private:
+  struct Msg {
+    uint32_t tag;
+    std::vector<uint8_t> data;
+  };
+  Socket& sendSocket(int peer);
+  Socket& recvSocket(int peer, Deadline deadline);
+  void acceptOne(Deadline deadline);
+  void readMsg(int peer, Deadline deadline);
+  void checkAbort(const char* what, int peer) const;
+  Deadline opDeadline() const;
+
+  JobId job_;
+  int rank_;
+  int nranks_;
+  const std::atomic<bool>* abort_;
+  NetInterface iface_;
+  Socket listener_;
+  std::vector<SocketAddr> peers_;
+  std::vector<Socket> out_;
+  std::vector<Socket> in_;
+  std::vector<std::deque<Msg>> stash_;
+  std::set<std::string> seenNonces_;
+  uint32_t collSeq_ = 0;
+  std::recursive_mutex mu_;
+  double timeoutSec_;
+};
+
+}  // namespace loom

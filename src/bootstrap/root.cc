@@ -1,0 +1,225 @@
+#include "bootstrap/root.h"
+
+#include <poll.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/hmac.h"
+#include "base/log.h"
+#include "bootstrap/wire.h"
+
+namespace loom {
+namespace {
+
+IntKnob kAuthTimeoutMs("LOOM_BOOTSTRAP_AUTH_TIMEOUT_MS", "", 5000,
+                       "How long a new bootstrap connection may take to authenticate before it "
+                       "is dropped (ms)");
+IntKnob kMaxPending("LOOM_BOOTSTRAP_MAX_PENDING", "", 256,
+                    "Most unauthenticated connections the bootstrap root holds at once");
+
+struct Pending {
+  Socket sock;
+  std::vector<uint8_t> in;
+  uint64_t deadlineNs;
+};
+
+struct Member {
+  Socket sock;
+  RootHello hello;
+};
+
+class RootServer {
+ public:
+  RootServer(Socket listener, const JobId& id) : listener_(std::move(listener)), id_(id) {}
+
+  void run() {
+    listener_.setNonBlocking(true);
+    while (nranks_ < 0 || registered_ < nranks_) {
+      std::vector<pollfd> fds;
+      fds.push_back({listener_.fd(), POLLIN, 0});
+      for (auto& p : pending_) fds.push_back({p.sock.fd(), POLLIN, 0});
+      for (auto& m : members_) fds.push_back({m.sock.isOpen() ? m.sock.fd() : -1, POLLIN, 0});
+      int timeout = -1;
+      uint64_t now = nowNs();
+      for (auto& p : pending_) {
+        int ms = p.deadlineNs > now ? static_cast<int>((p.deadlineNs - now) / 1000000 + 1) : 0;
+        if (timeout < 0 || ms < timeout) timeout = ms;
+      }
+      int n = ::poll(fds.data(), fds.size(), timeout);
+      if (n < 0 && errno != EINTR) {
+        LOOM_WARN("bootstrap root %s: poll failed (%s); giving up", id_.root.str().c_str(),
+                  strerror(errno));
+        return;
+      }
+      // Only the entries polled above: reading a hello may grow members_ and pending_.
+      size_t nPending = pending_.size(), nMembers = members_.size();
+      for (size_t i = 0; i < nMembers; ++i)
+        if (fds[1 + nPending + i].revents && members_[i].sock.isOpen()) checkMember(members_[i]);
+      for (size_t i = 0; i < nPending; ++i)
+        if (fds[1 + i].revents) readPending(pending_[i]);
+      if (fds[0].revents) acceptAll();
+      expirePending();
+    }
+    reply();
+  }
+
+ private:
+  void acceptAll() {
+    for (;;) {
+      Socket s = listener_.accept(Deadline::in(0));
+      if (!s.isOpen()) return;
+      if (static_cast<int64_t>(pending_.size()) >= kMaxPending.get()) {
+        LOOM_WARN("bootstrap root %s: too many unauthenticated connections; dropping %s",
+                  id_.root.str().c_str(), s.peer().str().c_str());
+        continue;
+      }
+      s.setNonBlocking(true);
+      pending_.push_back({std::move(s), {}, nowNs() + kAuthTimeoutMs.get() * 1000000ull});
+    }
+  }
+
+  void drop(Pending& p, const char* why) {
+    LOOM_WARN("bootstrap root %s: dropped connection from %s: %s", id_.root.str().c_str(),
+              p.sock.peer().str().c_str(), why);
+    p.sock.close();
+  }
+
+  void readPending(Pending& p) {
+    uint8_t buf[sizeof(RootHello)];
+    size_t want = sizeof(RootHello) - p.in.size();
+    size_t got;
+    try {
+      got = p.sock.tryRecv(buf, want, "bootstrap root");
+    } catch (const Error&) {
+      p.sock.close();  // closed or reset before authenticating: nothing to report
+      return;
+    }
+    p.in.insert(p.in.end(), buf, buf + got);
+    if (p.in.size() < sizeof(RootHello)) return;
+    RootHello h;
+    memcpy(&h, p.in.data(), sizeof(h));
+    if (h.magic != kUniqueIdMagic || h.version != kWireVersion || h.kind != 1)
+      return drop(p, "not a Loom bootstrap hello");
+    Digest mac = helloMac(id_, h);
+    Digest got2;
+    memcpy(got2.data(), h.mac, 32);
+    if (!digestEqual(mac, got2)) return drop(p, "authentication failed (wrong job secret)");
+    if (h.nranks <= 0 || h.rank < 0 || h.rank >= h.nranks)
+      return drop(p, "rank out of range");
+    if (nranks_ < 0) {
+      nranks_ = h.nranks;
+      members_.resize(nranks_);
+    }
+    if (h.nranks != nranks_) {
+      LOOM_WARN("bootstrap root %s: rank %d says nranks=%d but rank(s) before it said %d",
+                id_.root.str().c_str(), h.rank, h.nranks, nranks_);
+      rejectAndClose(p, h, 1);
+      return;
+    }
+    Member& m = members_[h.rank];
+    if (m.sock.isOpen()) {
+      LOOM_WARN("bootstrap root %s: rank %d joined twice (from %s and %s)", id_.root.str().c_str(),
+                h.rank, m.sock.peer().str().c_str(), p.sock.peer().str().c_str());
+      rejectAndClose(p, h, 2);
+      return;
+    }
+    m.sock = std::move(p.sock);
+    m.hello = h;
+    ++registered_;
+    LOOM_INFO(kLogBootstrap, "bootstrap root: rank %d/%d joined from %s", h.rank, nranks_,
+              m.sock.peer().str().c_str());
+  }
+
+  void rejectAndClose(Pending& p, const RootHello& h, uint16_t status) {
+    RootReplyHeader r{};
+    r.magic = kUniqueIdMagic;
+    r.version = kWireVersion;
+    r.status = status;
+    r.nranks = nranks_;
+    Digest mac = replyMac(id_, h, r, nullptr, 0);
+    memcpy(r.mac, mac.data(), 32);
+    try {
+      p.sock.sendAll(&r, sizeof(r), Deadline::in(1), "bootstrap root reject");
+    } catch (const Error&) {
+    }
+    p.sock.close();
+  }
+
+  // A member whose socket becomes readable before the reply has died or misbehaved.
+  void checkMember(Member& m) {
+    uint8_t b;
+    bool closed = false;
+    try {
+      closed = m.sock.tryRecv(&b, 1, "bootstrap root") > 0;  // unexpected bytes: treat as gone
+    } catch (const Error&) {
+      closed = true;
+    }
+    if (closed) {
+      LOOM_WARN("bootstrap root %s: rank %d (%s) left before all ranks arrived",
+                id_.root.str().c_str(), m.hello.rank, m.sock.peer().str().c_str());
+      m.sock.close();
+      --registered_;
+    }
+  }
+
+  void expirePending() {
+    uint64_t now = nowNs();
+    for (auto& p : pending_)
+      if (p.sock.isOpen() && now >= p.deadlineNs) drop(p, "did not authenticate in time");
+    std::erase_if(pending_, [](const Pending& p) { return !p.sock.isOpen(); });
+  }
+
+  void reply() {
+    std::vector<sockaddr_storage> table(nranks_);
+    for (int r = 0; r < nranks_; ++r) memcpy(&table[r], members_[r].hello.listen, sizeof(table[r]));
+    for (int r = 0; r < nranks_; ++r) {
+      RootReplyHeader h{};
+      h.magic = kUniqueIdMagic;
+      h.version = kWireVersion;
+      h.nranks = nranks_;
+      Digest mac = replyMac(id_, members_[r].hello, h, table.data(),
+                            table.size() * sizeof(sockaddr_storage));
+      memcpy(h.mac, mac.data(), 32);
+      try {
+        Deadline d = Deadline::in(10);
+        members_[r].sock.sendAll(&h, sizeof(h), d, "bootstrap root reply");
+        members_[r].sock.sendAll(table.data(), table.size() * sizeof(sockaddr_storage), d,
+                                 "bootstrap root reply");
+      } catch (const Error& e) {
+        LOOM_WARN("bootstrap root %s: could not answer rank %d: %s", id_.root.str().c_str(), r,
+                  e.what());
+      }
+    }
+    LOOM_INFO(kLogBootstrap, "bootstrap root %s: rendezvous of %d ranks complete",
+              id_.root.str().c_str(), nranks_);
+  }
+
+  Socket listener_;
+  JobId id_;
+  std::vector<Pending> pending_;
+  std::vector<Member> members_;
+  int nranks_ = -1;
+  int registered_ = 0;
+};
+
+}  // namespace
+
+void startRoot(JobId& id) {
+  SocketAddr addr = id.root;
+  Socket listener = Socket::listen(addr);
+  id.root = addr;
+  LOOM_INFO(kLogBootstrap, "bootstrap root listening on %s", addr.str().c_str());
+  std::thread([l = std::move(listener), id]() mutable {
+    try {
+      RootServer(std::move(l), id).run();
+    } catch (const std::exception& e) {
+      LOOM_WARN("bootstrap root %s failed: %s", id.root.str().c_str(), e.what());
+    }
+  }).detach();
+}
+
+}  // namespace loom

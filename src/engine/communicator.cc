@@ -1,0 +1,71 @@
+#include "engine/communicator.h"
+
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/hmac.h"
+#include "base/log.h"
+
+namespace loom {
+namespace {
+
+SizeKnob kSlotBytes("LOOM_SLOT_BYTES", "", "256K",
+                    "Bytes per connection FIFO slot (one pipeline step)");
+IntKnob kDepth("LOOM_FIFO_DEPTH", "", 8, "Slots per connection FIFO (pipeline depth)");
+
+FifoShape fifoShape() {
+  uint64_t slot = kSlotBytes.get();
+  int64_t depth = kDepth.get();
+  if (slot < 4096 || slot > (256ull << 20) || slot % 64 != 0)
+    LOOM_THROW(kInvalidArgument, "LOOM_SLOT_BYTES=%llu: expected a multiple of 64 in [4K, 256M]",
+               static_cast<unsigned long long>(slot));
+  if (depth < 2 || depth > kMaxFifoDepth)
+    LOOM_THROW(kInvalidArgument, "LOOM_FIFO_DEPTH=%lld: expected 2..%d",
+               static_cast<long long>(depth), kMaxFifoDepth);
+  return {static_cast<size_t>(slot), static_cast<int>(depth)};
+}
+
+}  // namespace
+
+Communicator::Communicator(const JobId& job, int rank, int nranks,
+                           const std::atomic<bool>* abortFlag)
+    : rank_(rank), nranks_(nranks), abort_(abortFlag) {
+  Digest d = sha256(job.secret, sizeof(job.secret));
+  memcpy(&commHash_, d.data(), sizeof(commHash_));
+  FifoShape shape = fifoShape();
+  bootstrap_ = std::make_unique<Bootstrap>(job, rank, nranks, abortFlag);
+  Socket netListener;
+  SocketAddr netAddr = TransportManager::makeNetListener(*bootstrap_, &netListener);
+  peers_.resize(nranks);
+  peers_[rank] = TransportManager::localInfo(rank, commHash_, netAddr);
+  bootstrap_->allGather(peers_.data(), sizeof(PeerInfo));
+  for (int r = 0; r < nranks; ++r)
+    if (peers_[r].rank != r)
+      LOOM_THROW(kInternalError, "rank %d: peer exchange returned rank %d in slot %d", rank,
+                 peers_[r].rank, r);
+  transports_ = std::make_unique<TransportManager>(*bootstrap_, peers_, shape);
+  transports_->adoptNetListener(std::move(netListener));
+  ring_ = Ring::identity(nranks, rank);
+  if (nranks > 1) connect({ring_.next()}, {ring_.prev()});
+}
+
+Communicator::~Communicator() = default;
+
+int Communicator::localRanks() const {
+  int n = 0;
+  for (const auto& p : peers_) n += p.hostHash == peers_[rank_].hostHash;
+  return n;
+}
+
+void Communicator::connect(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {
+  transports_->connect(sendPeers, recvPeers);
+}
+
+std::string Communicator::initSummary() const {
+  return strprintf("rank %d nranks %d host %s pid %d localRanks %d transports [%s]", rank_,
+                   nranks_, peers_[rank_].hostname, peers_[rank_].pid, localRanks(),
+                   transports_->summary().c_str());
+}
+
+}  // namespace loom

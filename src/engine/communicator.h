@@ -1,0 +1,49 @@
+// The engine's view of a communicator: its bootstrap, peers, connections, rings, and the
+// knobs that shape its FIFOs. Created collectively by every rank.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "algo/ring.h"
+#include "bootstrap/bootstrap.h"
+#include "transports/transport.h"
+
+namespace loom {
+
+class Communicator {
+ public:
+  // Joins `job` as `rank` of `nranks`: rendezvous, peer exchange, ring connections.
+  Communicator(const JobId& job, int rank, int nranks, const std::atomic<bool>* abortFlag);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+  TransportManager& transports() { return *transports_; }
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  const Ring& ring() const { return ring_; }
+  const std::atomic<bool>* abortFlag() const { return abort_; }
+  uint64_t commHash() const { return commHash_; }
+  int localRanks() const;  // ranks on this host (including this one)
+
+  // Makes sure the connections a plan needs exist (collective between each pair).
+  void connect(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+  uint64_t nextSeq() { return ++seq_; }
+  std::string initSummary() const;
+
+ private:
+  int rank_;
+  int nranks_;
+  const std::atomic<bool>* abort_;
+  uint64_t commHash_;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::vector<PeerInfo> peers_;
+  std::unique_ptr<TransportManager> transports_;
+  Ring ring_;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace loom

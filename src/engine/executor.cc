@@ -1,0 +1,260 @@
+#include "engine/executor.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <cstring>
+#include <memory>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/time.h"
+
+namespace loom {
+namespace {
+
+IntKnob kSpin("LOOM_SPIN_COUNT", "", 2000,
+              "Polls a waiting rank makes before it starts yielding the CPU");
+IntKnob kTimeout("LOOM_TIMEOUT", "", 0,
+                 "Seconds an operation may wait without any progress before failing "
+                 "(0: wait as long as every peer is alive; dead peers are always detected)");
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Executes the steps of one channel, one FIFO step ("piece") at a time, never blocking.
+class ChannelRun {
+ public:
+  ChannelRun(const Task& t, size_t ch) : t_(t), steps_(t.plan->channels[ch].steps) {
+    sendbuf_ = ch < t.chanSend.size() ? t.chanSend[ch] : t.sendbuf;
+    recvbuf_ = ch < t.chanRecv.size() ? t.chanRecv[ch] : t.recvbuf;
+  }
+
+  bool done() const { return cur_ >= steps_.size(); }
+
+  // Does as much as possible without waiting. Returns true if anything moved.
+  bool progress() {
+    bool any = false;
+    while (!done() && tryPiece()) any = true;
+    return any;
+  }
+
+  // What the channel is waiting for, for time-out messages and liveness probes.
+  Connection* waitingOn() const {
+    if (done()) return nullptr;
+    const Step& s = steps_[cur_];
+    if (s.recvPeer >= 0) {
+      Connection* c = t_.transports->recvConn(s.recvPeer);
+      if (!c->fifo().canRecv()) return c;
+    }
+    if (s.sendPeer >= 0) return t_.transports->sendConn(s.sendPeer);
+    return nullptr;
+  }
+
+ private:
+  const char* ptr(BufRef r, size_t off) const {
+    switch (r.buf) {
+      case Buf::kSend: return static_cast<const char*>(sendbuf_) + r.offset + off;
+      case Buf::kRecv: return static_cast<const char*>(recvbuf_) + r.offset + off;
+      case Buf::kScratch: return static_cast<const char*>(t_.scratch) + r.offset + off;
+      case Buf::kAbsolute: return reinterpret_cast<const char*>(r.offset) + off;
+      case Buf::kNone: break;
+    }
+    return nullptr;
+  }
+  char* mptr(BufRef r, size_t off) const { return const_cast<char*>(ptr(r, off)); }
+
+  bool tryPiece() {
+    const Step& s = steps_[cur_];
+    Connection* rc = s.recvPeer >= 0 ? t_.transports->recvConn(s.recvPeer) : nullptr;
+    Connection* sc = s.sendPeer >= 0 ? t_.transports->sendConn(s.sendPeer) : nullptr;
+    size_t slot = rc ? rc->fifo().slotBytes : sc ? sc->fifo().slotBytes : s.bytes;
+    size_t n = s.bytes - off_;
+    if (n > slot) n = slot;
+    if (rc && !rc->fifo().canRecv()) return false;
+    if (sc && !sc->fifo().canSend()) return false;
+
+    const char* in = nullptr;
+    if (rc) {
+      const FifoSlotInfo& info = rc->fifo().recvInfo();
+      if (info.bytes != n)
+        LOOM_THROW(kInvalidUsage,
+                   "rank %d: %s #%llu: %s sent %llu bytes where %zu were expected; do all ranks "
+                   "call the same collective with the same count and datatype?",
+                   t_.rank, t_.name, static_cast<unsigned long long>(t_.seq),
+                   rc->describe().c_str(), static_cast<unsigned long long>(info.bytes), n);
+      in = rc->fifo().recvSlot();
+    }
+    char* out = sc ? sc->fifo().sendSlot() : nullptr;
+    size_t elems = n / t_.eltSize;
+    const Reducer& red = t_.red;
+    switch (s.op) {
+      case StepOp::kSend:
+        red.pre(out, ptr(s.src, off_), elems);
+        break;
+      case StepOp::kRecv:
+        red.post(mptr(s.dst, off_), in, elems);
+        break;
+      case StepOp::kRecvReduceSend:
+        red.reduce(out, in, ptr(s.src, off_), elems);
+        break;
+      case StepOp::kRecvReduceCopy: {
+        char* dst = mptr(s.dst, off_);
+        red.reduce(dst, in, ptr(s.src, off_), elems);
+        if (red.hasPost()) red.post(dst, dst, elems);
+        break;
+      }
+      case StepOp::kRecvReduceCopySend: {
+        char* dst = mptr(s.dst, off_);
+        red.reduce(out, in, ptr(s.src, off_), elems);
+        red.post(dst, out, elems);
+        break;
+      }
+      case StepOp::kRecvCopySend:
+        memcpy(out, in, n);
+        red.post(mptr(s.dst, off_), in, elems);
+        break;
+      case StepOp::kCopy: {
+        const char* src = ptr(s.src, off_);
+        char* dst = mptr(s.dst, off_);
+        if (red.hasPre() || red.hasPost()) {
+          red.pre(dst, src, elems);
+          red.post(dst, dst, elems);
+        } else if (src != dst) {
+          memcpy(dst, src, n);
+        }
+        break;
+      }
+    }
+    if (rc) rc->fifo().release();
+    if (sc) sc->fifo().post(n);
+    off_ += n;
+    if (off_ >= s.bytes) {
+      ++cur_;
+      off_ = 0;
+    }
+    return true;
+  }
+
+  const Task& t_;
+  const std::vector<Step>& steps_;
+  const void* sendbuf_;
+  void* recvbuf_;
+  size_t cur_ = 0;
+  size_t off_ = 0;
+};
+
+// The tasks of one communicator, run in order.
+struct CommQueue {
+  std::vector<Task*> tasks;
+  size_t next = 0;
+  std::vector<std::unique_ptr<ChannelRun>> runs;
+  bool draining = false;
+
+  bool done() const { return next >= tasks.size(); }
+
+  bool progress() {
+    bool any = false;
+    if (done()) return false;
+    Task* t = tasks[next];
+    for (Connection* c : t->transports->active()) any |= c->progress();
+    if (runs.empty() && !draining) {
+      for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
+        runs.push_back(std::make_unique<ChannelRun>(*t, ch));
+    }
+    bool all = true;
+    for (auto& r : runs) {
+      any |= r->progress();
+      all &= r->done();
+    }
+    if (all) {
+      // Data a socket connection holds locally must reach the peer before we return:
+      // nobody would drive it afterwards.
+      runs.clear();
+      draining = true;
+      for (Connection* c : t->transports->active())
+        if (!c->fifo().drained()) return any;
+      draining = false;
+      ++next;
+      any = true;
+    }
+    return any;
+  }
+
+  void checkStalled(double idleSec, double timeoutSec) {
+    if (done()) return;
+    Task* t = tasks[next];
+    if (t->abortFlag && t->abortFlag->load(std::memory_order_relaxed))
+      LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator aborted", t->rank,
+                 t->name, static_cast<unsigned long long>(t->seq));
+    if (idleSec < 1.0) return;
+    for (auto& r : runs) {
+      Connection* c = r->waitingOn();
+      if (!c) continue;
+      c->checkPeer();
+      if (timeoutSec > 0 && idleSec > timeoutSec)
+        LOOM_THROW(kRemoteError,
+                   "rank %d: %s #%llu made no progress for %.0f s waiting on %s (LOOM_TIMEOUT)",
+                   t->rank, t->name, static_cast<unsigned long long>(t->seq), idleSec,
+                   c->describe().c_str());
+    }
+  }
+};
+
+}  // namespace
+
+void runTasks(const std::vector<Task*>& tasks) {
+  std::vector<CommQueue> queues;
+  std::vector<TransportManager*> owners;
+  for (Task* t : tasks) {
+    size_t q = 0;
+    while (q < owners.size() && owners[q] != t->transports) ++q;
+    if (q == owners.size()) {
+      owners.push_back(t->transports);
+      queues.emplace_back();
+    }
+    queues[q].tasks.push_back(t);
+  }
+  const int64_t spin = kSpin.get();
+  const double timeoutSec = static_cast<double>(kTimeout.get());
+  int64_t idle = 0;
+  uint64_t lastProgress = nowNs();
+  uint64_t lastCheck = lastProgress;
+  for (;;) {
+    bool any = false, all = true;
+    for (auto& q : queues) {
+      any |= q.progress();
+      all &= q.done();
+    }
+    if (all) return;
+    if (any) {
+      idle = 0;
+      lastProgress = nowNs();
+      continue;
+    }
+    // Back off: spin, then yield, then sleep in growing steps up to 50 us.
+    ++idle;
+    if (idle < spin) {
+      cpuRelax();
+    } else if (idle < spin + 1000) {
+      sched_yield();
+    } else {
+      timespec ts{0, idle < spin + 2000 ? 2000 : 50000};
+      nanosleep(&ts, nullptr);
+    }
+    if ((idle & 63) == 0) {
+      uint64_t now = nowNs();
+      if (now - lastCheck > 100000000ull) {  // every 100 ms
+        lastCheck = now;
+        double idleSec = (now - lastProgress) / 1e9;
+        for (auto& q : queues) q.checkStalled(idleSec, timeoutSec);
+      }
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,42 @@
+// The CPU executor: runs the plans of one or more tasks (possibly on different
+// communicators) to completion on the calling thread, interleaving them so that
+// operations which need each other (ranks of one process driven by one thread, send/recv
+// pairs of a group) all make progress. Waiting spins briefly, then yields, then sleeps, so
+// ranks that wait do not burn the cores their peers need.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "algo/plan.h"
+#include "kernels/reduce.h"
+#include "transports/transport.h"
+
+namespace loom {
+
+// One plan bound to buffers and a reduction, on one communicator.
+struct Task {
+  const Plan* plan = nullptr;
+  const void* sendbuf = nullptr;
+  void* recvbuf = nullptr;
+  void* scratch = nullptr;
+  // Per-channel buffer overrides (p2p batches: one channel per operation); empty = use above.
+  std::vector<const void*> chanSend;
+  std::vector<void*> chanRecv;
+  Reducer red;
+  size_t eltSize = 1;
+  TransportManager* transports = nullptr;
+  const std::atomic<bool>* abortFlag = nullptr;
+  int rank = -1;
+  uint64_t seq = 0;          // operation sequence number, for messages
+  const char* name = "";     // "AllReduce", ...
+};
+
+// Runs every task to completion. Tasks of one communicator must be given in issue order;
+// they run one after another, tasks of different communicators concurrently. Throws
+// loom::Error (kRemoteError for a dead peer, kInvalidUsage after an abort, ...).
+void runTasks(const std::vector<Task*>& tasks);
+
+}  // namespace loom

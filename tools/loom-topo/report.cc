@@ -1,0 +1,238 @@
+#include "report.h"
+
+#include <cinttypes>
+#include <cmath>
+
+#include "base/error.h"
+
+namespace loom::tools {
+namespace {
+
+using topo::PathType;
+
+std::string cell(const topo::Path& p) {
+  if (p.type == PathType::kLoc) return "X";
+  if (p.type == PathType::kNvl && p.nvlinks > 0) return strprintf("NV%d", p.nvlinks);
+  return topo::pathTypeName(p.type);
+}
+
+// "00000000,00ffffff" -> "0-23"
+std::string cpuList(const std::string& mask) {
+  std::vector<int> cpus;
+  int bit = 0;
+  for (size_t i = mask.size(); i-- > 0;) {
+    char c = mask[i];
+    if (c == ',') continue;
+    int v = c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : 0;
+    for (int b = 0; b < 4; ++b, ++bit)
+      if (v & (1 << b)) cpus.push_back(bit);
+  }
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + (i == j ? std::to_string(cpus[i]) : strprintf("%d-%d", cpus[i], cpus[j]));
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+std::string affinityOf(const topo::System& sys, int nodeId) {
+  for (int id = nodeId; id >= 0; id = sys.node(id).parent)
+    if (sys.node(id).type == topo::NodeType::kCpu) return cpuList(sys.node(id).element.attrOr("affinity", ""));
+  return "-";
+}
+
+std::string nicBusId(const topo::System& sys, int net) {
+  int p = sys.net(net).parent;
+  return p >= 0 ? sys.node(p).busId : "";
+}
+
+std::string sizeName(size_t b) {
+  if (b >= (1u << 30) && b % (1u << 30) == 0) return strprintf("%zuG", b >> 30);
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return strprintf("%zuM", b >> 20);
+  if (b >= (1u << 10) && b % (1u << 10) == 0) return strprintf("%zuK", b >> 10);
+  return strprintf("%zu", b);
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += strprintf("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  return strprintf("%.6g", v);
+}
+
+template <typename T, typename F>
+std::string jsonArray(const std::vector<T>& v, F f) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + f(v[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+void printText(FILE* out, const Report& r) {
+  const topo::System& sys = *r.sys;
+  fprintf(out, "Topology: %s\n", sys.source().c_str());
+  fprintf(out, "  %d GPU(s), %d network port(s), %d NUMA domain(s)%s\n\n", sys.gpuCount(), sys.netCount(),
+          sys.cpuCount(), sys.hasNvSwitch() ? ", NVSwitch" : "");
+  // nvidia-smi topo -m style matrix over GPUs and NICs.
+  int g = sys.gpuCount(), n = sys.netCount();
+  if (g + n > 0) {
+    fprintf(out, "%-8s", "");
+    for (int i = 0; i < g; ++i) fprintf(out, "%-7s", strprintf("GPU%d", i).c_str());
+    for (int i = 0; i < n; ++i) fprintf(out, "%-7s", strprintf("NIC%d", i).c_str());
+    fprintf(out, "%-16s%s\n", "CPU Affinity", "NUMA");
+    for (int row = 0; row < g + n; ++row) {
+      int src = row < g ? sys.gpuNodeId(row) : sys.netNodeId(row - g);
+      fprintf(out, "%-8s", row < g ? strprintf("GPU%d", row).c_str() : strprintf("NIC%d", row - g).c_str());
+      for (int c = 0; c < g + n; ++c) {
+        int dst = c < g ? sys.gpuNodeId(c) : sys.netNodeId(c - g);
+        fprintf(out, "%-7s", cell(sys.path(src, dst)).c_str());
+      }
+      fprintf(out, "%-16s%d\n", affinityOf(sys, src).c_str(), sys.numaOf(src));
+    }
+    fprintf(out,
+            "\nLegend: X self; NV# NVLink (# bonded links, direct or via NVSwitch); NVB NVLink through a GPU;\n"
+            "  PIX one PCIe switch; PXB several PCIe switches; PHB a CPU host bridge; SYS across NUMA domains\n");
+  }
+  if (n > 0) {
+    fprintf(out, "\nNICs:\n");
+    for (int i = 0; i < n; ++i) {
+      const topo::Node& net = sys.net(i);
+      fprintf(out, "  NIC%d  %-10s %-13s %6.0f Gb/s  port %d  %s%s  NUMA %d\n", i, net.netName.c_str(),
+              nicBusId(sys, i).empty() ? "-" : nicBusId(sys, i).c_str(), net.speedMbps / 1000.0, net.port,
+              net.rdma ? "RDMA" : "socket", net.gdr ? " GDR" : "", sys.numaOf(sys.netNodeId(i)));
+    }
+  }
+  if (g > 0 && n > 0) {
+    fprintf(out, "\nRails (each GPU's closest NIC):\n");
+    for (int i = 0; i < g; ++i) {
+      int rail = sys.railOf(i);
+      if (rail >= 0)
+        fprintf(out, "  GPU%d -> NIC%d (%s, %s, %.1f GB/s)\n", i, rail, sys.net(rail).netName.c_str(),
+                topo::pathTypeName(sys.gpuToNet(i, rail).type), sys.gpuToNet(i, rail).bw);
+    }
+  }
+  fprintf(out, "\nIntra-host model (%d local rank(s)%s): %s ring %.1f GB/s, port %.1f GB/s, up to %d channel(s)\n",
+          r.model.localRanks, r.hostMemory ? ", host memory" : "", algo::linkClassName(r.model.intra), r.model.ringBw,
+          r.model.portBw, r.model.maxChannels);
+  for (size_t i = 0; i < r.rings.rings.size(); ++i) {
+    const topo::Ring& ring = r.rings.rings[i];
+    fprintf(out, "  ring %zu: ", i);
+    for (int x : ring.gpus) fprintf(out, "%d ", x);
+    fprintf(out, " (%.1f GB/s, worst hop %s)\n", ring.bw, topo::pathTypeName(ring.worst));
+  }
+  if (r.nodes > 1) {
+    fprintf(out, "\nAcross %d hosts: %s %.1f GB/s per host over %d rail(s)\n", r.nodes,
+            algo::linkClassName(r.model.inter), r.model.netBw, r.model.rails);
+    for (const topo::RailRing& rr : r.railRings) {
+      fprintf(out, "  rail NIC%d (%s): each host ", rr.net, sys.net(rr.net).netName.c_str());
+      for (int x : rr.gpus) fprintf(out, "%d ", x);
+      fprintf(out, "-> next host via NIC%d\n", rr.net);
+    }
+    for (int t = 0; t < 2; ++t) {
+      fprintf(out, "  tree %d over hosts (root %d): ", t, r.trees.tree[t].root);
+      for (int h = 0; h < r.nodes; ++h) fprintf(out, "%d->%d ", h, r.trees.tree[t].parent[static_cast<size_t>(h)]);
+      fprintf(out, "\n");
+    }
+  }
+  if (!r.model.notes.empty()) fprintf(out, "  notes: %s\n", r.model.notes.c_str());
+  algo::Collective last = algo::Collective::kCount;
+  for (const TuningRow& row : r.tuning) {
+    if (row.req.coll != last) {
+      last = row.req.coll;
+      fprintf(out, "\nTuning %s, %d ranks on %d host(s):\n  %8s  %-16s %-7s %3s %8s %12s %10s\n",
+              algo::collectiveName(last), r.nranks, r.nodes, "size", "algorithm", "proto", "ch", "chunk",
+              "predicted us", "busbw GB/s");
+    }
+    fprintf(out, "  %8s  %-16s %-7s %3d %8s %12.2f %10.2f\n", sizeName(row.req.bytes).c_str(),
+            algo::algorithmName(row.choice.algorithm), algo::protocolName(row.choice.protocol), row.choice.channels,
+            sizeName(row.choice.chunkBytes).c_str(), row.choice.predictedUs, row.choice.busBw);
+  }
+}
+
+std::string toJson(const Report& r) {
+  const topo::System& sys = *r.sys;
+  int g = sys.gpuCount(), n = sys.netCount();
+  std::vector<int> gi(static_cast<size_t>(g)), ni(static_cast<size_t>(n));
+  for (int i = 0; i < g; ++i) gi[static_cast<size_t>(i)] = i;
+  for (int i = 0; i < n; ++i) ni[static_cast<size_t>(i)] = i;
+  std::string j = "{\n";
+  j += "  \"source\": " + jsonString(sys.source()) + ",\n";
+  j += strprintf("  \"nodes\": %d,\n  \"nranks\": %d,\n  \"host_memory\": %s,\n", r.nodes, r.nranks,
+                 r.hostMemory ? "true" : "false");
+  j += "  \"gpus\": " + jsonArray(gi, [&](int i) {
+         return strprintf("{\"index\":%d,\"busid\":%s,\"numa\":%d,\"sm\":%d}", i, jsonString(sys.gpu(i).busId).c_str(),
+                          sys.numaOf(sys.gpuNodeId(i)), sys.gpu(i).sm);
+       }) + ",\n";
+  j += "  \"nics\": " + jsonArray(ni, [&](int i) {
+         const topo::Node& net = sys.net(i);
+         return strprintf("{\"index\":%d,\"name\":%s,\"busid\":%s,\"speed_gbps\":%s,\"numa\":%d,\"rdma\":%s,\"gdr\":%s}", i,
+                          jsonString(net.netName).c_str(), jsonString(nicBusId(sys, i)).c_str(),
+                          jsonNumber(net.speedMbps / 1000.0).c_str(), sys.numaOf(sys.netNodeId(i)),
+                          net.rdma ? "true" : "false", net.gdr ? "true" : "false");
+       }) + ",\n";
+  j += "  \"paths\": {\n    \"gpu_gpu\": " + jsonArray(gi, [&](int a) {
+         return jsonArray(gi, [&](int b) { return jsonString(topo::pathTypeName(sys.gpuToGpu(a, b).type)); });
+       });
+  j += ",\n    \"gpu_nic\": " + jsonArray(gi, [&](int a) {
+         return jsonArray(ni, [&](int b) { return jsonString(topo::pathTypeName(sys.gpuToNet(a, b).type)); });
+       }) + "\n  },\n";
+  std::vector<int> railed;
+  for (int i = 0; i < g; ++i)
+    if (sys.railOf(i) >= 0) railed.push_back(i);
+  j += "  \"rails\": " + jsonArray(railed, [&](int i) {
+         int rail = sys.railOf(i);
+         return strprintf("{\"gpu\":%d,\"nic\":%d,\"nic_name\":%s,\"path\":%s}", i, rail,
+                          jsonString(sys.net(rail).netName).c_str(),
+                          jsonString(topo::pathTypeName(sys.gpuToNet(i, rail).type)).c_str());
+       }) + ",\n";
+  j += "  \"rings\": " + jsonArray(r.rings.rings, [&](const topo::Ring& ring) {
+         return jsonArray(ring.gpus, [](int x) { return std::to_string(x); });
+       }) + ",\n";
+  j += "  \"ring_bw_gbps\": " + jsonArray(r.rings.rings, [](const topo::Ring& ring) { return jsonNumber(ring.bw); }) +
+       ",\n";
+  j += "  \"rail_rings\": " + jsonArray(r.railRings, [](const topo::RailRing& rr) {
+         return strprintf("{\"nic\":%d,\"gpus\":%s}", rr.net,
+                          jsonArray(rr.gpus, [](int x) { return std::to_string(x); }).c_str());
+       }) + ",\n";
+  std::vector<int> treeIdx;
+  if (r.nodes > 1) treeIdx = {0, 1};
+  j += "  \"trees\": " + jsonArray(treeIdx, [&](int t) {
+         return strprintf("{\"root\":%d,\"parent\":%s}", r.trees.tree[t].root,
+                          jsonArray(r.trees.tree[t].parent, [](int x) { return std::to_string(x); }).c_str());
+       }) + ",\n";
+  j += strprintf("  \"model\": {\"intra\":%s,\"ring_bw_gbps\":%s,\"inter\":%s,\"net_bw_gbps\":%s,\"rails\":%d},\n",
+                 jsonString(algo::linkClassName(r.model.intra)).c_str(), jsonNumber(r.model.ringBw).c_str(),
+                 jsonString(algo::linkClassName(r.model.inter)).c_str(), jsonNumber(r.model.netBw).c_str(),
+                 r.model.rails);
+  j += "  \"tuning\": [\n";
+  for (size_t i = 0; i < r.tuning.size(); ++i) {
+    const TuningRow& row = r.tuning[i];
+    j += strprintf("    {\"collective\":%s,\"bytes\":%zu,\"nranks\":%d,\"algorithm\":%s,\"protocol\":%s,"
+                   "\"channels\":%d,\"predicted_us\":%s,\"busbw_gbps\":%s}%s\n",
+                   jsonString(algo::collectiveName(row.req.coll)).c_str(), row.req.bytes, row.req.nranks,
+                   jsonString(algo::algorithmName(row.choice.algorithm)).c_str(),
+                   jsonString(algo::protocolName(row.choice.protocol)).c_str(), row.choice.channels,
+                   jsonNumber(row.choice.predictedUs).c_str(), jsonNumber(row.choice.busBw).c_str(),
+                   i + 1 < r.tuning.size() ? "," : "");
+  }
+  j += "  ]\n}\n";
+  return j;
+}
+
+}  // namespace loom::tools

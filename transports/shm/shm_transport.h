@@ -1,0 +1,37 @@
+// Shared-memory transport between ranks of one host: the receiver creates a segment
+// holding the FIFO control block and slots, the sender maps it, and the name is unlinked
+// as soon as both have it mapped.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/shm.h"
+#include "transports/transport.h"
+
+namespace loom {
+
+class ShmConnection : public Connection {
+ public:
+  // Receiver side: creates the segment. name() is what the sender needs.
+  static std::unique_ptr<ShmConnection> createRecv(int peer, const PeerInfo& info, FifoShape shape,
+                                                   uint64_t commHash);
+  // Sender side: maps the receiver's segment.
+  static std::unique_ptr<ShmConnection> openSend(int peer, const PeerInfo& info, FifoShape shape,
+                                                 const std::string& name);
+  ~ShmConnection() override;
+
+  const std::string& name() const { return seg_.name(); }
+  void unlinkName() { seg_.unlink(); }
+  void checkPeer() const override;
+  bool supportsRemoteRead() const override;
+  void readRemote(void* dst, uint64_t remote, size_t bytes) const override;
+
+  static size_t segmentBytes(FifoShape shape);
+
+ private:
+  ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape);
+  ShmSegment seg_;
+};
+
+}  // namespace loom

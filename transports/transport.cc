@@ -1,0 +1,225 @@
+#include "transports/transport.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/host.h"
+#include "base/log.h"
+#include "bootstrap/wire.h"
+#include "transports/shm/shm_transport.h"
+#include "transports/socket/socket_transport.h"
+
+namespace loom {
+namespace {
+
+BoolKnob kShmDisable("LOOM_SHM_DISABLE", "NCCL_SHM_DISABLE", false,
+                     "Never use shared memory between ranks of one host (use TCP instead)");
+
+constexpr uint32_t kTagInfo = 0x10000000u;
+constexpr uint32_t kTagAck = 0x20000000u;
+constexpr uint16_t kKindStream = 3;
+
+struct ConnectInfo {
+  uint32_t kind;
+  uint32_t nstreams;
+  uint64_t connId;
+  char shmName[96];
+};
+
+}  // namespace
+
+const char* transportName(TransportKind k) { return k == TransportKind::kShm ? "shm" : "socket"; }
+
+Connection::Connection(int peer, TransportKind kind, const PeerInfo& info)
+    : peer_(peer), kind_(kind), info_(info) {
+  SocketAddr a;
+  memcpy(&a.storage, &info.netAddr, sizeof(a.storage));
+  a.len = info.netAddrLen;
+  desc_ = strprintf("rank %d (%s pid %d, %s) via %s", peer, info.hostname, info.pid,
+                    a.str().c_str(), transportName(kind));
+}
+
+void Connection::readRemote(void*, uint64_t, size_t) const {
+  LOOM_THROW(kInternalError, "%s: transport cannot read remote memory", desc_.c_str());
+}
+
+struct TransportManager::Impl {
+  Bootstrap& bootstrap;
+  std::vector<PeerInfo> peers;
+  FifoShape shape;
+  Socket listener;
+  uint64_t nextConnId = 1;
+  // Authenticated streams that arrived before we looked for them: (from, connId, stream).
+  std::map<std::tuple<int, uint64_t, uint32_t>, Socket> early;
+
+  Impl(Bootstrap& b, const std::vector<PeerInfo>& p, FifoShape s) : bootstrap(b), peers(p), shape(s) {}
+
+  // Accepts streams until the `n` streams of connection `connId` from `from` are here.
+  std::vector<Socket> acceptStreams(int from, uint64_t connId, uint32_t n) {
+    Deadline deadline = Deadline::in(60);
+    int me = bootstrap.rank();
+    for (;;) {
+      bool all = true;
+      for (uint32_t s = 0; s < n; ++s) all &= early.count({from, connId, s}) > 0;
+      if (all) break;
+      if (deadline.expired())
+        LOOM_THROW(kRemoteError,
+                   "rank %d: timed out waiting for rank %d to open its TCP streams to %s", me,
+                   from, listener.localAddr().str().c_str());
+      Socket sock = listener.accept(Deadline::in(0.1));
+      if (!sock.isOpen()) continue;
+      PeerHello h;
+      try {
+        sock.recvAll(&h, sizeof(h), Deadline::in(2), "transport stream hello");
+      } catch (const Error& e) {
+        LOOM_WARN("rank %d: dropped transport connection from %s: %s", me,
+                  sock.peer().str().c_str(), e.what());
+        continue;
+      }
+      if (!verifyPeerHello(bootstrap.job(), h, kKindStream, me) || h.fromRank < 0 ||
+          h.fromRank >= bootstrap.nranks()) {
+        LOOM_WARN("rank %d: dropped unauthenticated transport connection from %s", me,
+                  sock.peer().str().c_str());
+        continue;
+      }
+      early[{h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff)}] = std::move(sock);
+    }
+    std::vector<Socket> out;
+    for (uint32_t s = 0; s < n; ++s) {
+      auto it = early.find({from, connId, s});
+      out.push_back(std::move(it->second));
+      early.erase(it);
+    }
+    return out;
+  }
+};
+
+TransportManager::TransportManager(Bootstrap& bootstrap, const std::vector<PeerInfo>& peers,
+                                   FifoShape shape)
+    : impl_(std::make_unique<Impl>(bootstrap, peers, shape)),
+      send_(peers.size()),
+      recv_(peers.size()) {}
+
+TransportManager::~TransportManager() = default;
+
+PeerInfo TransportManager::localInfo(int rank, uint64_t commHash, const SocketAddr& netAddr) {
+  PeerInfo p{};
+  p.rank = rank;
+  p.pid = getpid();
+  p.hostHash = hostHash();
+  p.commHash = commHash;
+  memcpy(&p.netAddr, &netAddr.storage, sizeof(p.netAddr));
+  p.netAddrLen = netAddr.len;
+  std::string h = hostName();
+  snprintf(p.hostname, sizeof(p.hostname), "%s", h.c_str());
+  return p;
+}
+
+SocketAddr TransportManager::makeNetListener(Bootstrap& bootstrap, Socket* out) {
+  SocketAddr a = bootstrap.iface().addr;
+  a.setPort(0);
+  *out = Socket::listen(a);
+  return a;
+}
+
+void TransportManager::adoptNetListener(Socket listener) { impl_->listener = std::move(listener); }
+
+TransportKind TransportManager::kindFor(int peer) const {
+  const PeerInfo& me = impl_->peers[impl_->bootstrap.rank()];
+  const PeerInfo& p = impl_->peers[peer];
+  if (p.hostHash == me.hostHash && !kShmDisable.get()) return TransportKind::kShm;
+  return TransportKind::kSocket;
+}
+
+void TransportManager::connect(const std::vector<int>& sendPeers,
+                               const std::vector<int>& recvPeers) {
+  Bootstrap& bs = impl_->bootstrap;
+  int me = bs.rank();
+  std::vector<int> sends, recvs;
+  for (int p : sendPeers)
+    if (!send_[p] && std::find(sends.begin(), sends.end(), p) == sends.end()) sends.push_back(p);
+  for (int p : recvPeers)
+    if (!recv_[p] && std::find(recvs.begin(), recvs.end(), p) == recvs.end()) recvs.push_back(p);
+  if (sends.empty() && recvs.empty()) return;
+
+  // 1. Receivers create their end and tell the sender how to reach it.
+  std::map<int, ConnectInfo> mine;
+  std::map<int, std::unique_ptr<ShmConnection>> shmRecv;
+  int nstreams = SocketConnection::streamCount();
+  for (int p : recvs) {
+    ConnectInfo ci{};
+    ci.kind = static_cast<uint32_t>(kindFor(p));
+    ci.connId = impl_->nextConnId++;
+    ci.nstreams = static_cast<uint32_t>(nstreams);
+    if (kindFor(p) == TransportKind::kShm) {
+      auto c = ShmConnection::createRecv(p, impl_->peers[p], impl_->shape, impl_->peers[me].commHash);
+      snprintf(ci.shmName, sizeof(ci.shmName), "%s", c->name().c_str());
+      shmRecv[p] = std::move(c);
+    }
+    mine[p] = ci;
+    bs.send(p, kTagInfo, &ci, sizeof(ci));
+  }
+  // 2. Senders attach to the receiver's end, then acknowledge.
+  for (int p : sends) {
+    ConnectInfo ci;
+    bs.recv(p, kTagInfo, &ci, sizeof(ci));
+    ci.shmName[sizeof(ci.shmName) - 1] = '\0';
+    if (ci.kind == static_cast<uint32_t>(TransportKind::kShm)) {
+      send_[p] = ShmConnection::openSend(p, impl_->peers[p], impl_->shape, ci.shmName);
+    } else {
+      if (ci.nstreams < 1 || ci.nstreams > 64)
+        LOOM_THROW(kRemoteError, "rank %d: rank %d asked for %u TCP streams", me, p, ci.nstreams);
+      SocketAddr a;
+      memcpy(&a.storage, &impl_->peers[p].netAddr, sizeof(a.storage));
+      a.len = impl_->peers[p].netAddrLen;
+      std::vector<Socket> streams;
+      std::string what = strprintf("rank %d transport connect to rank %d", me, p);
+      for (uint32_t s = 0; s < ci.nstreams; ++s) {
+        Socket sock = Socket::connect(a, Deadline::in(60), what.c_str());
+        PeerHello h = makePeerHello(bs.job(), kKindStream, me, p, (ci.connId << 8) | s);
+        sock.sendAll(&h, sizeof(h), Deadline::in(60), what.c_str());
+        streams.push_back(std::move(sock));
+      }
+      send_[p] = std::make_unique<SocketConnection>(p, impl_->peers[p], impl_->shape, true,
+                                                    std::move(streams));
+      active_.push_back(send_[p].get());
+    }
+    uint32_t ack = 1;
+    bs.send(p, kTagAck, &ack, sizeof(ack));
+  }
+  // 3. Receivers finish: unlink shm names (both sides have them mapped), accept streams.
+  for (int p : recvs) {
+    uint32_t ack;
+    bs.recv(p, kTagAck, &ack, sizeof(ack));
+    const ConnectInfo& ci = mine[p];
+    if (ci.kind == static_cast<uint32_t>(TransportKind::kShm)) {
+      shmRecv[p]->unlinkName();
+      recv_[p] = std::move(shmRecv[p]);
+    } else {
+      recv_[p] = std::make_unique<SocketConnection>(
+          p, impl_->peers[p], impl_->shape, false, impl_->acceptStreams(p, ci.connId, ci.nstreams));
+      active_.push_back(recv_[p].get());
+    }
+  }
+  for (int p : sends)
+    LOOM_INFO(kLogInit, "connected rank %d -> rank %d via %s", me, p,
+              transportName(send_[p]->kind()));
+}
+
+std::string TransportManager::summary() const {
+  std::string s;
+  for (size_t p = 0; p < send_.size(); ++p) {
+    if (!send_[p] && !recv_[p]) continue;
+    if (!s.empty()) s += ", ";
+    s += strprintf("%zu:%s", p, transportName((send_[p] ? send_[p] : recv_[p])->kind()));
+  }
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace loom
