@@ -104,7 +104,7 @@ LOOM_HD LOOM_INLINE uint32_t roundMagnitude(uint32_t ax) {
   constexpr int kShift = 23 - kMant;
   constexpr uint32_t kRebias = uint32_t(127 - kBias) << 23;
   constexpr uint32_t kMinNormal = uint32_t(128 - kBias) << 23;
-  uint32_t normal = (ax - kRebias + ((1u << (kShift - 1)) - 1u)) >> kShift;
+  uint32_t normal = (ax - kRebias + ((1u << (kShift - 1)) - 1u) + ((ax >> kShift) & 1u)) >> kShift;
   // Below the smallest normal, add a power of two whose ulp is the format's smallest
   // subnormal: the fp32 adder then rounds (to nearest even) at exactly that position.
   constexpr uint32_t kMagic = uint32_t(127 + 24 - kBias - kMant) << 23;

@@ -1,14 +1,20 @@
 // CPU loops for AVX2 + F16C: the generic templates at 256-bit width, and fp16 through the
 // hardware half<->float conversions.
+
+// fp-contract=off: a pre-op's product is rounded before the sum, as on the device (never
+// fused). no-trapping-math: lets the vectoriser evaluate both arms of the conversions'
+// selects; nothing here reads FP exception flags. Set before the includes so that it also
+// governs kernels/arith.h's inline functions as inlined here.
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
+
 #include <immintrin.h>
 
 #include "kernels/arith.h"
 #include "kernels/cpu_kernels.h"
 
-// No "fma": a pre-op's product must be rounded before the sum, as on the device.
+// No "fma" in the target either, for the same reason as fp-contract=off above.
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
-#pragma GCC optimize("fp-contract=off")
 #define LOOM_CPU_NS cpu_avx2
 #include "kernels/cpu_loops.h"
 

@@ -1,14 +1,19 @@
 // CPU loops for AVX-512 (F, BW, VL) + F16C: the generic templates at 512-bit width, and
 // fp16 through the hardware half<->float conversions.
+// fp-contract=off: a pre-op's product is rounded before the sum, as on the device (never
+// fused). no-trapping-math: lets the vectoriser evaluate both arms of the conversions'
+// selects; nothing here reads FP exception flags. Set before the includes so that it also
+// governs kernels/arith.h's inline functions as inlined here.
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
+
 #include <immintrin.h>
 
 #include "kernels/arith.h"
 #include "kernels/cpu_kernels.h"
 
-// AVX-512F implies FMA: keep a pre-op's product rounded before the sum, as on the device.
+// AVX-512F implies FMA, so fp-contract=off above is what keeps products unfused.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,f16c")
-
 // GCC 12's AVX-512 conversion intrinsics self-initialise an undefined vector (PR 105593).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define LOOM_CPU_NS cpu_avx512
@@ -28,7 +33,7 @@ inline __m512 load16(const uint16_t* p) {
 inline __m256i toHalf16(__m512 v) {
   __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  (void)nan; return h;
+  return _mm256_mask_mov_epi16(h, nan, _mm256_set1_epi16(0x7fff));
 }
 inline void store16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), toHalf16(v));

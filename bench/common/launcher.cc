@@ -126,11 +126,12 @@ Placement detectPlacement(const EnvFn& env) {
     }
     return p;
   }
-  if (env("SLURM_PROCID") && (env("SLURM_STEP_NUM_TASKS") || env("SLURM_NTASKS"))) {  // srun
+  // srun sets SLURM_STEP_NUM_TASKS; an sbatch script's own environment has SLURM_PROCID=0
+  // and SLURM_NTASKS=N too, but running the tool there directly starts one process.
+  if (env("SLURM_PROCID") && env("SLURM_STEP_NUM_TASKS")) {
     p.kind = LaunchKind::kSlurm;
     p.proc = envInt(env, "SLURM_PROCID", 0);
-    p.nProcs = env("SLURM_STEP_NUM_TASKS") ? envInt(env, "SLURM_STEP_NUM_TASKS", 1)
-                                           : envInt(env, "SLURM_NTASKS", 1);
+    p.nProcs = envInt(env, "SLURM_STEP_NUM_TASKS", 1);
     p.localRank = envInt(env, "SLURM_LOCALID", 0);
     p.localSize = p.nProcs;
     if (const char* tpn = env("SLURM_STEP_TASKS_PER_NODE")) p.localSize = atoi(tpn);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -172,6 +173,19 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
   opCreated_ = false;
 }
 
+// Test hook: LOOM_BENCH_INJECT_WRONG=<rank>:<n> flips the bits of the first n result
+// elements on that rank after each checked call, so tests can prove #wrong counts real
+// mismatches end to end.
+void RankRunner::injectWrong(const DataContext& c) const {
+  const char* spec = getenv("LOOM_BENCH_INJECT_WRONG");
+  int rank = -1;
+  long n = 0;
+  if (!spec || sscanf(spec, "%d:%ld", &rank, &n) != 2 || rank != rank_ || n <= 0) return;
+  size_t elts = std::min<size_t>(n, counts_.recvCount);
+  if (!coll_.checksInPlace() && c.inPlace) return;
+  for (size_t i = 0; i < elts * type_->size; ++i) c.result()[i] ^= 0x5a;
+}
+
 size_t RankRunner::nextSize(size_t size) const {
   return o_.stepFactor > 1 ? size * o_.stepFactor : size + o_.stepBytes;
 }
@@ -247,6 +261,7 @@ void RankRunner::benchTime(bool inPlace) {
     DataContext ctx = dataContext(inPlace, seed);
     coll_.fill(ctx);
     startColl(inPlace, 0);
+    injectWrong(ctx);
     int64_t local = coll_.check(ctx);
     if (local && (!inPlace || coll_.checksInPlace())) ++errors_;
     wrong = sumAll(local);

@@ -49,6 +49,7 @@ class RankRunner {
   size_t nextSize(size_t size) const;
   void benchTime(bool inPlace);
   void startColl(bool inPlace, int iter);
+  void injectWrong(const DataContext& c) const;
   DataContext dataContext(bool inPlace, uint64_t seed) const;
   void registerBuffers();
   void deregisterBuffers();

@@ -71,12 +71,15 @@ void System::computePathsFrom(int src) {
 
   // layers[h][s]: best bottleneck reaching state s in exactly h hops. Widest-path with a
   // hop-count tie-break is not isotone, so Dijkstra could pick a wider-but-longer prefix
-  // and lose; exact hop layers are cheap at host scale (tens of nodes).
+  // and lose; exact hop layers are cheap at host scale (tens of nodes). Once a layer
+  // improves no state's best bottleneck, no later layer can (each extends the previous).
   std::vector<std::vector<State>> layers(1, std::vector<State>(static_cast<size_t>(2 * n)));
   layers[0][static_cast<size_t>(2 * src)].bw = std::numeric_limits<double>::infinity();
+  std::vector<double> bestEver(static_cast<size_t>(2 * n), -1);
+  bestEver[static_cast<size_t>(2 * src)] = std::numeric_limits<double>::infinity();
   for (int h = 1; h < n; ++h) {
     std::vector<State> next(static_cast<size_t>(2 * n));
-    bool any = false;
+    bool improved = false;
     const std::vector<State>& cur = layers.back();
     for (int s = 0; s < 2 * n; ++s) {
       if (cur[static_cast<size_t>(s)].bw < 0) continue;
@@ -87,14 +90,17 @@ void System::computePathsFrom(int src) {
         if (u != src && !canForward(un, viaNvl, l.type)) continue;
         if (l.peer == src) continue;
         double bw = std::min(cur[static_cast<size_t>(s)].bw, l.bw);
-        int t = 2 * l.peer + (l.type == LinkType::kNvl ? 1 : 0);
-        if (bw > next[static_cast<size_t>(t)].bw) {
-          next[static_cast<size_t>(t)] = {bw, s};
-          any = true;
-        }
+        size_t t = static_cast<size_t>(2 * l.peer + (l.type == LinkType::kNvl ? 1 : 0));
+        if (bw > next[t].bw) next[t] = {bw, s};
       }
     }
-    if (!any) break;
+    for (size_t t = 0; t < next.size(); ++t) {
+      if (next[t].bw >= 0 && next[t].bw > bestEver[t] * (1 + 1e-9) + 1e-12) {
+        bestEver[t] = next[t].bw;
+        improved = true;
+      }
+    }
+    if (!improved) break;
     layers.push_back(std::move(next));
   }
 
@@ -110,7 +116,7 @@ void System::computePathsFrom(int src) {
     for (int h = 1; h < static_cast<int>(layers.size()); ++h) {
       for (int v = 0; v < 2; ++v) {
         double bw = layers[static_cast<size_t>(h)][static_cast<size_t>(2 * dst + v)].bw;
-        if (bw > bestBw * (1 + 1e-9) + 1e-12) {
+        if (bw >= 0 && bw > bestBw * (1 + 1e-9) + 1e-12) {
           bestBw = bw;
           bestH = h;
           bestS = 2 * dst + v;

@@ -14,6 +14,7 @@ namespace {
 
 constexpr const char* kNvSwitchClass = "0x068000";
 constexpr const char* kCpuClass = "0x068001";
+constexpr size_t kMaxGpus = 256, kMaxNets = 256, kMaxNodes = 2048;
 
 bool startsWith(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
 
@@ -59,6 +60,13 @@ class Builder {
       if (c.name() == "cpu") addCpu(c);
       // Other top-level elements (NCCL writes none today) carry nothing Loom models.
     }
+    // Bounds keep path computation (quadratic in devices) predictable on hostile files; a
+    // real host is far below them (an NVL72 tray has 4 GPUs, a DGX 8).
+    size_t nets = sys_.nodesOf(NodeType::kNet).size();
+    if (gpus_.size() > kMaxGpus || nets > kMaxNets || sys_.nodes().size() > kMaxNodes)
+      LOOM_THROW(kInvalidArgument, "topology XML describes %zu GPUs, %zu network ports and %zu nodes; Loom models "
+                 "one host with at most %zu GPUs, %zu ports and %zu nodes",
+                 gpus_.size(), nets, sys_.nodes().size(), kMaxGpus, kMaxNets, kMaxNodes);
     connectCpus();
     addNvLinks();
     sys_.finalize();

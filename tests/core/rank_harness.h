@@ -5,10 +5,12 @@
 #pragma once
 
 #include <nccl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <string>
@@ -21,6 +23,8 @@ enum class Mode { kThreads, kProcesses };
 inline const char* modeName(Mode m) { return m == Mode::kThreads ? "threads" : "processes"; }
 
 using RankFn = std::function<std::string(int rank, int nranks, ncclComm_t comm)>;
+// A rank body that makes its own communicator(s), or none.
+using RawFn = std::function<std::string(int rank, int nranks)>;
 
 #define RANK_CHECK(cond, ...)                                                  \
   do {                                                                         \
@@ -36,6 +40,12 @@ using RankFn = std::function<std::string(int rank, int nranks, ncclComm_t comm)>
     if (r_ != ncclSuccess)                                                            \
       return std::string(#call " -> ") + ncclGetErrorString(r_) + ": " + ncclGetLastError(nullptr); \
   } while (0)
+// Propagates a helper's failure string.
+#define RANK_TRY(expr)                     \
+  do {                                     \
+    std::string e_ = (expr);               \
+    if (!e_.empty()) return e_;            \
+  } while (0)
 
 // One rank: init, run fn, destroy. Returns "" on success.
 inline std::string runRank(const ncclUniqueId& id, int rank, int nranks, const RankFn& fn) {
@@ -49,16 +59,15 @@ inline std::string runRank(const ncclUniqueId& id, int rank, int nranks, const R
   return err;
 }
 
-// Returns one message per failing rank ("rank R: ..."); empty when all succeeded.
-inline std::vector<std::string> runRanks(Mode mode, int nranks, const RankFn& fn,
-                                         int timeoutSec = 120) {
+// Runs fn(rank, nranks) for every rank, as threads or forked processes, and returns one
+// message per failing rank ("rank R: ..."); empty when all succeeded.
+inline std::vector<std::string> runEach(Mode mode, int nranks, const RawFn& fn,
+                                        int timeoutSec = 120) {
   std::vector<std::string> failures;
-  ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return {"ncclGetUniqueId failed"};
   if (mode == Mode::kThreads) {
     std::vector<std::future<std::string>> futs;
     for (int r = 0; r < nranks; ++r)
-      futs.push_back(std::async(std::launch::async, [&, r] { return runRank(id, r, nranks, fn); }));
+      futs.push_back(std::async(std::launch::async, [&, r] { return fn(r, nranks); }));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
     for (int r = 0; r < nranks; ++r) {
       if (futs[r].wait_until(deadline) != std::future_status::ready) {
@@ -80,7 +89,7 @@ inline std::vector<std::string> runRanks(Mode mode, int nranks, const RankFn& fn
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      std::string e = runRank(id, r, nranks, fn);
+      std::string e = fn(r, nranks);
       if (write(fds[1], e.data(), e.size()) < 0) {}
       _exit(e.empty() ? 0 : 1);
     }
@@ -114,6 +123,40 @@ inline std::vector<std::string> runRanks(Mode mode, int nranks, const RankFn& fn
                          (msg.empty() ? "exited abnormally (status " + std::to_string(status) + ")" : msg));
   }
   return failures;
+}
+
+struct RankOptions {
+  int timeoutSec = 120;
+  // Runs in the rank (its thread, or its process after the fork) before ncclCommInitRank,
+  // e.g. to set per-process environment variables.
+  std::function<void(int rank)> beforeInit;
+  // The id to join; null: a fresh one from ncclGetUniqueId.
+  const ncclUniqueId* id = nullptr;
+};
+
+inline std::vector<std::string> runRanks(Mode mode, int nranks, const RankFn& fn,
+                                         const RankOptions& opt) {
+  ncclUniqueId id;
+  if (opt.id) {
+    id = *opt.id;
+  } else if (ncclGetUniqueId(&id) != ncclSuccess) {
+    return {std::string("ncclGetUniqueId failed: ") + ncclGetLastError(nullptr)};
+  }
+  return runEach(
+      mode, nranks,
+      [&](int rank, int n) {
+        if (opt.beforeInit) opt.beforeInit(rank);
+        return runRank(id, rank, n, fn);
+      },
+      opt.timeoutSec);
+}
+
+// Returns one message per failing rank ("rank R: ..."); empty when all succeeded.
+inline std::vector<std::string> runRanks(Mode mode, int nranks, const RankFn& fn,
+                                         int timeoutSec = 120) {
+  RankOptions opt;
+  opt.timeoutSec = timeoutSec;
+  return runRanks(mode, nranks, fn, opt);
 }
 
 inline std::string joinFailures(const std::vector<std::string>& f) {

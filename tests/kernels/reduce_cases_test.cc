@@ -165,10 +165,11 @@ TEST(ReduceCases, PreMulSumRoundsTheProductBeforeTheSum) {
   // Unfused: 2^-24 + round(2^-25) = 2^-24. A fused multiply-add would tie up to 2 * 2^-24.
   expectAll<uint16_t>(h, Fn::kReduce, 0x0001, 0x0001, 0x0001, "fp16");
   expectAll<uint16_t>(h, Fn::kReduce2, 0x0001, 0x0001, 0x0002, "reduce2 does not scale");
-  float s = 1.0f + std::ldexp(1.0f, -23);
+  float s = 1.0f + std::ldexp(1.0f, -12);
   Reducer f = Reducer::preMulSum(kF32, &s);
-  // (1+2^-23)^2 = 1 + 2^-22 + 2^-46 rounds to 1 + 2^-22; minus 1 leaves exactly 2^-22.
-  expectAll<uint32_t>(f, Fn::kReduce, bitsOf(-1.0f), bitsOf(s), bitsOf(std::ldexp(1.0f, -22)),
+  // (1+2^-12)^2 = 1 + 2^-11 + 2^-24 rounds (tie, even) to 1 + 2^-11; minus 1 leaves 2^-11.
+  // Fused, the result would be 2^-11 + 2^-24.
+  expectAll<uint32_t>(f, Fn::kReduce, bitsOf(-1.0f), bitsOf(s), bitsOf(std::ldexp(1.0f, -11)),
                       "fp32 not contracted into an fma");
   int32_t three = 3;
   expectAll<int32_t>(Reducer::preMulSum(kI32, &three), Fn::kReduce, 1, 5, 16, "int32");

@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
       if (nodes > 1 && !r.rings.rings.empty()) r.railRings = topo::railRings(sys, r.rings.rings.front());
     }
     if (nodes > 1) r.trees = topo::doubleBinaryTree(nodes);
-    for (int c = 0; c < static_cast<int>(algo::Collective::kCount); ++c) {
-      algo::Collective coll = static_cast<algo::Collective>(c);
+    for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
+      Collective coll = static_cast<Collective>(c);
       algo::AlgoFilter filter = algo::filterFromEnv(coll);
       for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 2) {
         algo::TuningRequest req{coll, bytes, nranks, nodes, host};

@@ -151,16 +151,16 @@ void printText(FILE* out, const Report& r) {
     }
   }
   if (!r.model.notes.empty()) fprintf(out, "  notes: %s\n", r.model.notes.c_str());
-  algo::Collective last = algo::Collective::kCount;
+  Collective last = Collective::kCount;
   for (const TuningRow& row : r.tuning) {
     if (row.req.coll != last) {
       last = row.req.coll;
       fprintf(out, "\nTuning %s, %d ranks on %d host(s):\n  %8s  %-16s %-7s %3s %8s %12s %10s\n",
-              algo::collectiveName(last), r.nranks, r.nodes, "size", "algorithm", "proto", "ch", "chunk",
+              collectiveName(last), r.nranks, r.nodes, "size", "algorithm", "proto", "ch", "chunk",
               "predicted us", "busbw GB/s");
     }
     fprintf(out, "  %8s  %-16s %-7s %3d %8s %12.2f %10.2f\n", sizeName(row.req.bytes).c_str(),
-            algo::algorithmName(row.choice.algorithm), algo::protocolName(row.choice.protocol), row.choice.channels,
+            algorithmName(row.choice.algorithm), protocolName(row.choice.protocol), row.choice.channels,
             sizeName(row.choice.chunkBytes).c_str(), row.choice.predictedUs, row.choice.busBw);
   }
 }
@@ -225,9 +225,9 @@ std::string toJson(const Report& r) {
     const TuningRow& row = r.tuning[i];
     j += strprintf("    {\"collective\":%s,\"bytes\":%zu,\"nranks\":%d,\"algorithm\":%s,\"protocol\":%s,"
                    "\"channels\":%d,\"predicted_us\":%s,\"busbw_gbps\":%s}%s\n",
-                   jsonString(algo::collectiveName(row.req.coll)).c_str(), row.req.bytes, row.req.nranks,
-                   jsonString(algo::algorithmName(row.choice.algorithm)).c_str(),
-                   jsonString(algo::protocolName(row.choice.protocol)).c_str(), row.choice.channels,
+                   jsonString(collectiveName(row.req.coll)).c_str(), row.req.bytes, row.req.nranks,
+                   jsonString(algorithmName(row.choice.algorithm)).c_str(),
+                   jsonString(protocolName(row.choice.protocol)).c_str(), row.choice.channels,
                    jsonNumber(row.choice.predictedUs).c_str(), jsonNumber(row.choice.busBw).c_str(),
                    i + 1 < r.tuning.size() ? "," : "");
   }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs what building and testing Loom needs, if it is missing (Debian/Ubuntu).
+set -euo pipefail
+need=()
+for pkg in cmake g++ make libgtest-dev libbenchmark-dev python3 iproute2 binutils; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "loom: installing ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi

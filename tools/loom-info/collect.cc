@@ -1,0 +1,235 @@
+// Gathers loom-info's facts: features and their runtimes, CPU ISA, network, host, knobs.
+#include <nccl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+#include "base/dl.h"
+#include "base/error.h"
+#include "base/host.h"
+#include "base/socket.h"
+#include "bootstrap/unique_id.h"
+#include "info.h"
+#include "kernels/reduce.h"
+#include "loom/loom.h"
+
+namespace loom::info {
+namespace {
+
+// The libraries each optional runtime lives in, in the order Loom tries them. The
+// authoritative yes/no comes from loomGetFeatures; these lookups only find the file to
+// show, so a user sees *which* libcudart or libnccl this process would get.
+struct RuntimeSpec {
+  unsigned bit;
+  const char* name;
+  const char* key;
+  std::vector<std::string> libs;  // empty: built in, nothing to load
+};
+
+const std::vector<RuntimeSpec>& runtimeSpecs() {
+  static const std::vector<RuntimeSpec> specs = {
+      {loomFeatureHostMemory, "host memory", "hostMemory", {}},
+      {loomFeatureCuda, "CUDA", "cuda", {"libcudart.so.13", "libcudart.so.12", "libcudart.so"}},
+      {loomFeatureNvml, "NVML", "nvml", {"libnvidia-ml.so.1"}},
+      {loomFeatureIbverbs, "ibverbs", "ibverbs", {"libibverbs.so.1"}},
+      {loomFeatureUcx, "UCX", "ucx", {"libucp.so.0"}},
+      {loomFeatureNcclFallback, "NCCL fallback", "ncclFallback", {}},
+  };
+  return specs;
+}
+
+std::string versionText(int code) {
+  // NCCL_VERSION(X,Y,Z) is X*10000 + Y*100 + Z since 2.9.
+  return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+         std::to_string(code % 100);
+}
+
+// Mirrors the fallback's choice (api/version_api.cc): LOOM_NCCL_LIBRARY when set, else the
+// CUDA toolkit's copy, then the loader's; a library that is Loom itself does not count.
+void findStockNccl(FeatureInfo* f) {
+  std::vector<std::string> candidates;
+  const KnobBase* knob = findKnob("LOOM_NCCL_LIBRARY");
+  if (knob && knob->isSet()) candidates.push_back(knob->raw());
+  else candidates = {"/usr/local/cuda/lib/libnccl.so.2", "libnccl.so.2"};
+  std::string tried;
+  for (const std::string& c : candidates) {
+    std::string error;
+    DynLib lib = DynLib::open({c}, &error);
+    if (!tried.empty()) tried += "; ";
+    if (!lib.loaded()) {
+      tried += error;
+      continue;
+    }
+    if (lib.symbol("loomGetVersionString") != nullptr) {
+      tried += lib.path() + " (is Loom)";
+      continue;
+    }
+    using GetVersion = ncclResult_t(int*);
+    GetVersion* getVersion = nullptr;
+    if (!lib.bind(getVersion, "ncclGetVersion")) {
+      tried += lib.path() + " (no ncclGetVersion)";
+      continue;
+    }
+    f->path = lib.path();
+    int code = 0;
+    if (getVersion(&code) == ncclSuccess) f->detail = "NCCL " + versionText(code);
+    return;
+  }
+  f->detail = "tried " + tried;
+}
+
+void findRuntime(const RuntimeSpec& spec, FeatureInfo* f) {
+  if (spec.bit == loomFeatureNcclFallback) return findStockNccl(f);
+  if (spec.libs.empty()) {
+    f->detail = "built in";
+    return;
+  }
+  std::string error;
+  DynLib lib = DynLib::open(spec.libs, &error);
+  if (lib.loaded()) f->path = lib.path();
+  else f->detail = error;
+}
+
+std::vector<FeatureInfo> collectFeatures() {
+  unsigned compiled = 0, available = 0;
+  ncclResult_t rc = loomGetFeatures(&compiled, &available);
+  if (rc != ncclSuccess)
+    LOOM_THROW(kInternalError, "loomGetFeatures failed: %s", ncclGetLastError(nullptr));
+  std::vector<FeatureInfo> out;
+  for (const RuntimeSpec& spec : runtimeSpecs()) {
+    FeatureInfo f;
+    f.name = spec.name;
+    f.key = spec.key;
+    f.compiled = (compiled & spec.bit) != 0;
+    f.available = (available & spec.bit) != 0;
+    findRuntime(spec, &f);
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+const char* typeName(KnobType t) {
+  switch (t) {
+    case KnobType::kInt: return "int";
+    case KnobType::kBool: return "bool";
+    case KnobType::kString: return "string";
+    case KnobType::kSize: return "size";
+  }
+  return "unknown";
+}
+
+// Parses the value in force as the code that reads the knob would, so a malformed
+// setting shows up here instead of as an error in the middle of a job.
+void validate(const KnobBase& k, KnobInfo* out) {
+  try {
+    switch (k.type()) {
+      case KnobType::kInt: (void)static_cast<const IntKnob&>(k).get(); break;
+      case KnobType::kBool: (void)static_cast<const BoolKnob&>(k).get(); break;
+      case KnobType::kSize: (void)static_cast<const SizeKnob&>(k).get(); break;
+      case KnobType::kString: break;
+    }
+  } catch (const Error& e) {
+    out->valid = false;
+    out->error = e.what();
+  }
+}
+
+KnobInfo describe(const KnobBase& k) {
+  KnobInfo out;
+  out.name = k.name();
+  out.alias = k.ncclAlias();
+  out.type = typeName(k.type());
+  out.def = k.defaultValue();
+  out.value = k.raw();
+  out.source = k.source();
+  out.help = k.help();
+  validate(k, &out);
+  return out;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string stripPrefix(const std::string& s) {
+  for (const char* p : {"LOOM_", "NCCL_"})
+    if (s.rfind(p, 0) == 0) return s.substr(5);
+  return s;
+}
+
+void collectNetwork(Info* info) {
+  try {
+    NetInterface i = bootstrapInterface();
+    info->bootstrap = {i.name, i.addr.str()};
+    info->bootstrapOk = true;
+  } catch (const Error& e) {
+    info->bootstrapError = e.what();
+  }
+  try {
+    // "^" excludes nothing: every interface that is up and has a usable address.
+    for (const NetInterface& i : findInterfaces("^", 0)) info->interfaces.push_back({i.name, i.addr.str()});
+  } catch (const Error&) {
+    // getifaddrs failed; the bootstrap line already carries the reason.
+  }
+}
+
+}  // namespace
+
+int Info::invalidKnobs() const {
+  return static_cast<int>(std::count_if(knobs.begin(), knobs.end(),
+                                        [](const KnobInfo& k) { return !k.valid; }));
+}
+
+Info collect() {
+  Info info;
+  info.version = LOOM_VERSION_STRING;
+  info.ncclVersionCode = NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  info.ncclVersion = versionText(info.ncclVersionCode);
+  info.features = collectFeatures();
+  info.cpuIsa = cpuIsaName(activeCpuIsa());
+  for (int i = 0; i < kNumCpuIsas; ++i)
+    if (cpuIsaSupported(CpuIsa(i))) info.cpuIsasSupported.push_back(cpuIsaName(CpuIsa(i)));
+  collectNetwork(&info);
+  info.hostName = hostName();
+  info.hostId = hostIdString();
+  info.hostHash = hostHash();
+  for (const KnobBase* k : allKnobs()) info.knobs.push_back(describe(*k));
+  std::sort(info.knobs.begin(), info.knobs.end(),
+            [](const KnobInfo& a, const KnobInfo& b) { return a.name < b.name; });
+  return info;
+}
+
+bool collectKnob(const std::string& name, KnobInfo* out) {
+  const KnobBase* k = findKnob(name);
+  if (!k) {
+    std::string want = upper(name);
+    for (const KnobBase* c : allKnobs()) {
+      if (want == upper(c->name()) || (*c->ncclAlias() && want == upper(c->ncclAlias()))) {
+        k = c;
+        break;
+      }
+    }
+  }
+  if (!k) return false;
+  *out = describe(*k);
+  return true;
+}
+
+std::vector<std::string> similarKnobs(const std::string& fragment) {
+  std::string want = stripPrefix(upper(fragment));
+  std::vector<std::string> out;
+  if (want.empty()) return out;
+  for (const KnobBase* k : allKnobs()) {
+    bool hit = stripPrefix(k->name()).find(want) != std::string::npos ||
+               (*k->ncclAlias() && stripPrefix(k->ncclAlias()).find(want) != std::string::npos);
+    if (hit) out.push_back(k->name());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace loom::info
