@@ -1,5 +1,6 @@
 // CPU loops for AVX-512 (F, BW, VL) + F16C: the generic templates at 512-bit width, and
 // fp16 through the hardware half<->float conversions.
+
 // fp-contract=off: a pre-op's product is rounded before the sum, as on the device (never
 // fused). no-trapping-math: lets the vectoriser evaluate both arms of the conversions'
 // selects; nothing here reads FP exception flags. Set before the includes so that it also

@@ -103,8 +103,8 @@ struct TransportManager::Impl {
 TransportManager::TransportManager(Bootstrap& bootstrap, const std::vector<PeerInfo>& peers,
                                    FifoShape shape)
     : impl_(std::make_unique<Impl>(bootstrap, peers, shape)),
-      send_(peers.size()),
-      recv_(peers.size()) {}
+      send_(peers.size() * kMaxConnsPerPeer),
+      recv_(peers.size() * kMaxConnsPerPeer) {}
 
 TransportManager::~TransportManager() = default;
 
@@ -137,22 +137,31 @@ TransportKind TransportManager::kindFor(int peer) const {
   return TransportKind::kSocket;
 }
 
-void TransportManager::connect(const std::vector<int>& sendPeers,
-                               const std::vector<int>& recvPeers) {
+void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
+                               const std::vector<ConnKey>& recvKeys) {
   Bootstrap& bs = impl_->bootstrap;
   int me = bs.rank();
-  std::vector<int> sends, recvs;
-  for (int p : sendPeers)
-    if (!send_[p] && std::find(sends.begin(), sends.end(), p) == sends.end()) sends.push_back(p);
-  for (int p : recvPeers)
-    if (!recv_[p] && std::find(recvs.begin(), recvs.end(), p) == recvs.end()) recvs.push_back(p);
+  auto slot = [](ConnKey k) { return static_cast<size_t>(k.first * kMaxConnsPerPeer + k.second); };
+  auto missing = [&](const std::vector<ConnKey>& keys, const auto& table) {
+    std::vector<ConnKey> out;
+    for (ConnKey k : keys) {
+      if (k.second < 0 || k.second >= kMaxConnsPerPeer)
+        LOOM_THROW(kInternalError, "connection index %d out of range", k.second);
+      if (!table[slot(k)] && std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+    }
+    // Both ends walk a pair's connections in the same order.
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::vector<ConnKey> sends = missing(sendKeys, send_), recvs = missing(recvKeys, recv_);
   if (sends.empty() && recvs.empty()) return;
 
   // 1. Receivers create their end and tell the sender how to reach it.
-  std::map<int, ConnectInfo> mine;
-  std::map<int, std::unique_ptr<ShmConnection>> shmRecv;
+  std::map<ConnKey, ConnectInfo> mine;
+  std::map<ConnKey, std::unique_ptr<ShmConnection>> shmRecv;
   int nstreams = SocketConnection::streamCount();
-  for (int p : recvs) {
+  for (ConnKey k : recvs) {
+    int p = k.first;
     ConnectInfo ci{};
     ci.kind = static_cast<uint32_t>(kindFor(p));
     ci.connId = impl_->nextConnId++;
@@ -160,18 +169,20 @@ void TransportManager::connect(const std::vector<int>& sendPeers,
     if (kindFor(p) == TransportKind::kShm) {
       auto c = ShmConnection::createRecv(p, impl_->peers[p], impl_->shape, impl_->peers[me].commHash);
       snprintf(ci.shmName, sizeof(ci.shmName), "%s", c->name().c_str());
-      shmRecv[p] = std::move(c);
+      shmRecv[k] = std::move(c);
     }
-    mine[p] = ci;
-    bs.send(p, kTagInfo, &ci, sizeof(ci));
+    mine[k] = ci;
+    bs.send(p, kTagInfo + k.second, &ci, sizeof(ci));
   }
   // 2. Senders attach to the receiver's end, then acknowledge.
-  for (int p : sends) {
+  for (ConnKey k : sends) {
+    int p = k.first;
     ConnectInfo ci;
-    bs.recv(p, kTagInfo, &ci, sizeof(ci));
+    bs.recv(p, kTagInfo + k.second, &ci, sizeof(ci));
     ci.shmName[sizeof(ci.shmName) - 1] = '\0';
+    std::unique_ptr<Connection> conn;
     if (ci.kind == static_cast<uint32_t>(TransportKind::kShm)) {
-      send_[p] = ShmConnection::openSend(p, impl_->peers[p], impl_->shape, ci.shmName);
+      conn = ShmConnection::openSend(p, impl_->peers[p], impl_->shape, ci.shmName);
     } else {
       if (ci.nstreams < 1 || ci.nstreams > 64)
         LOOM_THROW(kRemoteError, "rank %d: rank %d asked for %u TCP streams", me, p, ci.nstreams);
@@ -186,38 +197,44 @@ void TransportManager::connect(const std::vector<int>& sendPeers,
         sock.sendAll(&h, sizeof(h), Deadline::in(60), what.c_str());
         streams.push_back(std::move(sock));
       }
-      send_[p] = std::make_unique<SocketConnection>(p, impl_->peers[p], impl_->shape, true,
-                                                    std::move(streams));
-      active_.push_back(send_[p].get());
+      conn = std::make_unique<SocketConnection>(p, impl_->peers[p], impl_->shape, true,
+                                                std::move(streams));
+      active_.push_back(conn.get());
     }
+    send_[slot(k)] = std::move(conn);
     uint32_t ack = 1;
-    bs.send(p, kTagAck, &ack, sizeof(ack));
+    bs.send(p, kTagAck + k.second, &ack, sizeof(ack));
+    LOOM_INFO(kLogInit, "connected rank %d -> rank %d (#%d) via %s", me, p, k.second,
+              transportName(send_[slot(k)]->kind()));
   }
   // 3. Receivers finish: unlink shm names (both sides have them mapped), accept streams.
-  for (int p : recvs) {
+  for (ConnKey k : recvs) {
+    int p = k.first;
     uint32_t ack;
-    bs.recv(p, kTagAck, &ack, sizeof(ack));
-    const ConnectInfo& ci = mine[p];
+    bs.recv(p, kTagAck + k.second, &ack, sizeof(ack));
+    const ConnectInfo& ci = mine[k];
     if (ci.kind == static_cast<uint32_t>(TransportKind::kShm)) {
-      shmRecv[p]->unlinkName();
-      recv_[p] = std::move(shmRecv[p]);
+      shmRecv[k]->unlinkName();
+      recv_[slot(k)] = std::move(shmRecv[k]);
     } else {
-      recv_[p] = std::make_unique<SocketConnection>(
+      recv_[slot(k)] = std::make_unique<SocketConnection>(
           p, impl_->peers[p], impl_->shape, false, impl_->acceptStreams(p, ci.connId, ci.nstreams));
-      active_.push_back(recv_[p].get());
+      active_.push_back(recv_[slot(k)].get());
     }
   }
-  for (int p : sends)
-    LOOM_INFO(kLogInit, "connected rank %d -> rank %d via %s", me, p,
-              transportName(send_[p]->kind()));
 }
 
 std::string TransportManager::summary() const {
   std::string s;
-  for (size_t p = 0; p < send_.size(); ++p) {
-    if (!send_[p] && !recv_[p]) continue;
+  for (size_t p = 0; p * kMaxConnsPerPeer < send_.size(); ++p) {
+    const Connection* c = nullptr;
+    for (int i = 0; i < kMaxConnsPerPeer && !c; ++i) {
+      size_t k = p * kMaxConnsPerPeer + i;
+      c = send_[k] ? send_[k].get() : recv_[k].get();
+    }
+    if (!c) continue;
     if (!s.empty()) s += ", ";
-    s += strprintf("%zu:%s", p, transportName((send_[p] ? send_[p] : recv_[p])->kind()));
+    s += strprintf("%zu:%s", p, transportName(c->kind()));
   }
   return s.empty() ? "none" : s;
 }

@@ -74,11 +74,17 @@ class TransportManager {
   void adoptNetListener(Socket listener);
 
   TransportKind kindFor(int peer) const;
-  // Establishes the missing connections; `tagBase` must be equal on the two sides.
-  void connect(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+  // A connection is named by (peer, index): several may join the same pair of ranks so
+  // that concurrent channels never share a FIFO.
+  using ConnKey = std::pair<int, int>;
+  static constexpr int kMaxConnsPerPeer = 8;
 
-  Connection* sendConn(int peer) const { return send_[peer].get(); }
-  Connection* recvConn(int peer) const { return recv_[peer].get(); }
+  // Establishes the missing connections. Collective between each pair: the peer lists
+  // the matching keys (our sends are its receives).
+  void connect(const std::vector<ConnKey>& sends, const std::vector<ConnKey>& recvs);
+
+  Connection* sendConn(int peer, int idx = 0) const { return send_[peer * kMaxConnsPerPeer + idx].get(); }
+  Connection* recvConn(int peer, int idx = 0) const { return recv_[peer * kMaxConnsPerPeer + idx].get(); }
   // Connections whose progress() must be driven (sockets).
   const std::vector<Connection*>& active() const { return active_; }
   std::string summary() const;  // "0->1 shm, 1->0 shm ..." for the INIT line

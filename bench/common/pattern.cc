@@ -52,10 +52,10 @@ double reduceInput(const ReducePattern& p, int rank, size_t index) {
     case ncclMin:
       return isSigned(t) ? pick(h, -limit, limit) : pick(h, 0, limit);
     case ncclAvg: {
-      double k = std::floor(limit / n);
-      // Integer avg divides a truncated sum: keep it non-negative so no sign convention
-      // is involved.
-      return t.kind == TypeKind::kFloat ? pick(h, -k, k) : pick(h, 0, k);
+      // Non-negative: integer avg then divides a truncated sum with no sign convention
+      // involved, and float avg has no cancellation, so its rounding tolerance stays a few
+      // ulps of the result itself.
+      return pick(h, 0, std::floor(limit / n));
     }
     default: {  // sum, and mulsum whose premultipliers are at most 2
       double k = std::floor(limit / (p.op->preMulSum ? 2.0 * n : n));
@@ -65,10 +65,17 @@ double reduceInput(const ReducePattern& p, int rank, size_t index) {
 }
 
 double reduceExpected(const ReducePattern& p, size_t index) {
+  double scale;
+  return reduceExpectedScaled(p, index, &scale);
+}
+
+double reduceExpectedScaled(const ReducePattern& p, size_t index, double* absSum) {
   const int n = std::max(1, p.nranks);
   double acc = reduceInput(p, 0, index) * (p.op->preMulSum ? preMulScalar(0) : 1.0);
+  *absSum = std::fabs(acc);
   for (int r = 1; r < n; ++r) {
     double v = reduceInput(p, r, index);
+    *absSum += std::fabs(v);
     switch (p.op->op) {
       case ncclProd: acc *= v; break;
       case ncclMax: acc = std::max(acc, v); break;
@@ -93,16 +100,18 @@ void fillReduceInput(const ReducePattern& p, void* dst, size_t count, int rank, 
 int64_t countWrongReduced(const ReducePattern& p, const void* got, size_t count, size_t offset) {
   const bool exact = reduceIsExact(p);
   // Float avg: the library may scale each input by 1/n before summing (NCCL does) or divide
-  // the sum; either way the error is a few roundings of values up to the largest input.
-  const double maxInput = std::floor(p.type->exactLimit / std::max(1, p.nranks));
-  const double tolerance = p.type->epsilon * (p.nranks + 2) * std::max(1.0, maxInput);
+  // the sum; either way each of its n+1 roundings is off by at most epsilon times a partial
+  // result, and (inputs being non-negative) no partial result exceeds sum(x)/n = the result.
+  const double n = std::max(1, p.nranks);
+  const double ulps = p.type->epsilon * (n + 2) / n;
   return withCodec(p.type->type, [&](auto codec) {
     using C = decltype(codec);
     int64_t wrong = 0;
     for (size_t i = 0; i < count; ++i) {
-      double want = reduceExpected(p, offset + i);
+      double absSum;
+      double want = reduceExpectedScaled(p, offset + i, &absSum);
       double have = C::load(got, i);
-      bool ok = exact ? have == want : std::fabs(have - want) <= tolerance;
+      bool ok = exact ? have == want : std::fabs(have - want) <= ulps * absSum;
       wrong += !ok;
     }
     return wrong;

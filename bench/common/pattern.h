@@ -4,8 +4,9 @@
 // rank checks its own results with no communication. Reduction inputs are small integers
 // (or 1/2/-1 for prod) sized so that every partial result is exactly representable in the
 // type: the expected value is then exact whatever order the library reduces in. The only
-// inexact case is the floating-point average, which is checked with a tolerance of a few
-// roundings. Copy collectives move pseudo-random bits and are checked bit for bit.
+// inexact case is the floating-point average (of non-negative inputs), which is checked
+// with a tolerance of a few ulps of the result. Copy collectives move pseudo-random bits
+// and are checked bit for bit.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,8 @@ double reduceInput(const ReducePattern& p, int rank, size_t index);
 double preMulScalar(int rank);
 // The correct result at `index` of reducing all ranks' inputs.
 double reduceExpected(const ReducePattern& p, size_t index);
+// The same, and the sum of the inputs' magnitudes (the scale of rounding errors).
+double reduceExpectedScaled(const ReducePattern& p, size_t index, double* absSum);
 // Whether results are compared exactly (everything but floating-point avg).
 bool reduceIsExact(const ReducePattern& p);
 

@@ -2,8 +2,8 @@
 // memcpy (bytes read plus written) on the same buffer sizes, for every data type and op and
 // every CPU instruction set this machine has.
 //
-//   loom_reduce_bench --benchmark_filter='float/sum|memcpy' \
-//       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   loom_reduce_bench --benchmark_filter='^(memcpy|float/sum)/' --benchmark_repetitions=5
+//                     --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>

@@ -16,6 +16,7 @@ const char* opName(StepOp op) {
     case StepOp::kRecvReduceCopySend: return "recvReduceCopySend";
     case StepOp::kRecvCopySend: return "recvCopySend";
     case StepOp::kCopy: return "copy";
+    case StepOp::kLocalReduce: return "localReduce";
   }
   return "?";
 }
@@ -28,17 +29,20 @@ std::string bufStr(BufRef b) {
   return b.buf == Buf::kNone ? "-" : strprintf("%s+%zu", n, b.offset);
 }
 
-void addUnique(std::vector<int>* v, int p) {
-  if (p >= 0 && std::find(v->begin(), v->end(), p) == v->end()) v->push_back(p);
+void addUnique(std::vector<std::pair<int, int>>* v, int p, int conn) {
+  if (p < 0) return;
+  std::pair<int, int> k{p, conn};
+  if (std::find(v->begin(), v->end(), k) == v->end()) v->push_back(k);
 }
 
 }  // namespace
 
-void Plan::peers(std::vector<int>* sendPeers, std::vector<int>* recvPeers) const {
+void Plan::peers(std::vector<std::pair<int, int>>* sends,
+                 std::vector<std::pair<int, int>>* recvs) const {
   for (const auto& ch : channels)
     for (const Step& s : ch.steps) {
-      addUnique(sendPeers, s.sendPeer);
-      addUnique(recvPeers, s.recvPeer);
+      addUnique(sends, s.sendPeer, s.conn);
+      addUnique(recvs, s.recvPeer, s.conn);
     }
 }
 
@@ -47,9 +51,10 @@ std::string Plan::str() const {
                               algorithmName(algo), channels.size());
   for (size_t c = 0; c < channels.size(); ++c)
     for (const Step& s : channels[c].steps)
-      out += strprintf("  ch%zu %-18s bytes=%-10zu src=%-14s dst=%-14s to=%d from=%d\n", c,
-                       opName(s.op), s.bytes, bufStr(s.src).c_str(), bufStr(s.dst).c_str(),
-                       s.sendPeer, s.recvPeer);
+      out += strprintf("  ch%zu %-18s bytes=%-10zu src=%-14s dst=%-14s to=%d from=%d conn=%d%s%s\n",
+                       c, opName(s.op), s.bytes, bufStr(s.src).c_str(), bufStr(s.dst).c_str(),
+                       s.sendPeer, s.recvPeer, s.conn, s.flags & kSrcPartial ? " srcPartial" : "",
+                       s.flags & kDstPartial ? " dstPartial" : "");
   return out;
 }
 

@@ -10,6 +10,11 @@
 //   recvReduceCopySend dst  <- post(in R pre(src)),  peer <- in R pre(src)
 //   recvCopySend       dst  <- post(in),             peer <- in
 //   copy               dst  <- post(pre(src))        (local, no connection)
+//   localReduce        dst  <- post(dst R pre(src))  (local, no connection)
+// Flags refine this for partial results: kSrcPartial (src already went through pre(), so
+// it is not scaled again) and kDstPartial (dst is not final: post() is not applied).
+// `conn` picks which of the connections to a peer the step uses: channels that run
+// concurrently must not share a connection.
 // A step of B bytes moves in ceil(B / slotBytes) FIFO steps (one if B == 0), so both ends
 // of a connection must agree on B: a mismatch is detected and reported.
 #pragma once
@@ -31,7 +36,10 @@ enum class StepOp : uint8_t {
   kRecvReduceCopySend,
   kRecvCopySend,
   kCopy,
+  kLocalReduce,
 };
+
+enum StepFlags : uint8_t { kSrcPartial = 1, kDstPartial = 2 };
 
 // kAbsolute: offset is an address (per-call plans such as a group's send/recv batch).
 enum class Buf : uint8_t { kNone, kSend, kRecv, kScratch, kAbsolute };
@@ -48,10 +56,12 @@ struct Step {
   BufRef src;
   BufRef dst;
   size_t bytes = 0;
+  uint8_t flags = 0;
+  uint8_t conn = 0;
 };
 
 inline bool stepRecvs(StepOp op) {
-  return op != StepOp::kSend && op != StepOp::kCopy;
+  return op != StepOp::kSend && op != StepOp::kCopy && op != StepOp::kLocalReduce;
 }
 inline bool stepSends(StepOp op) {
   return op == StepOp::kSend || op == StepOp::kRecvReduceSend ||
@@ -68,8 +78,8 @@ struct Plan {
   std::vector<ChannelPlan> channels;
   size_t scratchBytes = 0;
 
-  // Peers this rank sends to / receives from (for connection setup).
-  void peers(std::vector<int>* sendPeers, std::vector<int>* recvPeers) const;
+  // Connections (peer, index) this rank sends on / receives from, for connection setup.
+  void peers(std::vector<std::pair<int, int>>* sends, std::vector<std::pair<int, int>>* recvs) const;
   std::string str() const;  // one line per step, for loom-info / debugging
 };
 
@@ -80,6 +90,7 @@ class PlanBuilder {
   PlanBuilder(ChannelPlan& ch, int sendPeer, int recvPeer)
       : ch_(ch), sendPeer_(sendPeer), recvPeer_(recvPeer) {}
   void setPeers(int sendPeer, int recvPeer) { sendPeer_ = sendPeer; recvPeer_ = recvPeer; }
+  void setConn(int conn) { conn_ = static_cast<uint8_t>(conn); }
 
   void send(BufRef src, size_t bytes) { add(StepOp::kSend, src, {}, bytes); }
   void recv(BufRef dst, size_t bytes) { add(StepOp::kRecv, {}, dst, bytes); }
@@ -91,10 +102,16 @@ class PlanBuilder {
     add(StepOp::kRecvReduceCopySend, src, dst, bytes);
   }
   void recvCopySend(BufRef dst, size_t bytes) { add(StepOp::kRecvCopySend, {}, dst, bytes); }
-  void copy(BufRef src, BufRef dst, size_t bytes) { add(StepOp::kCopy, src, dst, bytes); }
+  void copy(BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
+    add(StepOp::kCopy, src, dst, bytes, flags);
+  }
+  void localReduce(BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
+    add(StepOp::kLocalReduce, src, dst, bytes, flags);
+  }
+  // The flags of the step just added (e.g. b.last().flags |= kDstPartial).
+  Step& last() { return ch_.steps.back(); }
 
- private:
-  void add(StepOp op, BufRef src, BufRef dst, size_t bytes) {
+  void add(StepOp op, BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
     Step s;
     s.op = op;
     s.sendPeer = stepSends(op) ? sendPeer_ : -1;
@@ -102,11 +119,16 @@ class PlanBuilder {
     s.src = src;
     s.dst = dst;
     s.bytes = bytes;
+    s.flags = flags;
+    s.conn = conn_;
     ch_.steps.push_back(s);
   }
+
+ private:
   ChannelPlan& ch_;
   int sendPeer_;
   int recvPeer_;
+  uint8_t conn_ = 0;
 };
 
 inline BufRef sendBuf(size_t off) { return {Buf::kSend, off}; }

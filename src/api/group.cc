@@ -8,7 +8,7 @@
 
 #include "api/comm.h"
 #include "api/guard.h"
-#include "algo/ring.h"
+#include "algo/select.h"
 #include "base/log.h"
 #include "engine/executor.h"
 
@@ -33,17 +33,12 @@ Reducer reducerFor(const OpArgs& a) {
 
 Plan buildCollective(const OpArgs& a) {
   Communicator& c = *a.comm->core;
-  const Ring& ring = c.ring();
-  size_t elt = eltSize(a.dtype);
-  switch (a.coll) {
-    case Collective::kAllReduce: return ringAllReduce(ring, a.count, elt);
-    case Collective::kAllGather: return ringAllGather(ring, c.rank(), a.count, elt);
-    case Collective::kReduceScatter: return ringReduceScatter(ring, c.rank(), a.count, elt);
-    case Collective::kBroadcast: return ringBroadcast(ring, c.rank(), a.root, a.count, elt);
-    case Collective::kReduce: return ringReduce(ring, c.rank(), a.root, a.count, elt);
-    default:
-      LOOM_THROW(kInvalidUsage, "%s is not implemented yet in Loom", collectiveName(a.coll));
-  }
+  CollRequest req{a.coll, a.count, eltSize(a.dtype), a.root};
+  Algorithm algo = selectAlgorithm(req, c.planContext());
+  LOOM_INFO(kLogColl, "%s: opCount %llu count %zu datatype %d op %d root %d algorithm %s",
+            collectiveName(a.coll), static_cast<unsigned long long>(c.nextSeq() - 1 + 1), a.count,
+            static_cast<int>(a.dtype), static_cast<int>(a.op), a.root, algorithmName(algo));
+  return buildPlan(req, c.planContext(), algo);
 }
 
 // Everything a launch owns until its tasks complete.
@@ -148,9 +143,10 @@ void launch(const std::vector<OpArgs>& ops) {
   }
   // Connections the plans need that do not exist yet. Setting them up is collective
   // between each pair, so communicators driven by this one thread connect concurrently.
-  std::vector<std::pair<ncclComm_t, std::pair<std::vector<int>, std::vector<int>>>> needs;
+  using Keys = std::vector<TransportManager::ConnKey>;
+  std::vector<std::pair<ncclComm_t, std::pair<Keys, Keys>>> needs;
   for (ncclComm_t comm : comms) {
-    std::vector<int> s, r;
+    Keys s, r;
     for (auto& t : l.tasks)
       if (t->transports == &comm->core->transports()) t->plan->peers(&s, &r);
     needs.push_back({comm, {s, r}});

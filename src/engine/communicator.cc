@@ -47,7 +47,13 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   transports_ = std::make_unique<TransportManager>(*bootstrap_, peers_, shape);
   transports_->adoptNetListener(std::move(netListener));
   ring_ = Ring::identity(nranks, rank);
-  if (nranks > 1) connect({ring_.next()}, {ring_.prev()});
+  planCtx_.rank = rank;
+  planCtx_.nranks = nranks;
+  planCtx_.ring = &ring_;
+  planCtx_.slotBytes = shape.slotBytes;
+  planCtx_.depth = shape.depth;
+  planCtx_.loadAlgoFilter();
+  if (nranks > 1) connect({{ring_.next(), 0}}, {{ring_.prev(), 0}});
 }
 
 Communicator::~Communicator() = default;
@@ -58,8 +64,9 @@ int Communicator::localRanks() const {
   return n;
 }
 
-void Communicator::connect(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers) {
-  transports_->connect(sendPeers, recvPeers);
+void Communicator::connect(const std::vector<TransportManager::ConnKey>& sends,
+                           const std::vector<TransportManager::ConnKey>& recvs) {
+  transports_->connect(sends, recvs);
 }
 
 std::string Communicator::initSummary() const {

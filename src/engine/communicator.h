@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algo/ring.h"
+#include "algo/select.h"
 #include "bootstrap/bootstrap.h"
 #include "transports/transport.h"
 
@@ -25,12 +26,15 @@ class Communicator {
   TransportManager& transports() { return *transports_; }
   const std::vector<PeerInfo>& peers() const { return peers_; }
   const Ring& ring() const { return ring_; }
+  // What plan builders need to know about this communicator (ring, FIFO shape, NCCL_ALGO).
+  const PlanContext& planContext() const { return planCtx_; }
   const std::atomic<bool>* abortFlag() const { return abort_; }
   uint64_t commHash() const { return commHash_; }
   int localRanks() const;  // ranks on this host (including this one)
 
   // Makes sure the connections a plan needs exist (collective between each pair).
-  void connect(const std::vector<int>& sendPeers, const std::vector<int>& recvPeers);
+  void connect(const std::vector<TransportManager::ConnKey>& sends,
+               const std::vector<TransportManager::ConnKey>& recvs);
   uint64_t nextSeq() { return ++seq_; }
   std::string initSummary() const;
 
@@ -43,6 +47,7 @@ class Communicator {
   std::vector<PeerInfo> peers_;
   std::unique_ptr<TransportManager> transports_;
   Ring ring_;
+  PlanContext planCtx_;
   uint64_t seq_ = 0;
 };
 

@@ -48,10 +48,10 @@ class ChannelRun {
     if (done()) return nullptr;
     const Step& s = steps_[cur_];
     if (s.recvPeer >= 0) {
-      Connection* c = t_.transports->recvConn(s.recvPeer);
+      Connection* c = t_.transports->recvConn(s.recvPeer, s.conn);
       if (!c->fifo().canRecv()) return c;
     }
-    if (s.sendPeer >= 0) return t_.transports->sendConn(s.sendPeer);
+    if (s.sendPeer >= 0) return t_.transports->sendConn(s.sendPeer, s.conn);
     return nullptr;
   }
 
@@ -70,8 +70,8 @@ class ChannelRun {
 
   bool tryPiece() {
     const Step& s = steps_[cur_];
-    Connection* rc = s.recvPeer >= 0 ? t_.transports->recvConn(s.recvPeer) : nullptr;
-    Connection* sc = s.sendPeer >= 0 ? t_.transports->sendConn(s.sendPeer) : nullptr;
+    Connection* rc = s.recvPeer >= 0 ? t_.transports->recvConn(s.recvPeer, s.conn) : nullptr;
+    Connection* sc = s.sendPeer >= 0 ? t_.transports->sendConn(s.sendPeer, s.conn) : nullptr;
     size_t slot = rc ? rc->fifo().slotBytes : sc ? sc->fifo().slotBytes : s.bytes;
     size_t n = s.bytes - off_;
     if (n > slot) n = slot;
@@ -92,41 +92,66 @@ class ChannelRun {
     char* out = sc ? sc->fifo().sendSlot() : nullptr;
     size_t elems = n / t_.eltSize;
     const Reducer& red = t_.red;
+    const bool srcPartial = s.flags & kSrcPartial;
+    const bool finalDst = !(s.flags & kDstPartial) && red.hasPost();
+    // dst = in R pre(src), or in R src when src is a partial result.
+    auto combine = [&](void* dst, const void* a, const void* src) {
+      if (srcPartial) red.reduce2(dst, a, src, elems);
+      else red.reduce(dst, a, src, elems);
+    };
+    auto scaled = [&](void* dst, const void* src) {
+      if (srcPartial) {
+        if (dst != src) memcpy(dst, src, n);
+      } else {
+        red.pre(dst, src, elems);
+      }
+    };
     switch (s.op) {
       case StepOp::kSend:
-        red.pre(out, ptr(s.src, off_), elems);
+        scaled(out, ptr(s.src, off_));
         break;
       case StepOp::kRecv:
-        red.post(mptr(s.dst, off_), in, elems);
+        if (finalDst) red.post(mptr(s.dst, off_), in, elems);
+        else memcpy(mptr(s.dst, off_), in, n);
         break;
       case StepOp::kRecvReduceSend:
-        red.reduce(out, in, ptr(s.src, off_), elems);
+        combine(out, in, ptr(s.src, off_));
         break;
       case StepOp::kRecvReduceCopy: {
         char* dst = mptr(s.dst, off_);
-        red.reduce(dst, in, ptr(s.src, off_), elems);
-        if (red.hasPost()) red.post(dst, dst, elems);
+        combine(dst, in, ptr(s.src, off_));
+        if (finalDst) red.post(dst, dst, elems);
         break;
       }
       case StepOp::kRecvReduceCopySend: {
         char* dst = mptr(s.dst, off_);
-        red.reduce(out, in, ptr(s.src, off_), elems);
-        red.post(dst, out, elems);
+        combine(out, in, ptr(s.src, off_));
+        if (finalDst) red.post(dst, out, elems);
+        else memcpy(dst, out, n);
         break;
       }
       case StepOp::kRecvCopySend:
         memcpy(out, in, n);
-        red.post(mptr(s.dst, off_), in, elems);
+        if (finalDst) red.post(mptr(s.dst, off_), in, elems);
+        else memcpy(mptr(s.dst, off_), in, n);
         break;
       case StepOp::kCopy: {
         const char* src = ptr(s.src, off_);
         char* dst = mptr(s.dst, off_);
-        if (red.hasPre() || red.hasPost()) {
+        if (!srcPartial && red.hasPre()) {
           red.pre(dst, src, elems);
-          red.post(dst, dst, elems);
+          if (finalDst) red.post(dst, dst, elems);
+        } else if (finalDst) {
+          red.post(dst, src, elems);
         } else if (src != dst) {
           memcpy(dst, src, n);
         }
+        break;
+      }
+      case StepOp::kLocalReduce: {
+        char* dst = mptr(s.dst, off_);
+        combine(dst, dst, ptr(s.src, off_));
+        if (finalDst) red.post(dst, dst, elems);
         break;
       }
     }

@@ -15,13 +15,6 @@
 namespace loom::bench {
 namespace {
 
-const Collective& byName(const std::string& tool) {
-  for (const NamedCollective& c : allCollectives())
-    if (tool == c.tool) return c.get();
-  ADD_FAILURE() << "no collective " << tool;
-  return allReduceCollective();
-}
-
 TEST(BenchCollectives, BusBandwidthFactorsAreNcclTests) {
   for (int n = 1; n <= 8; ++n) {
     const double ring = double(n - 1) / n;

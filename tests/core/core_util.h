@@ -80,6 +80,7 @@ class CoreTest : public testing::TestWithParam<CoreParam> {
   void SetUp() override {
     if (GetParam().transport == Transport::kSocket) shmOff_.emplace("NCCL_SHM_DISABLE", "1");
   }
+  Transport transport() const { return GetParam().transport; }
   Mode mode() const { return GetParam().mode; }
   int nranks() const { return GetParam().nranks; }
 
@@ -90,6 +91,9 @@ class CoreTest : public testing::TestWithParam<CoreParam> {
 
  private:
   std::optional<EnvGuard> shmOff_;
+  // A deadlock becomes a failure naming the stuck operation (after 60 s without progress)
+  // rather than the harness aborting the whole binary at its 120 s limit.
+  EnvGuard stallLimit_{"LOOM_TIMEOUT", "60"};
 };
 
 inline uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull) {

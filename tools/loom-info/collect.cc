@@ -161,17 +161,24 @@ std::string stripPrefix(const std::string& s) {
   return s;
 }
 
+// SocketAddr::str() with the port, which is 0 for an interface address, left off.
+std::string hostPart(const SocketAddr& a) {
+  std::string s = a.str();
+  if (!s.empty() && s[0] == '[') return s.substr(1, s.find(']') - 1);
+  return s.substr(0, s.rfind(':'));
+}
+
 void collectNetwork(Info* info) {
   try {
     NetInterface i = bootstrapInterface();
-    info->bootstrap = {i.name, i.addr.str()};
+    info->bootstrap = {i.name, hostPart(i.addr)};
     info->bootstrapOk = true;
   } catch (const Error& e) {
     info->bootstrapError = e.what();
   }
   try {
     // "^" excludes nothing: every interface that is up and has a usable address.
-    for (const NetInterface& i : findInterfaces("^", 0)) info->interfaces.push_back({i.name, i.addr.str()});
+    for (const NetInterface& i : findInterfaces("^", 0)) info->interfaces.push_back({i.name, hostPart(i.addr)});
   } catch (const Error&) {
     // getifaddrs failed; the bootstrap line already carries the reason.
   }

@@ -1,0 +1,88 @@
+#include "algo/tree.h"
+
+#include <algorithm>
+
+namespace loom {
+
+Tree binaryTree(int n, int rank, bool mirror) {
+  auto pos = [&](int r) { return mirror ? n - 1 - r : r; };
+  auto rankAt = [&](int p) { return mirror ? n - 1 - p : p; };
+  Tree t;
+  int p = pos(rank);
+  if (p > 0) t.parent = rankAt((p - 1) / 2);
+  for (int c = 2 * p + 1; c <= 2 * p + 2 && c < n; ++c) t.children.push_back(rankAt(c));
+  return t;
+}
+
+namespace {
+
+// Reduce chunk [off, off+bytes) up the tree: the partial sum lands in recv, then goes to
+// the parent (or, at the root, becomes final).
+void reduceUp(PlanBuilder& b, const Tree& t, size_t off, size_t bytes) {
+  if (t.children.empty()) {
+    b.setPeers(t.parent, -1);
+    b.send(sendBuf(off), bytes);
+    return;
+  }
+  for (size_t i = 0; i < t.children.size(); ++i) {
+    bool first = i == 0, lastChild = i + 1 == t.children.size();
+    b.setPeers(t.parent, t.children[i]);
+    BufRef src = first ? sendBuf(off) : recvBuf(off);
+    uint8_t srcFlag = first ? 0 : kSrcPartial;
+    if (lastChild && t.parent >= 0) {
+      b.add(StepOp::kRecvReduceSend, src, {}, bytes, srcFlag);
+    } else {
+      // At the root the last reduction is final: post() applies there.
+      uint8_t dstFlag = lastChild ? 0 : kDstPartial;
+      b.add(StepOp::kRecvReduceCopy, src, recvBuf(off), bytes, srcFlag | dstFlag);
+    }
+  }
+}
+
+// Broadcast the final chunk down the tree.
+void broadcastDown(PlanBuilder& b, const Tree& t, size_t off, size_t bytes) {
+  if (t.parent >= 0) {
+    b.setPeers(-1, t.parent);
+    // The data is final already: receivers must not apply post() again.
+    b.add(StepOp::kRecv, {}, recvBuf(off), bytes, kDstPartial);
+  }
+  for (int c : t.children) {
+    b.setPeers(c, -1);
+    b.add(StepOp::kSend, recvBuf(off), {}, bytes, kSrcPartial);
+  }
+}
+
+}  // namespace
+
+Plan treeAllReduce(int n, int rank, size_t count, size_t elt, size_t chunkBytes) {
+  Plan plan;
+  plan.coll = Collective::kAllReduce;
+  plan.algo = Algorithm::kTree;
+  if (n == 1) {
+    plan.channels.resize(1);
+    PlanBuilder(plan.channels[0], -1, -1).copy(sendBuf(0), recvBuf(0), count * elt);
+    return plan;
+  }
+  plan.channels.resize(2);
+  size_t half = count / 2;
+  size_t chunkElems = std::max<size_t>(1, chunkBytes / elt);
+  for (int ch = 0; ch < 2; ++ch) {
+    Tree t = binaryTree(n, rank, ch == 1);
+    size_t begin = ch == 0 ? 0 : half, end = ch == 0 ? half : count;
+    PlanBuilder b(plan.channels[ch], -1, -1);
+    b.setConn(ch);  // the two trees share edges: each gets its own connections
+    std::vector<std::pair<size_t, size_t>> chunks;
+    for (size_t e = begin; e < end; e += chunkElems)
+      chunks.push_back({e * elt, (std::min(end, e + chunkElems) - e) * elt});
+    if (chunks.empty()) continue;
+    // Broadcast trails the reduction by a few chunks so both directions stay busy.
+    const size_t lag = 2;
+    for (size_t c = 0; c < chunks.size() + lag; ++c) {
+      if (c < chunks.size()) reduceUp(b, t, chunks[c].first, chunks[c].second);
+      if (c >= lag) broadcastDown(b, t, chunks[c - lag].first, chunks[c - lag].second);
+    }
+  }
+  return plan;
+}
+
+}  // namespace loom

@@ -1,0 +1,23 @@
+// Trees: binary trees over the ranks, and the double binary tree all-reduce (each of two
+// complementary trees reduces and broadcasts half of the data, so every rank is an inner
+// node of at most one tree and links carry traffic in both trees).
+#pragma once
+
+#include <vector>
+
+#include "algo/plan.h"
+
+namespace loom {
+
+struct Tree {
+  int parent = -1;
+  std::vector<int> children;
+};
+
+// Heap-shaped binary tree over ranks 0..n-1 (`mirror`: over n-1..0), seen from `rank`.
+Tree binaryTree(int nranks, int rank, bool mirror);
+
+// chunkBytes: pipelining granularity (a multiple of eltSize).
+Plan treeAllReduce(int nranks, int rank, size_t count, size_t eltSize, size_t chunkBytes);
+
+}  // namespace loom
