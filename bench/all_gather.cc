@@ -26,7 +26,8 @@ class AllGather final : public Collective {
     int64_t wrong = 0;
     size_t block = c.counts.sendCount;
     for (int r = 0; r < c.nranks; ++r)
-      wrong += countWrongCopy(c.seed, c.eltSize(), c.result() + r * block * c.eltSize(), block, r, 0);
+      wrong +=
+          countWrongCopy(c.seed, c.eltSize(), c.result() + r * block * c.eltSize(), block, r, 0);
     return wrong;
   }
 };

@@ -7,9 +7,7 @@ namespace {
 class AllReduce final : public Collective {
  public:
   const char* name() const override { return "AllReduce"; }
-  Counts counts(size_t count, size_t, int) const override {
-    return {count, count, count, 0, 0};
-  }
+  Counts counts(size_t count, size_t, int) const override { return {count, count, count, 0, 0}; }
   double algBytesFactor(int) const override { return 1; }
   // Ring all-reduce moves 2(n-1)/n of the buffer through each link.
   double busBwFactor(int n) const override { return 2.0 * (n - 1) / n; }

@@ -7,9 +7,7 @@ namespace {
 class Broadcast final : public Collective {
  public:
   const char* name() const override { return "Broadcast"; }
-  Counts counts(size_t count, size_t, int) const override {
-    return {count, count, count, 0, 0};
-  }
+  Counts counts(size_t count, size_t, int) const override { return {count, count, count, 0, 0}; }
   double algBytesFactor(int) const override { return 1; }
   double busBwFactor(int) const override { return 1; }
   bool sweepsOps() const override { return false; }

@@ -190,12 +190,18 @@ struct IntTraits {
   LOOM_HD LOOM_INLINE static Acc load(Storage s) { return s; }
   LOOM_HD LOOM_INLINE static Storage store(Acc a) { return a; }
 };
-template <> struct Traits<DataType::kInt8> : IntTraits<int8_t> {};
-template <> struct Traits<DataType::kUint8> : IntTraits<uint8_t> {};
-template <> struct Traits<DataType::kInt32> : IntTraits<int32_t> {};
-template <> struct Traits<DataType::kUint32> : IntTraits<uint32_t> {};
-template <> struct Traits<DataType::kInt64> : IntTraits<int64_t> {};
-template <> struct Traits<DataType::kUint64> : IntTraits<uint64_t> {};
+template <>
+struct Traits<DataType::kInt8> : IntTraits<int8_t> {};
+template <>
+struct Traits<DataType::kUint8> : IntTraits<uint8_t> {};
+template <>
+struct Traits<DataType::kInt32> : IntTraits<int32_t> {};
+template <>
+struct Traits<DataType::kUint32> : IntTraits<uint32_t> {};
+template <>
+struct Traits<DataType::kInt64> : IntTraits<int64_t> {};
+template <>
+struct Traits<DataType::kUint64> : IntTraits<uint64_t> {};
 
 template <typename T>
 struct WideFloatTraits {
@@ -205,31 +211,37 @@ struct WideFloatTraits {
   LOOM_HD LOOM_INLINE static Acc load(Storage s) { return s; }
   LOOM_HD LOOM_INLINE static Storage store(Acc a) { return a; }
 };
-template <> struct Traits<DataType::kFloat32> : WideFloatTraits<float> {};
-template <> struct Traits<DataType::kFloat64> : WideFloatTraits<double> {};
+template <>
+struct Traits<DataType::kFloat32> : WideFloatTraits<float> {};
+template <>
+struct Traits<DataType::kFloat64> : WideFloatTraits<double> {};
 
-template <> struct Traits<DataType::kFloat16> {
+template <>
+struct Traits<DataType::kFloat16> {
   using Storage = uint16_t;
   using Acc = float;
   static constexpr bool kIsFloat = true;
   LOOM_HD LOOM_INLINE static Acc load(Storage s) { return halfToFloat(s); }
   LOOM_HD LOOM_INLINE static Storage store(Acc a) { return floatToHalf(a); }
 };
-template <> struct Traits<DataType::kBfloat16> {
+template <>
+struct Traits<DataType::kBfloat16> {
   using Storage = uint16_t;
   using Acc = float;
   static constexpr bool kIsFloat = true;
   LOOM_HD LOOM_INLINE static Acc load(Storage s) { return bf16ToFloat(s); }
   LOOM_HD LOOM_INLINE static Storage store(Acc a) { return floatToBf16(a); }
 };
-template <> struct Traits<DataType::kFloat8e4m3> {
+template <>
+struct Traits<DataType::kFloat8e4m3> {
   using Storage = uint8_t;
   using Acc = float;
   static constexpr bool kIsFloat = true;
   LOOM_HD LOOM_INLINE static Acc load(Storage s) { return fp8e4m3ToFloat(s); }
   LOOM_HD LOOM_INLINE static Storage store(Acc a) { return floatToFp8e4m3(a); }
 };
-template <> struct Traits<DataType::kFloat8e5m2> {
+template <>
+struct Traits<DataType::kFloat8e5m2> {
   using Storage = uint8_t;
   using Acc = float;
   static constexpr bool kIsFloat = true;

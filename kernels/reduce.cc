@@ -15,9 +15,9 @@ StringKnob kCpuIsa("LOOM_CPU_ISA", "", "auto",
                    "Instruction set of the CPU reduction loops: auto (the best this CPU has), "
                    "generic, avx2 or avx512");
 
-constexpr const char* kDtypeNames[kNumDataTypes] = {
-    "int8", "uint8", "int32", "uint32", "int64",  "uint64",
-    "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
+constexpr const char* kDtypeNames[kNumDataTypes] = {"int8",   "uint8",    "int32",  "uint32",
+                                                    "int64",  "uint64",   "half",   "float",
+                                                    "double", "bfloat16", "f8e4m3", "f8e5m2"};
 constexpr size_t kDtypeSizes[kNumDataTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
 bool isFloatType(int dtype) { return dtype >= int(DataType::kFloat16); }
@@ -29,10 +29,14 @@ void copyElements(void* dst, const void* src, size_t n, const RedScalars&) {
 
 RedUnaryFn copyFn(size_t eltSize) {
   switch (eltSize) {
-    case 1: return copyElements<1>;
-    case 2: return copyElements<2>;
-    case 4: return copyElements<4>;
-    default: return copyElements<8>;
+    case 1:
+      return copyElements<1>;
+    case 2:
+      return copyElements<2>;
+    case 4:
+      return copyElements<4>;
+    default:
+      return copyElements<8>;
   }
 }
 
@@ -40,12 +44,18 @@ RedUnaryFn copyFn(size_t eltSize) {
 // rounds its Avg factor: through float, except for double.
 uint64_t floatScalarBits(int dtype, double v) {
   switch (DataType(dtype)) {
-    case DataType::kFloat16: return floatToHalf(float(v));
-    case DataType::kBfloat16: return floatToBf16(float(v));
-    case DataType::kFloat8e4m3: return floatToFp8e4m3(float(v));
-    case DataType::kFloat8e5m2: return floatToFp8e5m2(float(v));
-    case DataType::kFloat32: return floatBits(float(v));
-    default: return doubleBits(v);
+    case DataType::kFloat16:
+      return floatToHalf(float(v));
+    case DataType::kBfloat16:
+      return floatToBf16(float(v));
+    case DataType::kFloat8e4m3:
+      return floatToFp8e4m3(float(v));
+    case DataType::kFloat8e5m2:
+      return floatToFp8e5m2(float(v));
+    case DataType::kFloat32:
+      return floatBits(float(v));
+    default:
+      return doubleBits(v);
   }
 }
 
@@ -53,13 +63,27 @@ uint64_t floatScalarBits(int dtype, double v) {
 RedScalars scalarsFromBits(int dtype, uint64_t bits) {
   RedScalars s;
   switch (DataType(dtype)) {
-    case DataType::kFloat16: s.f32 = scalarFromBits<DataType::kFloat16>(bits); break;
-    case DataType::kBfloat16: s.f32 = scalarFromBits<DataType::kBfloat16>(bits); break;
-    case DataType::kFloat8e4m3: s.f32 = scalarFromBits<DataType::kFloat8e4m3>(bits); break;
-    case DataType::kFloat8e5m2: s.f32 = scalarFromBits<DataType::kFloat8e5m2>(bits); break;
-    case DataType::kFloat32: s.f32 = scalarFromBits<DataType::kFloat32>(bits); break;
-    case DataType::kFloat64: s.f64 = scalarFromBits<DataType::kFloat64>(bits); break;
-    default: s.u64 = bits; break;  // the loops truncate to the integer type
+    case DataType::kFloat16:
+      s.f32 = scalarFromBits<DataType::kFloat16>(bits);
+      break;
+    case DataType::kBfloat16:
+      s.f32 = scalarFromBits<DataType::kBfloat16>(bits);
+      break;
+    case DataType::kFloat8e4m3:
+      s.f32 = scalarFromBits<DataType::kFloat8e4m3>(bits);
+      break;
+    case DataType::kFloat8e5m2:
+      s.f32 = scalarFromBits<DataType::kFloat8e5m2>(bits);
+      break;
+    case DataType::kFloat32:
+      s.f32 = scalarFromBits<DataType::kFloat32>(bits);
+      break;
+    case DataType::kFloat64:
+      s.f64 = scalarFromBits<DataType::kFloat64>(bits);
+      break;
+    default:
+      s.u64 = bits;
+      break;  // the loops truncate to the integer type
   }
   return s;
 }
@@ -130,9 +154,12 @@ CpuIsa activeCpuIsa() { return tables().active; }
 
 const char* cpuIsaName(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kGeneric: return "generic";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kGeneric:
+      return "generic";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -148,12 +175,18 @@ const char* dtypeName(int dtype) { return dtypeValid(dtype) ? kDtypeNames[dtype]
 
 const char* redKindName(RedKind kind) {
   switch (kind) {
-    case RedKind::kSum: return "sum";
-    case RedKind::kProd: return "prod";
-    case RedKind::kMax: return "max";
-    case RedKind::kMin: return "min";
-    case RedKind::kPreMulSum: return "premulsum";
-    case RedKind::kSumPostDiv: return "sumpostdiv";
+    case RedKind::kSum:
+      return "sum";
+    case RedKind::kProd:
+      return "prod";
+    case RedKind::kMax:
+      return "max";
+    case RedKind::kMin:
+      return "min";
+    case RedKind::kPreMulSum:
+      return "premulsum";
+    case RedKind::kSumPostDiv:
+      return "sumpostdiv";
   }
   return "unknown";
 }
@@ -213,8 +246,9 @@ Reducer Reducer::sumPostDiv(int dtype, int nranks) {
 }
 
 Reducer Reducer::withIsa(CpuIsa isa) const {
-  LOOM_CHECK_USAGE(cpuIsaSupported(isa), "CPU reduction loops for %s requested, but this CPU lacks %s",
-                   cpuIsaName(isa), cpuIsaName(isa));
+  LOOM_CHECK_USAGE(cpuIsaSupported(isa),
+                   "CPU reduction loops for %s requested, but this CPU lacks %s", cpuIsaName(isa),
+                   cpuIsaName(isa));
   Reducer r = *this;
   r.isa = isa;
   r.resolve();

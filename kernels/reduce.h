@@ -20,15 +20,15 @@ CpuIsa activeCpuIsa();  // LOOM_CPU_ISA, else the best supported
 const char* cpuIsaName(CpuIsa isa);
 
 bool dtypeValid(int dtype);
-size_t dtypeSize(int dtype);      // throws kInvalidArgument for an unknown type
+size_t dtypeSize(int dtype);       // throws kInvalidArgument for an unknown type
 const char* dtypeName(int dtype);  // nccl-tests' names ("float", "bfloat16", ...); "unknown"
 const char* redKindName(RedKind kind);
 
 // Scalars of a reduction in the compute type of each data type family.
 struct RedScalars {
-  float f32 = 0;    // fp16, bf16, fp8, fp32: PreMulSum factor / SumPostDiv factor
-  double f64 = 0;   // fp64
-  uint64_t u64 = 0; // integers: PreMulSum factor (two's complement) / SumPostDiv divisor
+  float f32 = 0;     // fp16, bf16, fp8, fp32: PreMulSum factor / SumPostDiv factor
+  double f64 = 0;    // fp64
+  uint64_t u64 = 0;  // integers: PreMulSum factor (two's complement) / SumPostDiv divisor
 };
 
 using RedBinaryFn = void (*)(void* dst, const void* a, const void* b, size_t n,

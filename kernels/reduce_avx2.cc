@@ -49,9 +49,7 @@ struct VecProd {
 };
 struct VecPreSum {
   __m256 s;
-  __m256 operator()(__m256 a, __m256 b) const {
-    return a + _mm256_cvtph_ps(toHalf8(b * s));
-  }
+  __m256 operator()(__m256 a, __m256 b) const { return a + _mm256_cvtph_ps(toHalf8(b * s)); }
 };
 
 template <typename V, typename F>

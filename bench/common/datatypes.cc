@@ -66,8 +66,9 @@ uint32_t encodeMini(const MiniFloat& f, double v) {
   const int maxExpField = (1 << f.expBits) - 1;
   const uint32_t signBit = 1u << (f.expBits + f.mantBits);
   const uint32_t mantOne = 1u << f.mantBits;
-  if (std::isnan(v)) return f.ieee ? (uint32_t(maxExpField) << f.mantBits) | (mantOne >> 1)
-                                   : (uint32_t(maxExpField) << f.mantBits) | (mantOne - 1);
+  if (std::isnan(v))
+    return f.ieee ? (uint32_t(maxExpField) << f.mantBits) | (mantOne >> 1)
+                  : (uint32_t(maxExpField) << f.mantBits) | (mantOne - 1);
   uint32_t sign = std::signbit(v) ? signBit : 0;
   double a = std::fabs(v);
   // Largest finite: IEEE-like formats reserve the top exponent; e4m3 only its top mantissa.

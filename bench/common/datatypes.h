@@ -66,38 +66,56 @@ double decodeMini(const MiniFloat& f, uint32_t bits);
 template <typename S>
 struct IntCodec {
   using Storage = S;
-  static double load(const void* p, size_t i) { return static_cast<double>(static_cast<const S*>(p)[i]); }
+  static double load(const void* p, size_t i) {
+    return static_cast<double>(static_cast<const S*>(p)[i]);
+  }
   static void store(void* p, size_t i, double v) { static_cast<S*>(p)[i] = static_cast<S>(v); }
 };
 template <typename S>
 struct FloatCodec {
   using Storage = S;
-  static double load(const void* p, size_t i) { return static_cast<double>(static_cast<const S*>(p)[i]); }
+  static double load(const void* p, size_t i) {
+    return static_cast<double>(static_cast<const S*>(p)[i]);
+  }
   static void store(void* p, size_t i, double v) { static_cast<S*>(p)[i] = static_cast<S>(v); }
 };
 template <typename S, const MiniFloat& F>
 struct MiniCodec {
   using Storage = S;
   static double load(const void* p, size_t i) { return decodeMini(F, static_cast<const S*>(p)[i]); }
-  static void store(void* p, size_t i, double v) { static_cast<S*>(p)[i] = static_cast<S>(encodeMini(F, v)); }
+  static void store(void* p, size_t i, double v) {
+    static_cast<S*>(p)[i] = static_cast<S>(encodeMini(F, v));
+  }
 };
 
 // Calls fn(Codec{}) with the codec of `type`.
 template <typename Fn>
 decltype(auto) withCodec(ncclDataType_t type, Fn&& fn) {
   switch (type) {
-    case ncclInt8: return fn(IntCodec<int8_t>{});
-    case ncclUint8: return fn(IntCodec<uint8_t>{});
-    case ncclInt32: return fn(IntCodec<int32_t>{});
-    case ncclUint32: return fn(IntCodec<uint32_t>{});
-    case ncclInt64: return fn(IntCodec<int64_t>{});
-    case ncclUint64: return fn(IntCodec<uint64_t>{});
-    case ncclFloat16: return fn(MiniCodec<uint16_t, kHalfFormat>{});
-    case ncclFloat32: return fn(FloatCodec<float>{});
-    case ncclFloat64: return fn(FloatCodec<double>{});
-    case ncclBfloat16: return fn(MiniCodec<uint16_t, kBf16Format>{});
-    case ncclFloat8e4m3: return fn(MiniCodec<uint8_t, kE4m3Format>{});
-    default: return fn(MiniCodec<uint8_t, kE5m2Format>{});
+    case ncclInt8:
+      return fn(IntCodec<int8_t>{});
+    case ncclUint8:
+      return fn(IntCodec<uint8_t>{});
+    case ncclInt32:
+      return fn(IntCodec<int32_t>{});
+    case ncclUint32:
+      return fn(IntCodec<uint32_t>{});
+    case ncclInt64:
+      return fn(IntCodec<int64_t>{});
+    case ncclUint64:
+      return fn(IntCodec<uint64_t>{});
+    case ncclFloat16:
+      return fn(MiniCodec<uint16_t, kHalfFormat>{});
+    case ncclFloat32:
+      return fn(FloatCodec<float>{});
+    case ncclFloat64:
+      return fn(FloatCodec<double>{});
+    case ncclBfloat16:
+      return fn(MiniCodec<uint16_t, kBf16Format>{});
+    case ncclFloat8e4m3:
+      return fn(MiniCodec<uint8_t, kE4m3Format>{});
+    default:
+      return fn(MiniCodec<uint8_t, kE5m2Format>{});
   }
 }
 

@@ -65,7 +65,8 @@ Placement detectPlacement(const EnvFn& env) {
     p.launcher = "built-in launcher (forked processes)";
     checkRank("LOOM_BENCH_RANK", p.proc, p.nProcs);
     if (commIdEnv.empty())
-      benchFail(Status::kInternalError, "forked rank %d has no NCCL_COMM_ID from its parent", p.proc);
+      benchFail(Status::kInternalError, "forked rank %d has no NCCL_COMM_ID from its parent",
+                p.proc);
     p.commId = commIdEnv;
     return p;
   }
@@ -91,7 +92,8 @@ Placement detectPlacement(const EnvFn& env) {
       int offset = env("LOOM_BENCH_PORT_OFFSET") ? envInt(env, "LOOM_BENCH_PORT_OFFSET", 0)
                                                  : (env("TORCHELASTIC_RUN_ID") ? 1 : 0);
       if (base + offset < 1 || base + offset > 65535)
-        benchFail(Status::kInvalidUsage, "MASTER_PORT=%s (+%d) is not a valid TCP port", port, offset);
+        benchFail(Status::kInvalidUsage, "MASTER_PORT=%s (+%d) is not a valid TCP port", port,
+                  offset);
       p.commId = joinHostPort(addr, base + offset);
     }
     return p;
@@ -118,8 +120,8 @@ Placement detectPlacement(const EnvFn& env) {
     } else if (p.nProcs > 1) {
       p.fileExchange = true;
       const char* key = nullptr;
-      for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
-                               "PMI_KVSNAME", "PMI_JOBID"})
+      for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+                               "OMPI_MCA_orte_ess_jobid", "PMI_KVSNAME", "PMI_JOBID"})
         if ((key = env(name))) break;
       // Ranks of one node share their launcher daemon (orted/prted/hydra proxy).
       p.exchangeKey = key ? key : formatString("ppid%d", static_cast<int>(getppid()));
@@ -183,8 +185,9 @@ std::string firstSlurmHost(const std::string& nodelist) {
 }
 
 int slurmPort(long jobId, long stepId) {
-  return 20000 + static_cast<int>((static_cast<unsigned long>(jobId) * 17 +
-                                   static_cast<unsigned long>(stepId)) % 30000);
+  return 20000 +
+         static_cast<int>(
+             (static_cast<unsigned long>(jobId) * 17 + static_cast<unsigned long>(stepId)) % 30000);
 }
 
 std::string joinHostPort(const std::string& host, int port) {
@@ -198,15 +201,17 @@ std::string resolveHost(const std::string& host) {
   hints.ai_socktype = SOCK_STREAM;
   struct addrinfo* res = nullptr;
   if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || !res)
-    benchFail(Status::kInvalidUsage, "cannot resolve host '%s': %s", host.c_str(), gai_strerror(rc));
+    benchFail(Status::kInvalidUsage, "cannot resolve host '%s': %s", host.c_str(),
+              gai_strerror(rc));
   std::string out;
   for (int family : {AF_INET, AF_INET6}) {
     for (struct addrinfo* a = res; a && out.empty(); a = a->ai_next) {
       if (a->ai_family != family) continue;
       char buf[INET6_ADDRSTRLEN];
-      const void* src = family == AF_INET
-                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
-                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+      const void* src =
+          family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
       if (inet_ntop(family, src, buf, sizeof buf)) out = buf;
     }
   }
@@ -225,7 +230,8 @@ int pickFreePort(const std::string& ip) {
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     int err = errno;
     close(fd);
-    benchFail(Status::kInternalError, "cannot bind a TCP port on %s: %s", ip.c_str(), strerror(err));
+    benchFail(Status::kInternalError, "cannot bind a TCP port on %s: %s", ip.c_str(),
+              strerror(err));
   }
   socklen_t len = sizeof addr;
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -260,7 +266,8 @@ std::string exchangeFile(const std::string& key) {
   if (!dir || !*dir) dir = getenv("TMPDIR");
   if (!dir || !*dir) dir = "/tmp";
   std::string safe;
-  for (char c : key) safe += isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
+  for (char c : key)
+    safe += isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
   return formatString("%s/loom-bench-%s-uid%d.addr", dir, safe.c_str(), static_cast<int>(getuid()));
 }
 
@@ -282,7 +289,8 @@ Rendezvous::Rendezvous(const Placement& p) {
     {
       std::ofstream out(tmp);
       out << commId_ << "\n";
-      if (!out) benchFail(Status::kInternalError, "cannot write the rendezvous file %s", tmp.c_str());
+      if (!out)
+        benchFail(Status::kInternalError, "cannot write the rendezvous file %s", tmp.c_str());
     }
     if (rename(tmp.c_str(), path.c_str()) != 0)
       benchFail(Status::kInternalError, "cannot publish the rendezvous file %s: %s", path.c_str(),
@@ -303,10 +311,11 @@ Rendezvous::Rendezvous(const Placement& p) {
         if (!commId_.empty()) break;
       }
       if (std::chrono::steady_clock::now() > deadline)
-        benchFail(Status::kTimeout,
-                  "rank %d waited %d s for rank 0's rendezvous file %s; for multi-node mpirun "
-                  "set LOOM_BENCH_RENDEZVOUS_DIR to a shared directory or NCCL_COMM_ID=<host>:<port>",
-                  p.proc, timeoutSec, path.c_str());
+        benchFail(
+            Status::kTimeout,
+            "rank %d waited %d s for rank 0's rendezvous file %s; for multi-node mpirun "
+            "set LOOM_BENCH_RENDEZVOUS_DIR to a shared directory or NCCL_COMM_ID=<host>:<port>",
+            p.proc, timeoutSec, path.c_str());
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
@@ -373,18 +382,34 @@ std::optional<int> forkRanks(int nprocs) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
 
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kNever = Clock::time_point::max();
   int result = 0;
+  int failedRank = -1;
   int alive = nprocs;
-  auto killDeadline = std::chrono::steady_clock::time_point::max();
+  // After a rank fails the others get a grace period to finish on their own (they usually
+  // fail the same way); then SIGTERM, then SIGKILL.
+  auto termDeadline = kNever, killDeadline = kNever;
   while (alive > 0) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid < 0 && errno != EINTR) break;
     if (pid <= 0) {
-      if (std::chrono::steady_clock::now() > killDeadline) {
+      auto now = Clock::now();
+      if (now > termDeadline) {
+        fprintf(
+            stderr,
+            "loom bench launcher: rank %d failed (exit code %d); stopping the other %d rank(s)\n",
+            failedRank, result, alive);
+        for (pid_t c : gChildren)
+          if (c > 0) kill(c, SIGTERM);
+        termDeadline = kNever;
+        killDeadline = now + std::chrono::seconds(5);
+      }
+      if (now > killDeadline) {
         for (pid_t c : gChildren)
           if (c > 0) kill(c, SIGKILL);
-        killDeadline = std::chrono::steady_clock::time_point::max();
+        killDeadline = kNever;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       continue;
@@ -398,15 +423,8 @@ std::optional<int> forkRanks(int nprocs) {
     int code = exitCodeOf(status);
     if (code != 0 && result == 0) {
       result = code;
-      if (alive > 0) {
-        fprintf(stderr, "%s: rank %d (pid %d) %s %d; stopping the other %d rank(s)\n",
-                "loom bench launcher", rank, static_cast<int>(pid),
-                WIFSIGNALED(status) ? "was killed by signal" : "exited with code",
-                WIFSIGNALED(status) ? WTERMSIG(status) : code, alive);
-        for (pid_t c : gChildren)
-          if (c > 0) kill(c, SIGTERM);
-        killDeadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      }
+      failedRank = rank;
+      if (alive > 0) termDeadline = Clock::now() + std::chrono::seconds(3);
     }
   }
   if (gForwardedSignal && result == 0) result = 128 + gForwardedSignal;

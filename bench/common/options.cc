@@ -18,10 +18,20 @@ double parseSize(const char* text) {
   double units = 1;
   if (n == 2) {
     switch (suffix[0]) {
-      case 'G': case 'g': units = 1024.0 * 1024 * 1024; break;
-      case 'M': case 'm': units = 1024.0 * 1024; break;
-      case 'K': case 'k': units = 1024.0; break;
-      default: return -1.0;
+      case 'G':
+      case 'g':
+        units = 1024.0 * 1024 * 1024;
+        break;
+      case 'M':
+      case 'm':
+        units = 1024.0 * 1024;
+        break;
+      case 'K':
+      case 'k':
+        units = 1024.0;
+        break;
+      default:
+        return -1.0;
     }
   }
   return size * units;
@@ -29,9 +39,12 @@ double parseSize(const char* text) {
 
 const char* memoryKindName(MemoryKind kind) {
   switch (kind) {
-    case MemoryKind::kHost: return "host";
-    case MemoryKind::kDevice: return "device";
-    default: return "auto";
+    case MemoryKind::kHost:
+      return "host";
+    case MemoryKind::kDevice:
+      return "device";
+    default:
+      return "auto";
   }
 }
 
@@ -73,7 +86,8 @@ const std::vector<Flag>& flags() {
       {'g', "ngpus", [](Options& o, const char* v) { o.nGpus = parseInt(v, "-g"); }},
       {'b', "minbytes", [](Options& o, const char* v) { o.minBytes = parseBytes(v, "minbytes"); }},
       {'e', "maxbytes", [](Options& o, const char* v) { o.maxBytes = parseBytes(v, "maxbytes"); }},
-      {'i', "stepbytes", [](Options& o, const char* v) { o.stepBytes = parseBytes(v, "stepBytes"); }},
+      {'i', "stepbytes",
+       [](Options& o, const char* v) { o.stepBytes = parseBytes(v, "stepBytes"); }},
       {'f', "stepfactor", [](Options& o, const char* v) { o.stepFactor = parseInt(v, "-f"); }},
       {'n', "iters", [](Options& o, const char* v) { o.iters = parseInt(v, "-n"); }},
       {'m', "agg_iters", [](Options& o, const char* v) { o.aggIters = parseInt(v, "-m"); }},
@@ -108,13 +122,16 @@ const std::vector<Flag>& flags() {
       {'z', "blocking", [](Options& o, const char* v) { o.blocking = parseInt(v, "-z"); }},
       {'y', "stream_null", [](Options& o, const char* v) { o.streamNull = parseInt(v, "-y"); }},
       {'T', "timeout", [](Options& o, const char* v) { o.timeoutSec = parseInt(v, "-T"); }},
-      {'G', "cudagraph", [](Options& o, const char* v) { o.cudaGraphLaunches = parseInt(v, "-G"); }},
-      {'C', "report_cputime", [](Options& o, const char* v) { o.reportCputime = parseInt(v, "-C"); }},
+      {'G', "cudagraph",
+       [](Options& o, const char* v) { o.cudaGraphLaunches = parseInt(v, "-G"); }},
+      {'C', "report_cputime",
+       [](Options& o, const char* v) { o.reportCputime = parseInt(v, "-C"); }},
       {'S', "report_timestamps",
        [](Options& o, const char* v) { o.reportTimestamps = parseInt(v, "-S"); }},
       {'J', "output_file", [](Options& o, const char* v) { o.outputFile = v; }},
       {'a', "average", [](Options& o, const char* v) { o.average = parseInt(v, "-a"); }},
-      {'R', "local_register", [](Options& o, const char* v) { o.localRegister = parseInt(v, "-R"); }},
+      {'R', "local_register",
+       [](Options& o, const char* v) { o.localRegister = parseInt(v, "-R"); }},
       {'x', "cta_policy", [](Options& o, const char* v) { o.ctaPolicy = parseInt(v, "-x"); }},
       {'D', "device_implementation",
        [](Options& o, const char* v) { o.deviceImpl = parseInt(v, "-D"); }},
@@ -139,7 +156,8 @@ const std::vector<Flag>& flags() {
        }},
       {0, "memory_kind", [](Options& o, const char* v) { o.memoryKind = parseMemoryKind(v); }},
       {'u', "unalign", [](Options& o, const char* v) { o.unalign = parseInt(v, "-u"); }},
-      {'I', "per_iter_timing", [](Options& o, const char* v) { o.perIterTiming = parseInt(v, "-I"); }},
+      {'I', "per_iter_timing",
+       [](Options& o, const char* v) { o.perIterTiming = parseInt(v, "-I"); }},
       {'K', "per_iter_skip", [](Options& o, const char* v) { o.perIterSkip = parseInt(v, "-K"); }},
       {0, "nranks", [](Options& o, const char* v) { o.nranks = parseInt(v, "--nranks"); }},
   };
@@ -168,8 +186,7 @@ Options parseOptions(int argc, const char* const* argv) {
     const char* arg = argv[i];
     auto takeValue = [&](const char* inlineValue, const char* name) -> const char* {
       if (inlineValue) return inlineValue;
-      if (i + 1 >= argc)
-        benchFail(Status::kInvalidUsage, "option '%s' requires an argument", name);
+      if (i + 1 >= argc) benchFail(Status::kInvalidUsage, "option '%s' requires an argument", name);
       return argv[++i];
     };
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
@@ -197,23 +214,30 @@ Options parseOptions(int argc, const char* const* argv) {
   if (o.minBytes > o.maxBytes)
     benchFail(Status::kInvalidUsage, "invalid sizes for 'minbytes' and 'maxbytes': %llu > %llu",
               (unsigned long long)o.minBytes, (unsigned long long)o.maxBytes);
-  if (o.nThreads < 1) benchFail(Status::kInvalidUsage, "invalid number of threads (-t %d)", o.nThreads);
-  if (o.nGpus < 1) benchFail(Status::kInvalidUsage, "invalid number of GPUs per thread (-g %d)", o.nGpus);
+  if (o.nThreads < 1)
+    benchFail(Status::kInvalidUsage, "invalid number of threads (-t %d)", o.nThreads);
+  if (o.nGpus < 1)
+    benchFail(Status::kInvalidUsage, "invalid number of GPUs per thread (-g %d)", o.nGpus);
   if (o.iters < 1) benchFail(Status::kInvalidUsage, "invalid iteration count (-n %d)", o.iters);
-  if (o.aggIters < 1) benchFail(Status::kInvalidUsage, "invalid aggregation count (-m %d)", o.aggIters);
-  if (o.warmupIters < 0) benchFail(Status::kInvalidUsage, "invalid warmup count (-w %d)", o.warmupIters);
+  if (o.aggIters < 1)
+    benchFail(Status::kInvalidUsage, "invalid aggregation count (-m %d)", o.aggIters);
+  if (o.warmupIters < 0)
+    benchFail(Status::kInvalidUsage, "invalid warmup count (-w %d)", o.warmupIters);
   if (o.runCycles < 0) benchFail(Status::kInvalidUsage, "invalid cycle count (-N %d)", o.runCycles);
   if (o.datacheck < 0) benchFail(Status::kInvalidUsage, "invalid check count (-c %d)", o.datacheck);
   if (o.average < 0 || o.average > 3)
-    benchFail(Status::kInvalidUsage, "invalid average mode (-a %d): expected 0, 1, 2 or 3", o.average);
+    benchFail(Status::kInvalidUsage, "invalid average mode (-a %d): expected 0, 1, 2 or 3",
+              o.average);
   if (o.blocking < 0 || o.blocking > 3)
-    benchFail(Status::kInvalidUsage, "invalid blocking mode (-z %d): expected 0, 1, 2 or 3", o.blocking);
+    benchFail(Status::kInvalidUsage, "invalid blocking mode (-z %d): expected 0, 1, 2 or 3",
+              o.blocking);
   if (o.unalign < 0) benchFail(Status::kInvalidUsage, "invalid unalign (-u %d)", o.unalign);
   if (o.perIterSkip < 0 || (o.perIterTiming && o.perIterSkip >= o.iters))
     benchFail(Status::kInvalidUsage, "per_iter_skip (-K %d) must be in [0, iters (%d))",
               o.perIterSkip, o.iters);
   if (o.root < -1) benchFail(Status::kInvalidUsage, "invalid root (-r %d)", o.root);
-  if (o.nranks < 0) benchFail(Status::kInvalidUsage, "invalid number of ranks (--nranks %d)", o.nranks);
+  if (o.nranks < 0)
+    benchFail(Status::kInvalidUsage, "invalid number of ranks (--nranks %d)", o.nranks);
   if (o.stepFactor < 1) o.stepFactor = 1;
   if (o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes != o.maxBytes)
     benchFail(Status::kInvalidUsage, "stepbytes (-i) must be positive when stepfactor (-f) is 1");

@@ -77,10 +77,18 @@ double reduceExpectedScaled(const ReducePattern& p, size_t index, double* absSum
     double v = reduceInput(p, r, index);
     *absSum += std::fabs(v);
     switch (p.op->op) {
-      case ncclProd: acc *= v; break;
-      case ncclMax: acc = std::max(acc, v); break;
-      case ncclMin: acc = std::min(acc, v); break;
-      default: acc += p.op->preMulSum ? v * preMulScalar(r) : v; break;
+      case ncclProd:
+        acc *= v;
+        break;
+      case ncclMax:
+        acc = std::max(acc, v);
+        break;
+      case ncclMin:
+        acc = std::min(acc, v);
+        break;
+      default:
+        acc += p.op->preMulSum ? v * preMulScalar(r) : v;
+        break;
     }
   }
   if (p.op->op == ncclAvg) {

@@ -44,8 +44,7 @@ int64_t countWrongReduceInput(const ReducePattern& p, const void* got, size_t co
                               size_t offset);
 
 // Copy pattern: the bytes of element `offset + i` of `rank`'s data, eltSize bytes each.
-void fillCopyInput(uint64_t seed, size_t eltSize, void* dst, size_t count, int rank,
-                   size_t offset);
+void fillCopyInput(uint64_t seed, size_t eltSize, void* dst, size_t count, int rank, size_t offset);
 int64_t countWrongCopy(uint64_t seed, size_t eltSize, const void* got, size_t count, int rank,
                        size_t offset);
 // Elements i < count that are not all-zero bytes.

@@ -50,9 +50,10 @@ void RankRunner::registerBuffers() {
   ncclResult_t a = ncclCommRegister(comm_, send_, proc_.maxBytes(), &sendHandle_);
   ncclResult_t b = ncclCommRegister(comm_, recv_, proc_.maxBytes(), &recvHandle_);
   if (a != ncclSuccess || b != ncclSuccess) {
-    proc_.print(thread_, formatString("# -R %d: ncclCommRegister failed (%s); running without "
-                                      "registration\n",
-                                      o_.localRegister, ncclGetErrorString(a != ncclSuccess ? a : b)));
+    proc_.print(thread_,
+                formatString("# -R %d: ncclCommRegister failed (%s); running without "
+                             "registration\n",
+                             o_.localRegister, ncclGetErrorString(a != ncclSuccess ? a : b)));
     deregisterBuffers();
   }
 }
@@ -90,7 +91,8 @@ int64_t RankRunner::sumAll(int64_t v) {
 void RankRunner::maxAll(std::vector<double>& v) {
   Watchdog::Busy busy(proc_.watchdog(), thread_);
   std::vector<double> in = v;
-  BENCH_NCCL(ncclAllReduce(in.data(), v.data(), v.size(), ncclFloat64, ncclMax, comm_, nullptr), comm_);
+  BENCH_NCCL(ncclAllReduce(in.data(), v.data(), v.size(), ncclFloat64, ncclMax, comm_, nullptr),
+             comm_);
 }
 
 void RankRunner::run() {
@@ -98,9 +100,12 @@ void RankRunner::run() {
   std::vector<const TypeInfo*> types =
       o_.type ? std::vector<const TypeInfo*>{o_.type} : sweepTypes();
   std::vector<const OpInfo*> ops;
-  if (!coll_.sweepsOps()) ops = {&noOp()};
-  else if (o_.op) ops = {o_.op};
-  else for (const OpInfo& op : allOps()) ops.push_back(&op);
+  if (!coll_.sweepsOps())
+    ops = {&noOp()};
+  else if (o_.op)
+    ops = {o_.op};
+  else
+    for (const OpInfo& op : allOps()) ops.push_back(&op);
   int firstRoot = -1, lastRoot = -1;
   if (coll_.sweepsRoots()) {
     firstRoot = o_.root == -1 ? 0 : o_.root;
@@ -137,8 +142,9 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
     // The premultiplier is a value of the reduced type, passed by host pointer.
     alignas(8) unsigned char scalar[8] = {};
     storeValue(type.type, scalar, 0, preMulScalar(rank_));
-    BENCH_NCCL(ncclRedOpCreatePreMulSum(&ncclOp_, scalar, type.type, ncclScalarHostImmediate, comm_),
-               comm_);
+    BENCH_NCCL(
+        ncclRedOpCreatePreMulSum(&ncclOp_, scalar, type.type, ncclScalarHostImmediate, comm_),
+        comm_);
     opCreated_ = true;
   } else if (op.preMulSum) {
     ncclOp_ = ncclSum;
@@ -159,8 +165,10 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
       setupSize(size);
       const char* opName = coll_.sweepsOps() ? op.name : "none";
       size_t rowBytes = std::max(sendBytes_, recvBytes_);
-      proc_.print(thread_, formatRowPreamble(rowBytes, counts_.paramCount, type.name, opName, root));
-      if (proc_.isPrinter(thread_)) proc_.json().beginRow(rowBytes, counts_.paramCount, type.name, opName, root);
+      proc_.print(thread_,
+                  formatRowPreamble(rowBytes, counts_.paramCount, type.name, opName, root));
+      if (proc_.isPrinter(thread_))
+        proc_.json().beginRow(rowBytes, counts_.paramCount, type.name, opName, root);
       benchTime(false);
       benchTime(true);
       proc_.print(thread_, "\n");
@@ -208,11 +216,15 @@ void RankRunner::startColl(bool inPlace, int iter) {
     Watchdog::Busy busy(proc_.watchdog(), thread_);
     ncclResult_t res = coll_.run(a);
     if (res != ncclSuccess)
-      checkNccl(res, formatString("%s (%zu x %s, rank %d)", coll_.name(), counts_.paramCount,
-                                  type_->name, rank_).c_str(), comm_);
+      checkNccl(res,
+                formatString("%s (%zu x %s, rank %d)", coll_.name(), counts_.paramCount,
+                             type_->name, rank_)
+                    .c_str(),
+                comm_);
   }
-  // Host calls return complete, so -z's "wait" is already done; -z 1 adds the barrier.
-  if (o_.blocking == 1) barrier();
+  // Host calls return complete, so -z's "wait" is already done; -z 1 adds the barrier
+  // (after the group when -m aggregates calls: a barrier cannot run inside a group).
+  if (o_.blocking == 1 && o_.aggIters == 1) barrier();
 }
 
 void RankRunner::benchTime(bool inPlace) {
@@ -229,8 +241,11 @@ void RankRunner::benchTime(bool inPlace) {
     if (o_.aggIters > 1) BENCH_NCCL(ncclGroupStart(), comm_);
     for (int a = 0; a < o_.aggIters; ++a) startColl(inPlace, iter * o_.aggIters + a);
     if (o_.aggIters > 1) {
-      Watchdog::Busy busy(proc_.watchdog(), thread_);
-      BENCH_NCCL(ncclGroupEnd(), comm_);
+      {
+        Watchdog::Busy busy(proc_.watchdog(), thread_);
+        BENCH_NCCL(ncclGroupEnd(), comm_);
+      }
+      if (o_.blocking == 1) barrier();
     }
     double dt = now() - ti;
     if (o_.perIterTiming) iterTimes.push_back(dt / o_.aggIters);
@@ -251,7 +266,8 @@ void RankRunner::benchTime(bool inPlace) {
   IterStats stats;
   if (o_.perIterTiming) {
     maxAll(iterTimes);
-    stats = computeIterStats(std::vector<double>(iterTimes.begin() + o_.perIterSkip, iterTimes.end()));
+    stats =
+        computeIterStats(std::vector<double>(iterTimes.begin() + o_.perIterSkip, iterTimes.end()));
   }
   barrier();
 
@@ -274,9 +290,9 @@ void RankRunner::benchTime(bool inPlace) {
   if (inPlace && o_.reportTimestamps) line += formatTimestamp();
   proc_.print(thread_, line);
   if (proc_.isPrinter(thread_))
-    proc_.json().placement(!inPlace, o_.reportCputime, timeUs, algBw, busBw, reportErrors ? wrong : -1,
-                           o_.perIterTiming ? &stats : nullptr, o_.perIterTiming ? &iterTimes : nullptr,
-                           o_.perIterSkip);
+    proc_.json().placement(!inPlace, o_.reportCputime, timeUs, algBw, busBw,
+                           reportErrors ? wrong : -1, o_.perIterTiming ? &stats : nullptr,
+                           o_.perIterTiming ? &iterTimes : nullptr, o_.perIterSkip);
   bwSum_ += busBw;
   ++bwCount_;
 }

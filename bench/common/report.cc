@@ -34,8 +34,10 @@ std::string formatHeader(const Options& o, const HeaderInfo& info) {
       o.nThreads, o.nGpus, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
       o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.datacheck,
       o.cudaGraphLaunches, o.unalign);
-  if (o.blocking == 1) s += "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n";
-  if (o.blocking == 2) s += "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n";
+  if (o.blocking == 1)
+    s += "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n";
+  if (o.blocking == 2)
+    s += "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n";
   if (o.blocking == 3)
     s += "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes "
          "barrier \n";
@@ -44,7 +46,8 @@ std::string formatHeader(const Options& o, const HeaderInfo& info) {
     if (o.perIterSkip) s += formatString("; summary skips first %d iterations", o.perIterSkip);
     s += " \n";
   }
-  if (o.parallelInit) s += "# Parallel Init Enabled: threads call into NcclInitRank concurrently \n";
+  if (o.parallelInit)
+    s += "# Parallel Init Enabled: threads call into NcclInitRank concurrently \n";
   s += formatString("# Loom: %d ranks, %s, %s buffers\n", info.totalRanks, info.launcher.c_str(),
                     info.memory.c_str());
   s += "#\n";
@@ -85,8 +88,8 @@ std::string formatColumnHeader(const Options& o) {
         "    \n",
         "", "", "", "", "");
     s += formatString("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n",
-                      "size", "count", "type", "redop", "root", timeStr, "algbw", "busbw",
-                      "#wrong", timeStr, "algbw", "busbw", "#wrong", tsPad, tsLbl);
+                      "size", "count", "type", "redop", "root", timeStr, "algbw", "busbw", "#wrong",
+                      timeStr, "algbw", "busbw", "#wrong", tsPad, tsLbl);
     s += formatString("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n",
                       "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
                       "(GB/s)", "(GB/s)", "", tsPad, tsFmt);

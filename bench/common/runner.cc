@@ -54,9 +54,16 @@ size_t memAvailableBytes() {
 
 std::string memString(double bytes) {
   const char* unit = " B";
-  if (bytes >= 1024.0 * 1024 * 1024) { unit = " GB"; bytes /= 1024.0 * 1024 * 1024; }
-  else if (bytes >= 1024.0 * 1024) { unit = " MB"; bytes /= 1024.0 * 1024; }
-  else if (bytes >= 1024.0) { unit = " KB"; bytes /= 1024.0; }
+  if (bytes >= 1024.0 * 1024 * 1024) {
+    unit = " GB";
+    bytes /= 1024.0 * 1024 * 1024;
+  } else if (bytes >= 1024.0 * 1024) {
+    unit = " MB";
+    bytes /= 1024.0 * 1024;
+  } else if (bytes >= 1024.0) {
+    unit = " KB";
+    bytes /= 1024.0;
+  }
   int precision = bytes < 10 ? 2 : bytes < 100 ? 1 : 0;
   return formatString("%.*f%s", precision, bytes, unit);
 }
@@ -143,7 +150,8 @@ void BenchProcess::applyPlatformNotes() {
     o.localRegister = 1;
   }
   if (o.memoryReport)
-    notes_.push_back("# -M 1: host buffers; the memory report counts the benchmark's host buffers\n");
+    notes_.push_back(
+        "# -M 1: host buffers; the memory report counts the benchmark's host buffers\n");
   if (getenv("NCCL_TESTS_SPLIT") || getenv("NCCL_TESTS_SPLIT_MASK"))
     notes_.push_back(
         "# NCCL_TESTS_SPLIT/NCCL_TESTS_SPLIT_MASK: splitting ranks into groups is not supported "
@@ -162,13 +170,12 @@ void BenchProcess::limitToMemory() {
   if (maxBytes_ > memMax) {
     maxBytes_ = memMax;
     if (o.minBytes > maxBytes_) o.minBytes = maxBytes_;
-    notes_.push_back(formatString("#\n# Reducing maxBytes to %zu due to memory limitation\n", maxBytes_));
+    notes_.push_back(
+        formatString("#\n# Reducing maxBytes to %zu due to memory limitation\n", maxBytes_));
   }
 }
 
-std::string BenchProcess::deviceDescription() const {
-  return "host memory, " + cpuModel();
-}
+std::string BenchProcess::deviceDescription() const { return "host memory, " + cpuModel(); }
 
 void BenchProcess::abortAll() {
   std::call_once(abortOnce_, [this] {
@@ -192,14 +199,15 @@ void BenchProcess::initComms() {
   const Options& o = in_.opts;
   const int n = nThreads();
   comms_.assign(n, nullptr);
-  Watchdog::Busy busy(*watchdog_, 0);
   if (nProcs() == 1 && !o.parallelInit && o.ctaPolicy < 0) {
+    Watchdog::Busy busy(*watchdog_, 0);
     BENCH_NCCL(ncclCommInitAll(comms_.data(), n, nullptr), nullptr);
     return;
   }
   ncclUniqueId id;
   BENCH_NCCL(ncclGetUniqueId(&id), nullptr);
   auto initRank = [&](int t) {
+    Watchdog::Busy joining(*watchdog_, t);
     if (o.ctaPolicy >= 0) {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.CTAPolicy = o.ctaPolicy;
@@ -226,14 +234,16 @@ void BenchProcess::initComms() {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < n; ++t)
-    if (!errors[t].empty()) benchFail(Status::kNcclError, "rank %d: %s", rankOf(t), errors[t].c_str());
+    if (!errors[t].empty())
+      benchFail(Status::kNcclError, "rank %d: %s", rankOf(t), errors[t].c_str());
 }
 
 int BenchProcess::run() {
   const Options& o = in_.opts;
+  ncclGetVersion(&version_);
   for (const std::string& note : notes_) print(0, note);
   if (!o.outputFile.empty() && proc() == 0)
-    print(0, json_.open(o.outputFile, in_.argc, in_.argv, 0));
+    print(0, json_.open(o.outputFile, in_.argc, in_.argv, version_));
 
   {
     Rendezvous rendezvous(in_.placement);
@@ -245,96 +255,95 @@ int BenchProcess::run() {
     rendezvous.release();
   }
 
-  int version = 0;
-  ncclGetVersion(&version);
-  std::vector<int> errorCounts(nThreads(), 0);
-  std::vector<double> avgBw(nThreads(), 0);
-
-  auto rankMain = [&](int t) {
-    try {
-      RankRunner runner(*this, t, comms_[t]);
-      // Gather every rank's device line: each writes its slot, a byte-wise sum joins them.
-      std::vector<uint8_t> lines(kDeviceLineBytes * nranks(), 0), all(lines.size(), 0);
-      std::string mine = formatDeviceLine(rankOf(t), 0, static_cast<int>(getpid()), hostName(), -1,
-                                          "host", deviceDescription());
-      memcpy(lines.data() + kDeviceLineBytes * rankOf(t), mine.data(),
-             std::min(mine.size(), kDeviceLineBytes - 1));
-      {
-        Watchdog::Busy busy(*watchdog_, t);
-        BENCH_NCCL(ncclAllReduce(lines.data(), all.data(), all.size(), ncclUint8, ncclSum, comms_[t], nullptr),
-                   comms_[t]);
-      }
-      if (isPrinter(t)) {
-        HeaderInfo info{in_.programName, version, in_.placement.launcher, "host", nranks()};
-        std::string header = formatHeader(o, info) + "# Using devices\n";
-        std::vector<DeviceRecord> records;
-        for (int r = 0; r < nranks(); ++r) {
-          const char* line = reinterpret_cast<const char*>(all.data() + kDeviceLineBytes * r);
-          std::string text(line, strnlen(line, kDeviceLineBytes));
-          header += text;
-          DeviceRecord d{};
-          char host[256] = {}, bus[64] = {}, infoText[256] = {};
-          sscanf(text.c_str(), "#  Rank %d Group %d Pid %d on %255s device %d [%63[^]]] %255[^\n]",
-                 &d.rank, &d.group, &d.pid, host, &d.device, bus, infoText);
-          d.host = host;
-          d.busId = bus;
-          d.info = infoText;
-          records.push_back(d);
-        }
-        print(t, header);
-        json_.config(o);
-        json_.devices(records);
-        print(t, formatColumnHeader(o));
-        json_.beginResults();
-      }
-      runner.run();
-      errorCounts[t] = static_cast<int>(runner.sumAll(runner.errors()));
-      avgBw[t] = runner.bwCount() ? runner.bwSum() / runner.bwCount() : 0;
-      if (isPrinter(t)) {
-        const char* minBwEnv = getenv("NCCL_TESTS_MIN_BW");
-        double checkBw = minBwEnv ? atof(minBwEnv) : -1;
-        print(t, formatFooter(errorCounts[t], avgBw[t], checkBw, in_.programName));
-        json_.footer(errorCounts[t], avgBw[t], checkBw);
-        if (o.memoryReport) {
-          double bytes = 2.0 * (maxBytes_ + 8.0 * o.unalign);
-          print(t, formatString("# %-20s : User-Allocated %s | Total  %s (per rank)\n",
-                                "Host memory usage", memString(bytes).c_str(), memString(bytes).c_str()));
-        }
-        print(t, "#\n");
-        const char* last = ncclGetLastError(nullptr);
-        std::string lastError = last ? last : "";
-        print(t, lastError.empty() ? "\n" : "# error: " + lastError + "\n");
-        json_.close(lastError);
-      }
-      runner.barrier();
-    } catch (const BenchError& e) {
-      fatal(t, e.status(), e.what());
-    } catch (const std::exception& e) {
-      fatal(t, Status::kInternalError, e.what());
-    }
-    BENCH_NCCL(ncclCommDestroy(comms_[t]), nullptr);
-    comms_[t] = nullptr;
-  };
-
+  errorCounts_.assign(nThreads(), 0);
+  avgBusBw_.assign(nThreads(), 0);
+  // nccl-tests runs thread 0 on the main thread.
   std::vector<std::thread> threads;
-  for (int t = 1; t < nThreads(); ++t) threads.emplace_back([&, t] {
-    try {
-      rankMain(t);
-    } catch (const BenchError& e) {
-      fatal(t, e.status(), e.what());
-    }
-  });
-  try {
-    rankMain(0);
-  } catch (const BenchError& e) {
-    fatal(0, e.status(), e.what());
-  }
+  for (int t = 1; t < nThreads(); ++t) threads.emplace_back([this, t] { rankMain(t); });
+  rankMain(0);
   for (auto& th : threads) th.join();
 
-  const char* minBwEnv = getenv("NCCL_TESTS_MIN_BW");
-  double checkBw = minBwEnv ? atof(minBwEnv) : -1;
-  if (errorCounts[0] || avgBw[0] < checkBw * 0.9) return static_cast<int>(Status::kNumResults);
+  if (errorCounts_[0] || avgBusBw_[0] < minBusBw() * 0.9)
+    return static_cast<int>(Status::kNumResults);
   return 0;
+}
+
+double BenchProcess::minBusBw() {
+  const char* env = getenv("NCCL_TESTS_MIN_BW");
+  return env ? atof(env) : -1;
+}
+
+void BenchProcess::rankMain(int t) {
+  try {
+    RankRunner runner(*this, t, comms_[t]);
+    // Gather every rank's device line: each writes its slot, a byte-wise sum joins them.
+    std::vector<uint8_t> lines(kDeviceLineBytes * nranks(), 0), all(lines.size(), 0);
+    std::string mine = formatDeviceLine(rankOf(t), 0, static_cast<int>(getpid()), hostName(), -1,
+                                        "host", deviceDescription());
+    memcpy(lines.data() + kDeviceLineBytes * rankOf(t), mine.data(),
+           std::min(mine.size(), kDeviceLineBytes - 1));
+    {
+      Watchdog::Busy busy(*watchdog_, t);
+      BENCH_NCCL(ncclAllReduce(lines.data(), all.data(), all.size(), ncclUint8, ncclSum, comms_[t],
+                               nullptr),
+                 comms_[t]);
+    }
+    if (isPrinter(t)) printHeader(all);
+    runner.run();
+    errorCounts_[t] = static_cast<int>(runner.sumAll(runner.errors()));
+    avgBusBw_[t] = runner.bwCount() ? runner.bwSum() / runner.bwCount() : 0;
+    if (isPrinter(t)) printFooter(t);
+    runner.barrier();
+  } catch (const BenchError& e) {
+    fatal(t, e.status(), e.what());
+  } catch (const std::exception& e) {
+    fatal(t, Status::kInternalError, e.what());
+  }
+  if (ncclResult_t res = ncclCommDestroy(comms_[t]); res != ncclSuccess)
+    fatal(t, Status::kNcclError,
+          formatString("ncclCommDestroy failed: %s", ncclGetErrorString(res)));
+  comms_[t] = nullptr;
+}
+
+void BenchProcess::printHeader(const std::vector<uint8_t>& deviceLines) {
+  const Options& o = in_.opts;
+  HeaderInfo info{in_.programName, version_, in_.placement.launcher, "host", nranks()};
+  std::string header = formatHeader(o, info) + "# Using devices\n";
+  std::vector<DeviceRecord> records;
+  for (int r = 0; r < nranks(); ++r) {
+    const char* line = reinterpret_cast<const char*>(deviceLines.data() + kDeviceLineBytes * r);
+    std::string text(line, strnlen(line, kDeviceLineBytes));
+    header += text;
+    DeviceRecord d{};
+    char host[256] = {}, bus[64] = {}, infoText[256] = {};
+    sscanf(text.c_str(), "#  Rank %d Group %d Pid %d on %255s device %d [%63[^]]] %255[^\n]",
+           &d.rank, &d.group, &d.pid, host, &d.device, bus, infoText);
+    d.host = host;
+    d.busId = bus;
+    d.info = infoText;
+    records.push_back(d);
+  }
+  print(0, header);
+  json_.config(o);
+  json_.devices(records);
+  print(0, formatColumnHeader(o));
+  json_.beginResults();
+}
+
+void BenchProcess::printFooter(int t) {
+  const Options& o = in_.opts;
+  print(t, formatFooter(errorCounts_[t], avgBusBw_[t], minBusBw(), in_.programName));
+  json_.footer(errorCounts_[t], avgBusBw_[t], minBusBw());
+  if (o.memoryReport) {
+    std::string bytes = memString(2.0 * (maxBytes_ + 8.0 * o.unalign));
+    print(t, formatString("# %-20s : User-Allocated %s | Total  %s (per rank)\n",
+                          "Host memory usage", bytes.c_str(), bytes.c_str()));
+  }
+  print(t, "#\n");
+  const char* last = ncclGetLastError(nullptr);
+  std::string lastError = last ? last : "";
+  print(t, lastError.empty() ? "\n" : "# error: " + lastError + "\n");
+  json_.close(lastError);
 }
 
 // ---------------- benchMain ----------------
@@ -380,7 +389,8 @@ int benchMain(int argc, char** argv, const Collective& collective) {
   } catch (const BenchError& e) {
     fflush(stdout);
     fprintf(stderr, "%s: %s\n", program.c_str(), e.what());
-    if (e.status() == Status::kInvalidUsage) fprintf(stderr, "Run '%s -h' for usage.\n", program.c_str());
+    if (e.status() == Status::kInvalidUsage)
+      fprintf(stderr, "Run '%s -h' for usage.\n", program.c_str());
     return static_cast<int>(e.status());
   }
 }

@@ -94,13 +94,19 @@ class BenchProcess {
   void limitToMemory();
   void initComms();
   std::string deviceDescription() const;
-  void printHeader();
+  void rankMain(int thread);
+  void printHeader(const std::vector<uint8_t>& deviceLines);
+  void printFooter(int thread);
+  static double minBusBw();  // NCCL_TESTS_MIN_BW, -1 when unset
   void abortAll();
 
   RunInputs in_;
   size_t maxBytes_;
   std::vector<std::string> notes_;
   std::vector<ncclComm_t> comms_;
+  int version_ = 0;               // ncclGetVersion
+  std::vector<int> errorCounts_;  // per thread: checks with wrong elements, all ranks
+  std::vector<double> avgBusBw_;
   JsonReport json_;
   std::unique_ptr<Watchdog> watchdog_;
   std::once_flag abortOnce_;

@@ -38,13 +38,26 @@ void fillOnes(Buffer& b, int dtype) {
   size_t size = dtypeSize(dtype), n = b.bytes / size;
   uint64_t one = 1;
   switch (DataType(dtype)) {
-    case DataType::kFloat16: one = floatToHalf(1.0f); break;
-    case DataType::kBfloat16: one = floatToBf16(1.0f); break;
-    case DataType::kFloat8e4m3: one = floatToFp8e4m3(1.0f); break;
-    case DataType::kFloat8e5m2: one = floatToFp8e5m2(1.0f); break;
-    case DataType::kFloat32: one = floatBits(1.0f); break;
-    case DataType::kFloat64: one = doubleBits(1.0); break;
-    default: break;
+    case DataType::kFloat16:
+      one = floatToHalf(1.0f);
+      break;
+    case DataType::kBfloat16:
+      one = floatToBf16(1.0f);
+      break;
+    case DataType::kFloat8e4m3:
+      one = floatToFp8e4m3(1.0f);
+      break;
+    case DataType::kFloat8e5m2:
+      one = floatToFp8e5m2(1.0f);
+      break;
+    case DataType::kFloat32:
+      one = floatBits(1.0f);
+      break;
+    case DataType::kFloat64:
+      one = doubleBits(1.0);
+      break;
+    default:
+      break;
   }
   for (size_t i = 0; i < n; ++i) std::memcpy(b.p + i * size, &one, size);
 }

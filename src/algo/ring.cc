@@ -1,5 +1,7 @@
 #include "algo/ring.h"
 
+#include <algorithm>
+
 namespace loom {
 
 Ring Ring::identity(int nranks, int rank) {
@@ -31,7 +33,14 @@ Plan start(Collective c, const Ring& ring) {
 
 }  // namespace
 
-Plan ringAllReduce(const Ring& ring, size_t count, size_t elt) {
+// Every rank sends before it receives in each ring step, so a step may carry at most what
+// a connection FIFO holds; larger messages go round the ring in slices of `chunkBytes`
+// per rank (and those slices pipeline through the FIFO slot by slot).
+namespace {
+size_t sliceElems(size_t chunkBytes, size_t elt) { return std::max<size_t>(1, chunkBytes / elt); }
+}  // namespace
+
+Plan ringAllReduce(const Ring& ring, size_t count, size_t elt, size_t chunkBytes) {
   Plan plan = start(Collective::kAllReduce, ring);
   int n = ring.size();
   PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
@@ -39,28 +48,36 @@ Plan ringAllReduce(const Ring& ring, size_t count, size_t elt) {
     b.copy(sendBuf(0), recvBuf(0), count * elt);
     return plan;
   }
-  // Chunk k of the buffer is reduced along the ring and ends, complete, on ring position k;
-  // then it circulates once more so everyone has it.
-  auto chunk = [&](int k) { return part(count, n, ((k % n) + n) % n, elt); };
-  int r = ring.pos;
-  Part c = chunk(r - 1);
-  b.send(sendBuf(c.off), c.bytes);
-  for (int j = 2; j < n; ++j) {
-    c = chunk(r - j);
-    b.recvReduceSend(sendBuf(c.off), c.bytes);
+  const size_t perLoop = n * sliceElems(chunkBytes, elt);
+  for (size_t base = 0; base < count; base += perLoop) {
+    size_t loopCount = std::min(perLoop, count - base);
+    // Chunk k of this slice is reduced along the ring and ends, complete, on ring position
+    // k; then it circulates once more so everyone has it.
+    auto chunk = [&](int k) {
+      Part p = part(loopCount, n, ((k % n) + n) % n, elt);
+      p.off += base * elt;
+      return p;
+    };
+    int r = ring.pos;
+    Part c = chunk(r - 1);
+    b.send(sendBuf(c.off), c.bytes);
+    for (int j = 2; j < n; ++j) {
+      c = chunk(r - j);
+      b.recvReduceSend(sendBuf(c.off), c.bytes);
+    }
+    c = chunk(r);
+    b.recvReduceCopySend(sendBuf(c.off), recvBuf(c.off), c.bytes);
+    for (int j = 1; j < n - 1; ++j) {
+      c = chunk(r - j);
+      b.recvCopySend(recvBuf(c.off), c.bytes);
+    }
+    c = chunk(r + 1);
+    b.recv(recvBuf(c.off), c.bytes);
   }
-  c = chunk(r);
-  b.recvReduceCopySend(sendBuf(c.off), recvBuf(c.off), c.bytes);
-  for (int j = 1; j < n - 1; ++j) {
-    c = chunk(r - j);
-    b.recvCopySend(recvBuf(c.off), c.bytes);
-  }
-  c = chunk(r + 1);
-  b.recv(recvBuf(c.off), c.bytes);
   return plan;
 }
 
-Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt) {
+Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt, size_t chunkBytes) {
   Plan plan = start(Collective::kAllGather, ring);
   int n = ring.size();
   size_t bytes = count * elt;
@@ -68,13 +85,18 @@ Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt) {
   // Our own block: into place (skipped by the executor when in-place), then around the ring.
   b.copy(sendBuf(0), recvBuf(rank * bytes), bytes);
   if (n == 1) return plan;
-  b.send(sendBuf(0), bytes);
-  for (int j = 1; j < n - 1; ++j) b.recvCopySend(recvBuf(ring.at(ring.pos - j) * bytes), bytes);
-  b.recv(recvBuf(ring.at(ring.pos - (n - 1)) * bytes), bytes);
+  const size_t step = sliceElems(chunkBytes, elt);
+  for (size_t base = 0; base < count; base += step) {
+    size_t off = base * elt, len = (std::min(step, count - base)) * elt;
+    b.send(sendBuf(off), len);
+    for (int j = 1; j < n - 1; ++j)
+      b.recvCopySend(recvBuf(ring.at(ring.pos - j) * bytes + off), len);
+    b.recv(recvBuf(ring.at(ring.pos - (n - 1)) * bytes + off), len);
+  }
   return plan;
 }
 
-Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t elt) {
+Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t elt, size_t chunkBytes) {
   Plan plan = start(Collective::kReduceScatter, ring);
   int n = ring.size();
   size_t bytes = count * elt;
@@ -83,10 +105,15 @@ Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t elt) {
     b.copy(sendBuf(0), recvBuf(0), bytes);
     return plan;
   }
-  // Block of rank ring[k] travels from ring position k+1 around to position k.
-  b.send(sendBuf(ring.at(ring.pos - 1) * bytes), bytes);
-  for (int j = 2; j < n; ++j) b.recvReduceSend(sendBuf(ring.at(ring.pos - j) * bytes), bytes);
-  b.recvReduceCopy(sendBuf(rank * bytes), recvBuf(0), bytes);
+  const size_t step = sliceElems(chunkBytes, elt);
+  for (size_t base = 0; base < count; base += step) {
+    size_t off = base * elt, len = (std::min(step, count - base)) * elt;
+    // Block of rank ring[k] travels from ring position k+1 around to position k.
+    b.send(sendBuf(ring.at(ring.pos - 1) * bytes + off), len);
+    for (int j = 2; j < n; ++j)
+      b.recvReduceSend(sendBuf(ring.at(ring.pos - j) * bytes + off), len);
+    b.recvReduceCopy(sendBuf(rank * bytes + off), recvBuf(off), len);
+  }
   return plan;
 }
 

@@ -21,10 +21,12 @@ struct Ring {
   static Ring identity(int nranks, int rank);
 };
 
-// counts are elements of eltSize bytes.
-Plan ringAllReduce(const Ring& ring, size_t count, size_t eltSize);
-Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t eltSize);
-Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t eltSize);
+// counts are elements of eltSize bytes. chunkBytes bounds what one ring step carries; it
+// must fit in a connection FIFO (see ringAllReduce).
+Plan ringAllReduce(const Ring& ring, size_t count, size_t eltSize, size_t chunkBytes);
+Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t eltSize, size_t chunkBytes);
+Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t eltSize,
+                       size_t chunkBytes);
 Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t eltSize);
 Plan ringReduce(const Ring& ring, int rank, int root, size_t count, size_t eltSize);
 

@@ -77,10 +77,10 @@ Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
         case Algorithm::kHalvingDoubling:
           return halvingDoublingAllReduce(ctx.nranks, ctx.rank, n, e, half);
         case Algorithm::kDirect: return directAllReduce(ctx.nranks, ctx.rank, n, e);
-        default: return ringAllReduce(ring, n, e);
+        default: return ringAllReduce(ring, n, e, half);
       }
-    case Collective::kAllGather: return ringAllGather(ring, ctx.rank, n, e);
-    case Collective::kReduceScatter: return ringReduceScatter(ring, ctx.rank, n, e);
+    case Collective::kAllGather: return ringAllGather(ring, ctx.rank, n, e, half);
+    case Collective::kReduceScatter: return ringReduceScatter(ring, ctx.rank, n, e, half);
     case Collective::kBroadcast: return ringBroadcast(ring, ctx.rank, req.root, n, e);
     case Collective::kReduce: return ringReduce(ring, ctx.rank, req.root, n, e);
     default: break;

@@ -76,9 +76,20 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
   root.recvAll(&r, sizeof(r), deadline, what.c_str());
   if (r.magic != kUniqueIdMagic || r.version != kWireVersion)
     LOOM_THROW(kRemoteError, "%s: the root answered with a malformed reply", what.c_str());
+  if (r.status != 0) {
+    Digest want = replyMac(job_, h, r, nullptr, 0), got0;
+    memcpy(got0.data(), r.mac, 32);
+    if (!digestEqual(want, got0))
+      LOOM_THROW(kRemoteError, "%s: the root's reply failed authentication", what.c_str());
+  }
   if (r.status == 1)
     LOOM_THROW(kInvalidUsage, "%s: other ranks joined this unique id with nranks=%d", what.c_str(),
                r.nranks);
+  if (r.status == 3)
+    LOOM_THROW(kRemoteError,
+               "%s: rank %d connected to the root and then went away (process died?) before "
+               "all ranks arrived",
+               what.c_str(), r.nranks);
   if (r.status == 2)
     LOOM_THROW(kInvalidUsage, "%s: another process already joined as rank %d", what.c_str(), rank);
   if (r.nranks != nranks)

@@ -63,6 +63,7 @@ class RootServer {
         if (fds[1 + i].revents) readPending(pending_[i]);
       if (fds[0].revents) acceptAll();
       expirePending();
+      if (failed_ >= 0) return failAll();
     }
     reply();
   }
@@ -159,10 +160,31 @@ class RootServer {
       closed = true;
     }
     if (closed) {
-      LOOM_WARN("bootstrap root %s: rank %d (%s) left before all ranks arrived",
+      LOOM_WARN("bootstrap root %s: rank %d (%s) left before all ranks arrived; failing the "
+                "rendezvous",
                 id_.root.str().c_str(), m.hello.rank, m.sock.peer().str().c_str());
       m.sock.close();
       --registered_;
+      failed_ = m.hello.rank;
+    }
+  }
+
+  // A rank died mid-rendezvous: tell everyone who is waiting, so nobody waits for it.
+  void failAll() {
+    for (auto& m : members_) {
+      if (!m.sock.isOpen()) continue;
+      RootReplyHeader r{};
+      r.magic = kUniqueIdMagic;
+      r.version = kWireVersion;
+      r.status = 3;
+      r.nranks = failed_;
+      Digest mac = replyMac(id_, m.hello, r, nullptr, 0);
+      memcpy(r.mac, mac.data(), 32);
+      try {
+        m.sock.sendAll(&r, sizeof(r), Deadline::in(1), "bootstrap root failure notice");
+      } catch (const Error&) {
+      }
+      m.sock.close();
     }
   }
 
@@ -204,6 +226,7 @@ class RootServer {
   std::vector<Member> members_;
   int nranks_ = -1;
   int registered_ = 0;
+  int failed_ = -1;  // a rank that left before the rendezvous completed
 };
 
 }  // namespace

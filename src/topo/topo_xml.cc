@@ -299,7 +299,8 @@ void writeDevice(const System& sys, int id, XmlNode& parent, const std::vector<s
         l.set("tclass", t.tclass);
       }
       for (XmlNode& o : other) gpu.addChild(std::move(o));
-      el.addChild(std::move(gpu));
+      // A GPU known only by its PCI class (Azure-style files) stays that way in the dump.
+      if (!gpu.attrs().empty() || !gpu.children().empty()) el.addChild(std::move(gpu));
       writeChildren(sys, id, el, kids);
       break;
     }
@@ -309,8 +310,9 @@ void writeDevice(const System& sys, int id, XmlNode& parent, const std::vector<s
         writeNic(sys, id, nic, kids);
       } else {
         XmlNode& el = parent.addChild(n.element);
-        XmlNode& nic = el.addChild(n.sub);
+        XmlNode nic = n.sub;
         writeNic(sys, id, nic, kids);
+        if (!nic.attrs().empty() || !nic.children().empty()) el.addChild(std::move(nic));
         for (const XmlNode& x : n.extra) el.addChild(x);
       }
       break;

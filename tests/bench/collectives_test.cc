@@ -70,12 +70,18 @@ TEST(BenchCollectives, CountsRoundPerRankBlocksTo16Bytes) {
 }
 
 TEST(BenchCollectives, SweepsMatchNcclTests) {
-  struct Shape { bool ops, roots, usesOp, inPlaceChecked; };
+  struct Shape {
+    bool ops, roots, usesOp, inPlaceChecked;
+  };
   std::map<std::string, Shape> want = {
-      {"all_reduce_perf", {true, false, true, true}},   {"all_gather_perf", {false, false, false, true}},
-      {"reduce_scatter_perf", {true, false, true, true}}, {"broadcast_perf", {false, true, false, true}},
-      {"reduce_perf", {true, true, true, true}},         {"alltoall_perf", {false, false, false, false}},
-      {"sendrecv_perf", {true, false, false, false}},    {"gather_perf", {false, true, false, true}},
+      {"all_reduce_perf", {true, false, true, true}},
+      {"all_gather_perf", {false, false, false, true}},
+      {"reduce_scatter_perf", {true, false, true, true}},
+      {"broadcast_perf", {false, true, false, true}},
+      {"reduce_perf", {true, true, true, true}},
+      {"alltoall_perf", {false, false, false, false}},
+      {"sendrecv_perf", {true, false, false, false}},
+      {"gather_perf", {false, true, false, true}},
       {"scatter_perf", {false, true, false, true}},
   };
   ASSERT_EQ(allCollectives().size(), want.size());
@@ -110,17 +116,22 @@ struct Sim {
       recv.emplace_back(bytes + 64, char(0x22));  // garbage the fill must clear
     }
     for (int r = 0; r < n; ++r)
-      ctx.push_back(DataContext{type, op, r, n, root, inPlace, 12345, counts, send[r].data(), recv[r].data()});
+      ctx.push_back(DataContext{type, op, r, n, root, inPlace, 12345, counts, send[r].data(),
+                                recv[r].data()});
   }
 
   double reduce(const std::vector<double>& v) const {
     double acc = v[0] * (op->preMulSum ? preMulScalar(0) : 1);
     for (int r = 1; r < n; ++r) {
       double x = v[r];
-      if (op->op == ncclProd) acc *= x;
-      else if (op->op == ncclMax) acc = std::max(acc, x);
-      else if (op->op == ncclMin) acc = std::min(acc, x);
-      else acc += op->preMulSum ? x * preMulScalar(r) : x;
+      if (op->op == ncclProd)
+        acc *= x;
+      else if (op->op == ncclMax)
+        acc = std::max(acc, x);
+      else if (op->op == ncclMin)
+        acc = std::min(acc, x);
+      else
+        acc += op->preMulSum ? x * preMulScalar(r) : x;
     }
     if (op->op == ncclAvg) {
       acc /= n;
@@ -133,7 +144,8 @@ struct Sim {
   void execute() {
     const size_t es = type->size;
     std::vector<std::vector<char>> in(n);
-    for (int r = 0; r < n; ++r) in[r].assign(ctx[r].input(), ctx[r].input() + counts.sendCount * es);
+    for (int r = 0; r < n; ++r)
+      in[r].assign(ctx[r].input(), ctx[r].input() + counts.sendCount * es);
     auto copyOut = [&](int dst, size_t dstElt, int src, size_t srcElt, size_t elts) {
       memcpy(ctx[dst].result() + dstElt * es, in[src].data() + srcElt * es, elts * es);
     };
@@ -147,16 +159,27 @@ struct Sim {
     const std::string name = coll.name();
     const size_t p = counts.paramCount;
     for (int r = 0; r < n; ++r) {
-      if (name == "AllReduce") reduceOut(r, 0, 0, p);
-      else if (name == "AllGather") for (int j = 0; j < n; ++j) copyOut(r, j * p, j, 0, p);
-      else if (name == "ReduceScatter") reduceOut(r, 0, r * p, p);
-      else if (name == "Broadcast") copyOut(r, 0, root, 0, p);
-      else if (name == "Reduce") { if (r == root) reduceOut(r, 0, 0, p); }
-      else if (name == "AlltoAll") for (int j = 0; j < n; ++j) copyOut(r, j * p, j, r * p, p);
-      else if (name == "SendRecv") copyOut(r, 0, (r - 1 + n) % n, 0, p);
-      else if (name == "Gather") { if (r == root) for (int j = 0; j < n; ++j) copyOut(r, j * p, j, 0, p); }
-      else if (name == "Scatter") copyOut(r, 0, root, r * p, p);
-      else ADD_FAILURE() << "no reference for " << name;
+      if (name == "AllReduce")
+        reduceOut(r, 0, 0, p);
+      else if (name == "AllGather")
+        for (int j = 0; j < n; ++j) copyOut(r, j * p, j, 0, p);
+      else if (name == "ReduceScatter")
+        reduceOut(r, 0, r * p, p);
+      else if (name == "Broadcast")
+        copyOut(r, 0, root, 0, p);
+      else if (name == "Reduce") {
+        if (r == root) reduceOut(r, 0, 0, p);
+      } else if (name == "AlltoAll")
+        for (int j = 0; j < n; ++j) copyOut(r, j * p, j, r * p, p);
+      else if (name == "SendRecv")
+        copyOut(r, 0, (r - 1 + n) % n, 0, p);
+      else if (name == "Gather") {
+        if (r == root)
+          for (int j = 0; j < n; ++j) copyOut(r, j * p, j, 0, p);
+      } else if (name == "Scatter")
+        copyOut(r, 0, root, r * p, p);
+      else
+        ADD_FAILURE() << "no reference for " << name;
     }
   }
 
@@ -168,8 +191,9 @@ struct Sim {
 };
 
 std::string label(const Sim& s) {
-  return std::string(s.coll.name()) + " n=" + std::to_string(s.n) + " root=" + std::to_string(s.root) +
-         (s.inPlace ? " in-place " : " out-of-place ") + s.type->name + " " + s.op->name;
+  return std::string(s.coll.name()) + " n=" + std::to_string(s.n) +
+         " root=" + std::to_string(s.root) + (s.inPlace ? " in-place " : " out-of-place ") +
+         s.type->name + " " + s.op->name;
 }
 
 TEST(BenchCollectives, ReferenceResultsCheckCleanAndCorruptionIsCounted) {
@@ -177,8 +201,10 @@ TEST(BenchCollectives, ReferenceResultsCheckCleanAndCorruptionIsCounted) {
   for (const NamedCollective& named : allCollectives()) {
     const Collective& coll = named.get();
     std::vector<const OpInfo*> ops;
-    if (coll.usesOp()) for (const OpInfo& o : allOps()) ops.push_back(&o);
-    else ops.push_back(&noOp());
+    if (coll.usesOp())
+      for (const OpInfo& o : allOps()) ops.push_back(&o);
+    else
+      ops.push_back(&noOp());
     for (int n : {1, 2, 3, 5, 8}) {
       for (bool inPlace : {false, true}) {
         for (const TypeInfo& type : allTypes()) {

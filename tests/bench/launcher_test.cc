@@ -27,8 +27,11 @@ TEST(BenchLauncher, StandaloneWithoutLauncherVariables) {
 }
 
 TEST(BenchLauncher, Torchrun) {
-  Placement p = detectPlacement(envOf({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                       {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.5"},
+  Placement p = detectPlacement(envOf({{"RANK", "3"},
+                                       {"WORLD_SIZE", "4"},
+                                       {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "10.0.0.5"},
                                        {"MASTER_PORT", "29500"}}));
   EXPECT_EQ(p.kind, LaunchKind::kTorchrun);
   EXPECT_EQ(p.proc, 3);
@@ -37,18 +40,23 @@ TEST(BenchLauncher, Torchrun) {
   EXPECT_EQ(p.localSize, 2);
   EXPECT_EQ(p.commId, "10.0.0.5:29500");
   // Under the torchrun agent, whose TCPStore holds MASTER_PORT, Loom takes the next port.
-  Placement agent = detectPlacement(envOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
-                                           {"MASTER_PORT", "29500"}, {"TORCHELASTIC_RUN_ID", "x"}}));
+  Placement agent = detectPlacement(envOf({{"RANK", "0"},
+                                           {"WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "h"},
+                                           {"MASTER_PORT", "29500"},
+                                           {"TORCHELASTIC_RUN_ID", "x"}}));
   EXPECT_EQ(agent.commId, "h:29501");
   EXPECT_EQ(agent.launcher, "torchrun");
   EXPECT_THROW(detectPlacement(envOf({{"RANK", "0"}, {"WORLD_SIZE", "2"}})), BenchError);
-  EXPECT_THROW(detectPlacement(envOf({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
-                                      {"MASTER_PORT", "1"}})),
-               BenchError);
+  EXPECT_THROW(
+      detectPlacement(
+          envOf({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})),
+      BenchError);
 }
 
 TEST(BenchLauncher, OpenMpiUsesFileExchangeKeyedByJob) {
-  Placement p = detectPlacement(envOf({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+  Placement p = detectPlacement(envOf({{"OMPI_COMM_WORLD_RANK", "1"},
+                                       {"OMPI_COMM_WORLD_SIZE", "2"},
                                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                                        {"PMIX_NAMESPACE", "prterun-vm-1234@1"}}));
@@ -58,15 +66,19 @@ TEST(BenchLauncher, OpenMpiUsesFileExchangeKeyedByJob) {
   EXPECT_TRUE(p.fileExchange);
   EXPECT_EQ(p.exchangeKey, "prterun-vm-1234@1");
   // NCCL_COMM_ID wins over any derivation.
-  Placement fixed = detectPlacement(envOf({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+  Placement fixed = detectPlacement(envOf({{"OMPI_COMM_WORLD_RANK", "0"},
+                                           {"OMPI_COMM_WORLD_SIZE", "2"},
                                            {"NCCL_COMM_ID", "10.1.1.1:5000"}}));
   EXPECT_FALSE(fixed.fileExchange);
   EXPECT_EQ(fixed.commId, "10.1.1.1:5000");
 }
 
 TEST(BenchLauncher, MpichPmi) {
-  Placement p = detectPlacement(envOf({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "0"},
-                                       {"MPI_LOCALNRANKS", "1"}, {"PMI_KVSNAME", "kvs_77"}}));
+  Placement p = detectPlacement(envOf({{"PMI_RANK", "2"},
+                                       {"PMI_SIZE", "3"},
+                                       {"MPI_LOCALRANKID", "0"},
+                                       {"MPI_LOCALNRANKS", "1"},
+                                       {"PMI_KVSNAME", "kvs_77"}}));
   EXPECT_EQ(p.kind, LaunchKind::kMpi);
   EXPECT_EQ(p.proc, 2);
   EXPECT_EQ(p.localSize, 1);
@@ -74,10 +86,13 @@ TEST(BenchLauncher, MpichPmi) {
 }
 
 TEST(BenchLauncher, Srun) {
-  std::map<std::string, std::string> env = {
-      {"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "8"}, {"SLURM_LOCALID", "1"},
-      {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_STEP_NODELIST", "gpu[07-08]"},
-      {"SLURM_JOB_ID", "1234"}, {"SLURM_STEP_ID", "3"}};
+  std::map<std::string, std::string> env = {{"SLURM_PROCID", "5"},
+                                            {"SLURM_STEP_NUM_TASKS", "8"},
+                                            {"SLURM_LOCALID", "1"},
+                                            {"SLURM_STEP_NUM_NODES", "2"},
+                                            {"SLURM_STEP_NODELIST", "gpu[07-08]"},
+                                            {"SLURM_JOB_ID", "1234"},
+                                            {"SLURM_STEP_ID", "3"}};
   Placement p = detectPlacement(envOf(env));
   EXPECT_EQ(p.kind, LaunchKind::kSlurm);
   EXPECT_EQ(p.proc, 5);
@@ -88,18 +103,24 @@ TEST(BenchLauncher, Srun) {
   env["LOOM_BENCH_PORT"] = "23456";
   EXPECT_EQ(detectPlacement(envOf(env)).commId, "127.0.0.1:23456");
   // sbatch alone (no srun step) with one task is not a multi-rank launch.
-  Placement batch = detectPlacement(envOf({{"SLURM_JOB_ID", "9"}, {"SLURM_PROCID", "0"},
-                                           {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}}));
+  Placement batch = detectPlacement(envOf({{"SLURM_JOB_ID", "9"},
+                                           {"SLURM_PROCID", "0"},
+                                           {"SLURM_NTASKS", "4"},
+                                           {"SLURM_LOCALID", "0"}}));
   EXPECT_EQ(batch.kind, LaunchKind::kStandalone);
 }
 
 TEST(BenchLauncher, PrecedenceForkChildThenTorchrunThenMpiThenSlurm) {
   // srun torchrun ...: torchrun's RANK is the global rank, not SLURM_PROCID.
-  Placement p = detectPlacement(envOf({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"},
-                                       {"MASTER_PORT", "7"}, {"SLURM_PROCID", "0"},
+  Placement p = detectPlacement(envOf({{"RANK", "1"},
+                                       {"WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "a"},
+                                       {"MASTER_PORT", "7"},
+                                       {"SLURM_PROCID", "0"},
                                        {"SLURM_NTASKS", "1"}}));
   EXPECT_EQ(p.kind, LaunchKind::kTorchrun);
-  Placement child = detectPlacement(envOf({{"LOOM_BENCH_RANK", "1"}, {"LOOM_BENCH_NPROCS", "3"},
+  Placement child = detectPlacement(envOf({{"LOOM_BENCH_RANK", "1"},
+                                           {"LOOM_BENCH_NPROCS", "3"},
                                            {"NCCL_COMM_ID", "127.0.0.1:4000"},
                                            {"OMPI_COMM_WORLD_SIZE", "1"}}));
   EXPECT_EQ(child.kind, LaunchKind::kForkChild);

@@ -67,11 +67,12 @@ TEST(BenchOptions, SizeSuffixesAreBinary) {
 }
 
 TEST(BenchOptions, EveryShortFlag) {
-  Options o = parse({"-t", "3", "-g", "2", "-b", "8", "-e", "128M", "-i", "4K", "-f", "4", "-n", "7",
-                     "-m", "2", "-w", "5", "-N", "3", "-p", "1", "-c", "2", "-o", "max", "-d", "half",
-                     "-r", "1", "-z", "3", "-y", "1", "-T", "30", "-G", "4", "-C", "1", "-S", "1",
-                     "-J", "out.json", "-a", "2", "-R", "1", "-x", "1", "-D", "0", "-V", "32", "-M",
-                     "1", "-u", "3", "-I", "1", "-K", "2"});
+  Options o = parse({"-t", "3",  "-g", "2",   "-b", "8",    "-e", "128M", "-i", "4K", "-f",
+                     "4",  "-n", "7",  "-m",  "2",  "-w",   "5",  "-N",   "3",  "-p", "1",
+                     "-c", "2",  "-o", "max", "-d", "half", "-r", "1",    "-z", "3",  "-y",
+                     "1",  "-T", "30", "-G",  "4",  "-C",   "1",  "-S",   "1",  "-J", "out.json",
+                     "-a", "2",  "-R", "1",   "-x", "1",    "-D", "0",    "-V", "32", "-M",
+                     "1",  "-u", "3",  "-I",  "1",  "-K",   "2"});
   EXPECT_EQ(o.nThreads, 3);
   EXPECT_EQ(o.nGpus, 2);
   EXPECT_EQ(o.minBytes, 8u);
@@ -107,8 +108,8 @@ TEST(BenchOptions, EveryShortFlag) {
 
 TEST(BenchOptions, AttachedAndLongForms) {
   Options o = parse({"-b8", "-e1M", "--stepfactor", "2", "--iters=9", "--datatype", "int32",
-                     "--op=prod", "--root", "all", "--warmup_iters", "0", "--nthreads=2",
-                     "--check", "0", "--memory_kind", "host"});
+                     "--op=prod", "--root", "all", "--warmup_iters", "0", "--nthreads=2", "--check",
+                     "0", "--memory_kind", "host"});
   EXPECT_EQ(o.minBytes, 8u);
   EXPECT_EQ(o.maxBytes, 1u << 20);
   EXPECT_EQ(o.stepFactor, 2u);
@@ -181,15 +182,39 @@ TEST(BenchOptions, HelpListsEveryFlag) {
   EXPECT_TRUE(parse({"-h"}).help);
   std::string u = usage("all_reduce_perf");
   EXPECT_EQ(u.rfind("USAGE: all_reduce_perf", 0), 0u);
-  for (const char* flag : {"-t,--nthreads", "-g,--ngpus", "-b,--minbytes", "-e,--maxbytes",
-                           "-i,--stepbytes", "-f,--stepfactor", "-n,--iters", "-m,--agg_iters",
-                           "-w,--warmup_iters", "-N,--run_cycles", "-p,--parallel_init", "-c,--check",
-                           "-o,--op", "-d,--datatype", "-r,--root", "-z,--blocking", "-y,--stream_null",
-                           "-T,--timeout", "-G,--cudagraph", "-C,--report_cputime",
-                           "-S,--report_timestamps", "-J,--output_file", "-a,--average",
-                           "-R,--local_register", "-x,--cta_policy", "-D,--device_implementation",
-                           "-V,--device_cta_count", "-M,--memory", "-u,--unalign",
-                           "-I,--per_iter_timing", "-K,--per_iter_skip", "-np,--nranks", "-h,--help"})
+  for (const char* flag : {"-t,--nthreads",
+                           "-g,--ngpus",
+                           "-b,--minbytes",
+                           "-e,--maxbytes",
+                           "-i,--stepbytes",
+                           "-f,--stepfactor",
+                           "-n,--iters",
+                           "-m,--agg_iters",
+                           "-w,--warmup_iters",
+                           "-N,--run_cycles",
+                           "-p,--parallel_init",
+                           "-c,--check",
+                           "-o,--op",
+                           "-d,--datatype",
+                           "-r,--root",
+                           "-z,--blocking",
+                           "-y,--stream_null",
+                           "-T,--timeout",
+                           "-G,--cudagraph",
+                           "-C,--report_cputime",
+                           "-S,--report_timestamps",
+                           "-J,--output_file",
+                           "-a,--average",
+                           "-R,--local_register",
+                           "-x,--cta_policy",
+                           "-D,--device_implementation",
+                           "-V,--device_cta_count",
+                           "-M,--memory",
+                           "-u,--unalign",
+                           "-I,--per_iter_timing",
+                           "-K,--per_iter_skip",
+                           "-np,--nranks",
+                           "-h,--help"})
     EXPECT_NE(u.find(flag), std::string::npos) << flag;
 }
 

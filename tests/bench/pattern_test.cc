@@ -14,10 +14,10 @@ TEST(BenchCodecs, HalfKnownEncodings) {
   EXPECT_EQ(encodeMini(kHalfFormat, 1.0), 0x3c00u);
   EXPECT_EQ(encodeMini(kHalfFormat, -2.0), 0xc000u);
   EXPECT_EQ(encodeMini(kHalfFormat, 65504.0), 0x7bffu);
-  EXPECT_EQ(encodeMini(kHalfFormat, 1e6), 0x7c00u);  // inf
+  EXPECT_EQ(encodeMini(kHalfFormat, 1e6), 0x7c00u);      // inf
   EXPECT_EQ(encodeMini(kHalfFormat, 0x1p-24), 0x0001u);  // smallest subnormal
-  EXPECT_EQ(encodeMini(kHalfFormat, 2049.0), 0x6800u);  // tie rounds to even: 2048
-  EXPECT_EQ(encodeMini(kHalfFormat, 2051.0), 0x6802u);  // tie rounds to even: 2052
+  EXPECT_EQ(encodeMini(kHalfFormat, 2049.0), 0x6800u);   // tie rounds to even: 2048
+  EXPECT_EQ(encodeMini(kHalfFormat, 2051.0), 0x6802u);   // tie rounds to even: 2052
   EXPECT_EQ(decodeMini(kHalfFormat, 0x3555), 0.333251953125);
   EXPECT_TRUE(std::isnan(decodeMini(kHalfFormat, 0x7e00)));
   EXPECT_TRUE(std::isinf(decodeMini(kHalfFormat, 0xfc00)));
@@ -33,7 +33,7 @@ TEST(BenchCodecs, Bfloat16KnownEncodings) {
 
 TEST(BenchCodecs, Fp8KnownEncodings) {
   EXPECT_EQ(encodeMini(kE4m3Format, 1.0), 0x38u);
-  EXPECT_EQ(encodeMini(kE4m3Format, 448.0), 0x7eu);   // largest finite
+  EXPECT_EQ(encodeMini(kE4m3Format, 448.0), 0x7eu);  // largest finite
   EXPECT_EQ(encodeMini(kE4m3Format, -448.0), 0xfeu);
   EXPECT_EQ(encodeMini(kE4m3Format, 0x1p-9), 0x01u);  // smallest subnormal
   EXPECT_TRUE(std::isnan(decodeMini(kE4m3Format, 0x7f)));
@@ -49,8 +49,8 @@ TEST(BenchCodecs, EveryBitPatternRoundTrips) {
     for (uint32_t bits = 0; bits < patterns; ++bits) {
       double v = decodeMini(*f, bits);
       if (std::isnan(v)) continue;
-      ASSERT_EQ(encodeMini(*f, v), bits) << "format e" << f->expBits << "m" << f->mantBits
-                                          << " bits " << bits;
+      ASSERT_EQ(encodeMini(*f, v), bits)
+          << "format e" << f->expBits << "m" << f->mantBits << " bits " << bits;
     }
   }
 }

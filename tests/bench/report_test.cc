@@ -39,9 +39,12 @@ TEST(BenchReport, ColumnHeaderLines) {
   std::string h = formatColumnHeader(o);
   EXPECT_EQ(h,
             "#\n"
-            "#                                                              out-of-place                       in-place          \n"
-            "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong \n"
-            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         \n");
+            "#                                                              out-of-place           "
+            "            in-place          \n"
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong "
+            "    time   algbw   busbw  #wrong \n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)         "
+            "    (us)  (GB/s)  (GB/s)         \n");
   o.reportCputime = 1;
   EXPECT_NE(formatColumnHeader(o).find("cputime   algbw"), std::string::npos);
   o.perIterTiming = 1;
@@ -79,7 +82,8 @@ TEST(BenchReport, Footer) {
   std::string failed = formatFooter(3, 1.0, 5.0, "reduce_perf");
   EXPECT_NE(failed.find("# Out of bounds values : 3 FAILED\n"), std::string::npos);
   EXPECT_NE(failed.find("# Avg bus bandwidth    : 1 FAILED\n"), std::string::npos);
-  EXPECT_NE(formatFooter(0, 5.0, 5.0, "x").find("# Avg bus bandwidth    : 5 OK\n"), std::string::npos);
+  EXPECT_NE(formatFooter(0, 5.0, 5.0, "x").find("# Avg bus bandwidth    : 5 OK\n"),
+            std::string::npos);
 }
 
 TEST(BenchReport, IterStatsNearestRankPercentile) {

@@ -222,11 +222,13 @@ def check(args, out, code, err, nranks):
                     fail("#wrong N/A where it must be checked: %r" % row, out)
                 continue
             if args.expect_wrong:
-                if int(wrong) != args.expect_wrong and count > 0:
+                # The injection corrupts the first elements of one rank's result.
+                result_elts = size // es // (nranks if tool in ("reduce_scatter_perf", "scatter_perf") else 1)
+                if int(wrong) != min(args.expect_wrong, result_elts):
                     fail("#wrong %s, expected %d injected: %r" % (wrong, args.expect_wrong, row), out)
             elif int(wrong) != 0:
                 fail("#wrong %s in row %r" % (wrong, row), out)
-    if meaningful == 0:
+    if meaningful == 0 and not args.no_bw_floor:
         fail("no row has algbw >= 0.1 GB/s, so the busbw factor was not really checked", out)
 
     oob = [l for l in lines if l.startswith("# Out of bounds values")]
@@ -271,6 +273,9 @@ def main():
     ap.add_argument("--expect-wrong", type=int, default=0)
     ap.add_argument("--inject-wrong", default=None, help="LOOM_BENCH_INJECT_WRONG value")
     ap.add_argument("--json", action="store_true", help="also write and check -J output")
+    ap.add_argument("--no-bw-floor", action="store_true",
+                    help="small sizes only: do not require a row fast enough (>= 0.1 GB/s) for "
+                         "the busbw/algbw check to be meaningful")
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("extra", nargs="*", help="more tool arguments (after --)")
     args = ap.parse_args()

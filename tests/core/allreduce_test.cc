@@ -282,6 +282,30 @@ TEST_P(AllReduceTest, DeterministicBits) {
   });
 }
 
+// Each all-reduce algorithm forced through NCCL_ALGO (read at init), at sizes around its
+// chunking boundaries, with an exact float sum in and out of place and a few type/op
+// pairs whose odd element counts leave short chunks.
+class AllReduceAlgoTest : public CoreTest {};
+
+TEST_P(AllReduceAlgoTest, EveryAlgorithm) {
+  for (const char* algo : {"Ring", "Tree", "HalvingDoubling", "Direct"}) {
+    EnvGuard env("NCCL_ALGO", algo);
+    auto f = runRanks(mode(), nranks(), [](int rank, int nranks, ncclComm_t comm) {
+      for (size_t count : {size_t{1}, size_t{1031}, size_t{65539}, size_t{300001}}) {
+        RANK_TRY(floatSum(rank, nranks, comm, count, false));
+        RANK_TRY(floatSum(rank, nranks, comm, count, true));
+      }
+      for (ncclDataType_t t : {ncclInt8, ncclFloat16, ncclFloat64})
+        for (ncclRedOp_t op : {ncclProd, ncclMax, ncclAvg})
+          RANK_TRY(typeOpCase(rank, nranks, comm, t, op, 4099));
+      return std::string();
+    });
+    EXPECT_TRUE(f.empty()) << "NCCL_ALGO=" << algo << "\n" << joinFailures(f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Core, AllReduceAlgoTest, testing::ValuesIn(reducedMatrix()), coreParamName);
+
 // Minimal reproduction of a core deadlock. Ring all-reduce step 0 sends a whole chunk;
 // when the chunk needs >= LOOM_FIFO_DEPTH FIFO steps the send fills the FIFO to the next
 // rank, and every rank then sits in recvReduceCopySend, which needs a free send slot
@@ -289,6 +313,7 @@ TEST_P(AllReduceTest, DeterministicBits) {
 // make the reproduction small: 2 ranks, 16384 floats = two 32 KiB chunks of 8 slots.
 // LOOM_TIMEOUT bounds the wait, so the test fails instead of hanging.
 TEST(AllReduceKnownBug, RingChunkSpanningWholeFifo) {
+  EnvGuard algo("NCCL_ALGO", "Ring");
   EnvGuard slot("LOOM_SLOT_BYTES", "4096");
   EnvGuard depth("LOOM_FIFO_DEPTH", "8");
   EnvGuard limit("LOOM_TIMEOUT", "5");

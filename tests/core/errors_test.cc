@@ -40,7 +40,9 @@ class ErrorsTest : public testing::Test {
     ASSERT_EQ(ncclCommInitRank(&comm_, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
   }
   void TearDown() override {
-    if (comm_) EXPECT_EQ(ncclCommDestroy(comm_), ncclSuccess);
+    if (comm_) {
+      EXPECT_EQ(ncclCommDestroy(comm_), ncclSuccess);
+    }
   }
   ncclComm_t comm_ = nullptr;
   float a_[16] = {}, b_[16] = {};

@@ -118,11 +118,11 @@ TEST(ConvertCases, Fp16) {
   EXPECT_EQ(floatToHalf(65519.99f), 0x7bff);
   EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);  // the tie above the largest finite goes to inf
   EXPECT_EQ(floatToHalf(-1e30f), 0xfc00);
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);          // smallest subnormal
-  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);          // tie -> even (zero)
-  EXPECT_EQ(floatToHalf(std::ldexp(1.5f, -24)), 0x0002);          // tie -> even (two)
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (zero)
+  EXPECT_EQ(floatToHalf(std::ldexp(1.5f, -24)), 0x0002);  // tie -> even (two)
   EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)), 0x0400);  // up to normal
-  EXPECT_EQ(floatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);   // tie -> even
+  EXPECT_EQ(floatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);                   // tie -> even
   EXPECT_EQ(floatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
   EXPECT_EQ(floatToHalf(std::numeric_limits<float>::quiet_NaN()), 0x7fff);
   EXPECT_EQ(floatToHalf(-std::numeric_limits<float>::quiet_NaN()), 0x7fff);
@@ -137,7 +137,7 @@ TEST(ConvertCases, Bf16) {
   EXPECT_EQ(floatToBf16(floatOf(0x3f818000)), 0x3f82);  // tie -> even (up)
   EXPECT_EQ(floatToBf16(floatOf(0x3f808001)), 0x3f81);
   EXPECT_EQ(floatToBf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up to inf
-  EXPECT_EQ(floatToBf16(floatOf(0x00000001)), 0x0000);  // fp32 subnormals round too
+  EXPECT_EQ(floatToBf16(floatOf(0x00000001)), 0x0000);                // fp32 subnormals round too
   EXPECT_EQ(floatToBf16(floatOf(0x00008000)), 0x0000);
   EXPECT_EQ(floatToBf16(floatOf(0x00018000)), 0x0002);
   EXPECT_EQ(floatToBf16(-std::numeric_limits<float>::infinity()), 0xff80);
@@ -153,7 +153,7 @@ TEST(ConvertCases, Fp8E4m3SaturatesAndHasNoInf) {
   EXPECT_EQ(floatToFp8e4m3(-std::numeric_limits<float>::infinity()), 0xfe);
   EXPECT_EQ(floatToFp8e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
   EXPECT_EQ(floatToFp8e4m3(std::ldexp(1.0f, -9)), 0x01);
-  EXPECT_EQ(floatToFp8e4m3(std::ldexp(1.0f, -10)), 0x00);  // tie -> even (zero)
+  EXPECT_EQ(floatToFp8e4m3(std::ldexp(1.0f, -10)), 0x00);   // tie -> even (zero)
   EXPECT_EQ(floatToFp8e4m3(-std::ldexp(3.0f, -10)), 0x82);  // tie -> even (two), sign kept
   EXPECT_TRUE(std::isnan(fp8e4m3ToFloat(0x7f)));
   EXPECT_TRUE(std::isnan(fp8e4m3ToFloat(0xff)));

@@ -28,10 +28,18 @@ void expectAll(const Reducer& red, Fn fn, S a, S b, S want, const char* what) {
     Reducer r = red.withIsa(CpuIsa(i));
     std::vector<S> va(kN, a), vb(kN, b), out(kN, S(0x5a));
     switch (fn) {
-      case Fn::kReduce: r.reduce(out.data(), va.data(), vb.data(), kN); break;
-      case Fn::kReduce2: r.reduce2(out.data(), va.data(), vb.data(), kN); break;
-      case Fn::kPre: r.pre(out.data(), va.data(), kN); break;
-      case Fn::kPost: r.post(out.data(), va.data(), kN); break;
+      case Fn::kReduce:
+        r.reduce(out.data(), va.data(), vb.data(), kN);
+        break;
+      case Fn::kReduce2:
+        r.reduce2(out.data(), va.data(), vb.data(), kN);
+        break;
+      case Fn::kPre:
+        r.pre(out.data(), va.data(), kN);
+        break;
+      case Fn::kPost:
+        r.post(out.data(), va.data(), kN);
+        break;
     }
     for (size_t k = 0; k < kN; ++k) {
       ASSERT_EQ(out[k], want) << what << " isa=" << cpuIsaName(CpuIsa(i)) << " element " << k;
@@ -137,8 +145,8 @@ TEST(ReduceCases, IntegerAvgDividesTheWrappedSumTowardZero) {
   expectAll<uint8_t>(Reducer::make(kU8, kAvg, 2), Fn::kPost, 254, 0, 127, "uint8");
   expectAll<int64_t>(Reducer::make(kI64, kAvg, 2), Fn::kPost, INT64_MIN, 0, INT64_MIN / 2,
                      "int64 min");
-  expectAll<uint64_t>(Reducer::make(kU64, kAvg, 3), Fn::kPost, UINT64_MAX, 0,
-                      0x5555555555555555ull, "uint64 max");
+  expectAll<uint64_t>(Reducer::make(kU64, kAvg, 3), Fn::kPost, UINT64_MAX, 0, 0x5555555555555555ull,
+                      "uint64 max");
 }
 
 TEST(ReduceCases, FloatAvgIsPreMulSumByRoundedReciprocal) {
@@ -201,7 +209,7 @@ TEST(ReduceCases, BadArgumentsAreRejected) {
 }
 
 TEST(ReduceCases, TypeNamesAndSizes) {
-  const char* names[] = {"int8", "uint8", "int32", "uint32", "int64",    "uint64",
+  const char* names[] = {"int8", "uint8", "int32",  "uint32",   "int64",  "uint64",
                          "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
   size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
   for (int d = 0; d < kNumDataTypes; ++d) {

@@ -29,39 +29,47 @@ struct TypeModel {
   }
   bool isNan(uint64_t x) const {
     switch (family) {
-      case Family::kFp32: return std::isnan(floatOf(uint32_t(x)));
+      case Family::kFp32:
+        return std::isnan(floatOf(uint32_t(x)));
       case Family::kFp64: {
         double d;
         std::memcpy(&d, &x, 8);
         return std::isnan(d);
       }
-      case Family::kNarrow: return std::isnan(refDecode(*fmt, uint32_t(x)));
-      default: return false;
+      case Family::kNarrow:
+        return std::isnan(refDecode(*fmt, uint32_t(x)));
+      default:
+        return false;
     }
   }
   double toDouble(uint64_t x) const {
     switch (family) {
-      case Family::kFp32: return floatOf(uint32_t(x));
+      case Family::kFp32:
+        return floatOf(uint32_t(x));
       case Family::kFp64: {
         double d;
         std::memcpy(&d, &x, 8);
         return d;
       }
-      case Family::kNarrow: return refDecode(*fmt, uint32_t(x));
-      default: return isSigned ? double(signExtend(x)) : double(x);
+      case Family::kNarrow:
+        return refDecode(*fmt, uint32_t(x));
+      default:
+        return isSigned ? double(signExtend(x)) : double(x);
     }
   }
   // A float value as one element of this (float) type, rounded the way NCCL rounds its Avg
   // factor: through fp32, except for fp64.
   uint64_t fromDouble(double v) const {
     switch (family) {
-      case Family::kFp32: return bitsOf(float(v));
+      case Family::kFp32:
+        return bitsOf(float(v));
       case Family::kFp64: {
         uint64_t u;
         std::memcpy(&u, &v, 8);
         return u;
       }
-      default: return refEncode(*fmt, double(float(v)));
+      default:
+        return refEncode(*fmt, double(float(v)));
     }
   }
 };
@@ -89,8 +97,10 @@ inline uint64_t modelBinary(const TypeModel& t, ModelOp op, uint64_t a, uint64_t
   switch (t.family) {
     case Family::kInt:
       switch (op) {
-        case ModelOp::kSum: return (a + b) & t.mask();
-        case ModelOp::kProd: return (a * b) & t.mask();
+        case ModelOp::kSum:
+          return (a + b) & t.mask();
+        case ModelOp::kProd:
+          return (a * b) & t.mask();
         default: {
           bool aBigger = t.isSigned ? t.signExtend(a) > t.signExtend(b) : a > b;
           return (aBigger == isMax) ? a : b;
@@ -143,13 +153,15 @@ inline uint64_t randomElement(const TypeModel& t, std::mt19937_64& rng) {
     mag = std::ldexp(double(int64_t(rng() % 2001) - 1000), int(rng() % 9) - 10);
   }
   switch (t.family) {
-    case Family::kFp32: return bitsOf(float(mag));
+    case Family::kFp32:
+      return bitsOf(float(mag));
     case Family::kFp64: {
       uint64_t u;
       std::memcpy(&u, &mag, 8);
       return u;
     }
-    default: return refEncode(*t.fmt, mag);
+    default:
+      return refEncode(*t.fmt, mag);
   }
 }
 

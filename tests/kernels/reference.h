@@ -11,8 +11,8 @@
 namespace loom::test {
 
 struct NarrowFormat {
-  int bits;          // 16 or 8
-  int mant;          // mantissa bits
+  int bits;  // 16 or 8
+  int mant;  // mantissa bits
   int bias;
   bool e4m3;         // no infinities; all-ones exponent and mantissa is NaN
   bool satfinite;    // out-of-range (and inf) -> largest finite, as CUDA's __NV_SATFINITE

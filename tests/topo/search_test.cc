@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <set>
 
+#include "base/error.h"
+#include "topo/topo_xml.h"
 #include "topo_test_util.h"
 
 namespace loom::topo {
@@ -123,14 +125,21 @@ TEST(SearchTest, DoubleBinaryTreesAreValidAndComplementary) {
         if (!tree.children[static_cast<size_t>(r)].empty()) inner[t].insert(r);
         // Every rank reaches the root without a cycle.
         int x = r, steps = 0;
-        while (x != tree.root && steps <= n) x = tree.parent[static_cast<size_t>(x)], ++steps;
+        while (x != tree.root && steps <= n) {
+          x = tree.parent[static_cast<size_t>(x)];
+          ++steps;
+        }
         EXPECT_EQ(x, tree.root);
-        if (r != tree.root) EXPECT_NE(tree.parent[static_cast<size_t>(r)], -1);
+        if (r != tree.root) {
+          EXPECT_NE(tree.parent[static_cast<size_t>(r)], -1);
+        }
       }
     }
     // Each rank forwards (is an inner node) in at most one tree.
     for (int r : inner[0]) EXPECT_EQ(inner[1].count(r), 0u) << "rank " << r;
-    if (n >= 2) EXPECT_NE(dt.tree[0].root, dt.tree[1].root);
+    if (n >= 2) {
+      EXPECT_NE(dt.tree[0].root, dt.tree[1].root);
+    }
   }
 }
 

@@ -157,6 +157,11 @@ TEST(TopoTest, AzureStyleFileWithoutGpuElements) {
   EXPECT_EQ(s.gpu(0).sm, 0);
   EXPECT_EQ(s.netCount(), 0);  // the NIC has no <net> until merged with detection
   EXPECT_EQ(gg(s, 0, 1), PathType::kPix);
+  // The dump says no more than the file did (no empty <gpu/> or <nic/> NCCL would misread).
+  std::string dump = writeXml(systemToXml(s));
+  EXPECT_EQ(dump.find("<gpu"), std::string::npos) << dump;
+  EXPECT_EQ(dump.find("<nic"), std::string::npos) << dump;
+  EXPECT_EQ(systemFromXml(parseXml(dump)).gpuCount(), 2);
 }
 
 TEST(TopoTest, DumpRoundTripsEveryFixture) {

@@ -97,7 +97,7 @@ TEST(TunerTest, ChoicesShiftFromLatencyToBandwidthWithSize) {
       TuningChoice small = tuneFor(s, Collective::kAllReduce, 8, ranks * nodes, nodes);
       TuningChoice large = tuneFor(s, Collective::kAllReduce, kGiB, ranks * nodes, nodes);
       EXPECT_EQ(small.protocol, Protocol::kLL);
-      EXPECT_EQ(large.protocol, Protocol::kSimple);
+      EXPECT_NE(large.protocol, Protocol::kLL);  // LL halves bandwidth: never for 1 GiB
       EXPECT_GT(large.channels, 0);
       EXPECT_LE(small.channels, large.channels);
     }

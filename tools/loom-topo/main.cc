@@ -21,7 +21,7 @@ void usage(FILE* out) {
           "usage: loom-topo [options]\n"
           "  --topo-file F   read NCCL topology XML F instead of probing this host\n"
           "  --nodes N       N copies of the host joined by a non-blocking fabric, one NIC per rail (default 1)\n"
-          "  --nranks R      ranks in total (default: GPUs per host x N; one per NUMA domain without GPUs)\n"
+          "  --nranks R      ranks in total (default: GPUs per host x N; without GPUs, max(2, NUMA domains) x N)\n"
           "  --host-memory   tune for buffers in host memory (the CPU executor)\n"
           "  --json          print JSON instead of text\n"
           "  --dump-xml      print the topology in NCCL's XML format and exit\n"
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     bool host = hostMemory || sys.gpuCount() == 0;
-    if (nranks == 0) nranks = nodes * std::max(1, host && sys.gpuCount() == 0 ? sys.cpuCount() : sys.gpuCount());
+    if (nranks == 0) nranks = nodes * (sys.gpuCount() > 0 ? sys.gpuCount() : std::max(2, sys.cpuCount()));
     if (nranks < nodes)
       LOOM_THROW(kInvalidArgument, "--nranks %d is fewer than --nodes %d (every host needs a rank)", nranks, nodes);
 
@@ -99,7 +99,13 @@ int main(int argc, char** argv) {
       algo::AlgoFilter filter = algo::filterFromEnv(coll);
       for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 2) {
         algo::TuningRequest req{coll, bytes, nranks, nodes, host};
-        r.tuning.push_back({req, algo::tune(r.model, req, filter)});
+        tools::TuningRow row{req, {}, ""};
+        try {
+          row.choice = algo::tune(r.model, req, filter);
+        } catch (const Error& e) {
+          row.error = e.what();
+        }
+        r.tuning.push_back(std::move(row));
       }
     }
     if (json) fputs(tools::toJson(r).c_str(), stdout);

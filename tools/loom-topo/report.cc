@@ -159,6 +159,10 @@ void printText(FILE* out, const Report& r) {
               collectiveName(last), r.nranks, r.nodes, "size", "algorithm", "proto", "ch", "chunk",
               "predicted us", "busbw GB/s");
     }
+    if (!row.error.empty()) {
+      fprintf(out, "  %8s  %s\n", sizeName(row.req.bytes).c_str(), row.error.c_str());
+      continue;
+    }
     fprintf(out, "  %8s  %-16s %-7s %3d %8s %12.2f %10.2f\n", sizeName(row.req.bytes).c_str(),
             algorithmName(row.choice.algorithm), protocolName(row.choice.protocol), row.choice.channels,
             sizeName(row.choice.chunkBytes).c_str(), row.choice.predictedUs, row.choice.busBw);
@@ -223,13 +227,20 @@ std::string toJson(const Report& r) {
   j += "  \"tuning\": [\n";
   for (size_t i = 0; i < r.tuning.size(); ++i) {
     const TuningRow& row = r.tuning[i];
+    const char* sep = i + 1 < r.tuning.size() ? "," : "";
+    if (!row.error.empty()) {
+      j += strprintf("    {\"collective\":%s,\"bytes\":%zu,\"nranks\":%d,\"algorithm\":null,\"protocol\":null,"
+                     "\"channels\":0,\"predicted_us\":null,\"error\":%s}%s\n",
+                     jsonString(collectiveName(row.req.coll)).c_str(), row.req.bytes, row.req.nranks,
+                     jsonString(row.error).c_str(), sep);
+      continue;
+    }
     j += strprintf("    {\"collective\":%s,\"bytes\":%zu,\"nranks\":%d,\"algorithm\":%s,\"protocol\":%s,"
                    "\"channels\":%d,\"predicted_us\":%s,\"busbw_gbps\":%s}%s\n",
                    jsonString(collectiveName(row.req.coll)).c_str(), row.req.bytes, row.req.nranks,
                    jsonString(algorithmName(row.choice.algorithm)).c_str(),
                    jsonString(protocolName(row.choice.protocol)).c_str(), row.choice.channels,
-                   jsonNumber(row.choice.predictedUs).c_str(), jsonNumber(row.choice.busBw).c_str(),
-                   i + 1 < r.tuning.size() ? "," : "");
+                   jsonNumber(row.choice.predictedUs).c_str(), jsonNumber(row.choice.busBw).c_str(), sep);
   }
   j += "  ]\n}\n";
   return j;

@@ -14,6 +14,7 @@ namespace loom::tools {
 struct TuningRow {
   algo::TuningRequest req;
   algo::TuningChoice choice;
+  std::string error;  // set when NCCL_ALGO/NCCL_PROTO leave this collective nothing to run
 };
 
 struct Report {

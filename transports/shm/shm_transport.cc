@@ -1,6 +1,8 @@
 #include "transports/shm/shm_transport.h"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -31,10 +33,12 @@ ShmConnection::ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, Fif
   fifo_.slots = static_cast<char*>(seg_.data()) + ctrlBytes();
   fifo_.slotBytes = shape.slotBytes;
   fifo_.depth = shape.depth;
+  if (info.pid != getpid()) pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, info.pid, 0));
 }
 
 ShmConnection::~ShmConnection() {
   if (fifo_.ctrl) std::atomic_ref<uint32_t>(fifo_.ctrl->closed).store(1);
+  if (pidfd_ >= 0) close(pidfd_);
 }
 
 std::unique_ptr<ShmConnection> ShmConnection::createRecv(int peer, const PeerInfo& info,
@@ -55,7 +59,15 @@ std::unique_ptr<ShmConnection> ShmConnection::openSend(int peer, const PeerInfo&
 
 void ShmConnection::checkPeer() const {
   if (info_.pid == getpid()) return;  // a thread of this process: it cannot die alone
-  if (kill(info_.pid, 0) != 0 && errno == ESRCH)
+  // A pidfd sees an exited peer even while it is an unreaped zombie, which kill() does not.
+  bool dead = false;
+  if (pidfd_ >= 0) {
+    pollfd p{pidfd_, POLLIN, 0};
+    dead = ::poll(&p, 1, 0) > 0;
+  } else {
+    dead = kill(info_.pid, 0) != 0 && errno == ESRCH;
+  }
+  if (dead)
     LOOM_THROW(kRemoteError, "%s: the peer process (pid %d) has exited", describe().c_str(),
                info_.pid);
 }

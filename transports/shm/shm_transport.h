@@ -32,6 +32,7 @@ class ShmConnection : public Connection {
  private:
   ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape);
   ShmSegment seg_;
+  int pidfd_ = -1;  // the peer process, when it is another process: readable once it exits
 };
 
 }  // namespace loom
