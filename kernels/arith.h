@@ -3,20 +3,29 @@
 // functors. Everything here is header-only and compiles as host code and, under nvcc, as
 // device code, so both executors produce the same bits.
 //
-// Numerics follow NCCL 2.28 (src/device/reduce_kernel.h, src/enqueue.cc) on sm_90:
+// Numerics follow NCCL 2.28 on sm_90 (src/device/reduce_kernel.h, src/enqueue.cc; NCCL
+// refuses fp8 reductions below sm_90) and CUDA 13's cuda_fp16/bf16/fp8 headers:
 //  - fp16/bf16/fp8 are widened to fp32, combined, and rounded back (RNE) once per binary
-//    op. NCCL uses native half ops (__hadd, __hmul) and, for fp8, half arithmetic; both
-//    are correctly rounded and fp32 has more than 2p+2 bits for every one of these
-//    formats, so the double rounding through fp32 gives the same result.
-//  - fp8 stores use CUDA's __nv_fp8 constructors, i.e. __NV_SATFINITE: anything at or
-//    beyond the largest finite value (infinities included) becomes +-448 (e4m3) or
-//    +-57344 (e5m2). So an e5m2 sum never produces inf. NaN becomes 0x7f.
-//  - NaN results of fp16/bf16 are the canonical 0x7fff (CUDA's cvt and __float2half do
-//    the same). fp32/fp64 NaN payloads are whatever the hardware makes.
-//  - max/min on floats ignore a NaN operand (IEEE maximumNumber/minimumNumber, as
-//    fmaxf/fminf and __hmax/__hmin), both NaN gives NaN, and -0 < +0.
-//  - Integer sum/prod wrap (unsigned arithmetic), PreMulSum multiplies in the integer
-//    type, Avg of integers is the wrapped sum divided by nranks, truncated toward zero.
+//    op. NCCL uses native half ops (__hadd, __hmul, __hmin) and, for fp8, half arithmetic;
+//    those are correctly rounded, and fp32 (p=24) has at least 2p+2 bits for each of these
+//    formats (fp16 p=11, bf16 p=8; half p=11 for fp8), so rounding through fp32 gives the
+//    same bits.
+//  - fp8 stores are CUDA's __nv_fp8_e4m3/__nv_fp8_e5m2 constructors, which use
+//    __NV_SATFINITE: anything beyond the largest finite value, infinities included, becomes
+//    +-448 (e4m3) or +-57344 (e5m2); so an e5m2 sum never produces inf, and an e5m2 inf
+//    input comes out as +-57344. NaN becomes 0x7f.
+//  - NaN results of fp16/bf16 are the canonical 0x7fff (as cvt.rn.f16.f32, __float2half and
+//    __float2bfloat16 make them). fp32/fp64 NaN payloads are whatever the hardware makes.
+//  - max/min on floats ignore a NaN operand (IEEE maximumNumber/minimumNumber, as fmaxf/
+//    fminf and __hmax/__hmin), give NaN only when both are NaN, and order -0 < +0.
+//  - Integer sum/prod wrap (computed unsigned), PreMulSum multiplies in the integer type,
+//    Avg of integers is the wrapped sum divided by nranks, truncated toward zero (NCCL's
+//    FuncSumPostDiv). Avg of floats is PreMulSum by 1/nranks rounded to the type through
+//    float (__float2half(float(1.0/n)) etc.; fp64: 1.0/n), as NCCL's hostToDevRedOp.
+//  - PreMulSum rounds the scaled value to the type before adding it. NCCL's own build lets
+//    nvcc contract that multiply and add into an FMA (--fmad=true by default), so its
+//    fp32/fp64 results can differ from this in the last bit; Loom never fuses (the CPU
+//    files disable contraction, the CUDA module builds with --fmad=false).
 #pragma once
 
 #include <cstdint>

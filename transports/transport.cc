@@ -224,6 +224,13 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
   }
 }
 
+void TransportManager::closeAll() {
+  for (auto& c : send_)
+    if (c) c->close();
+  for (auto& c : recv_)
+    if (c) c->close();
+}
+
 std::string TransportManager::summary() const {
   std::string s;
   for (size_t p = 0; p * kMaxConnsPerPeer < send_.size(); ++p) {

@@ -37,8 +37,12 @@ class Connection {
   // Moves bytes for transports whose FIFO is local (sockets). Returns true if it did
   // anything. Throws kRemoteError when the peer is gone.
   virtual bool progress() { return false; }
-  // Cheap liveness probe used while a wait makes no progress (dead process, closed socket).
+  // Cheap liveness probe used while a wait makes no progress (dead process, closed socket,
+  // a peer that failed and closed its end). Throws kRemoteError.
   virtual void checkPeer() const {}
+  // This rank failed or is going away: make the peer's waits on this connection fail
+  // promptly instead of hanging (failure propagates along every connection).
+  virtual void close() {}
   // Human-readable, for errors: "rank 3 (host pid 123, 10.0.0.2:4000) via shm".
   const std::string& describe() const { return desc_; }
   // Whether the sender may post a pointer to its own memory instead of copying (the
@@ -88,6 +92,8 @@ class TransportManager {
   // Connections whose progress() must be driven (sockets).
   const std::vector<Connection*>& active() const { return active_; }
   std::string summary() const;  // "0->1 shm, 1->0 shm ..." for the INIT line
+  // Closes every connection so that peers waiting on this rank fail promptly.
+  void closeAll();
 
  private:
   struct Impl;

@@ -91,6 +91,7 @@ void addP2pBatch(Launch& l, ncclComm_t comm, const std::vector<const OpArgs*>& o
   t->eltSize = 1;
   t->transports = &comm->core->transports();
   t->abortFlag = &comm->abortFlag;
+  t->revokeFlag = &comm->revoked;
   t->rank = comm->rank;
   t->seq = comm->core->nextSeq();
   t->name = "SendRecv";
@@ -128,6 +129,8 @@ void launch(const std::vector<OpArgs>& ops) {
       t->eltSize = eltSize(op.dtype);
       t->transports = &comm->core->transports();
       t->abortFlag = &comm->abortFlag;
+      t->revokeFlag = &comm->revoked;
+  t->revokeFlag = &comm->revoked;
       t->rank = comm->rank;
       t->seq = comm->core->nextSeq();
       t->name = collectiveName(op.coll);
@@ -175,12 +178,13 @@ void launch(const std::vector<OpArgs>& ops) {
   try {
     runTasks(raw);
   } catch (const Error& e) {
-    // A peer failure poisons the communicator: later calls report it at once.
-    if (e.code() == Code::kRemoteError || e.code() == Code::kSystemError ||
-        e.code() == Code::kInternalError)
-      for (ncclComm_t comm : comms) {
+    // A failed operation leaves the connections mid-stream: the communicator is poisoned
+    // (later calls report the error at once) and its peers are told.
+    for (ncclComm_t comm : comms) {
         recordError(comm, static_cast<ncclResult_t>(e.code()), e.what());
         comm->asyncError.store(static_cast<int>(e.code()));
+        // Peers blocked on this rank learn of the failure through their connections.
+        comm->core->transports().closeAll();
       }
     throw;
   }

@@ -20,6 +20,7 @@ namespace {
 
 constexpr unsigned kConfigMagic = 0xcafebeef;
 constexpr uint32_t kTagSplit = 0x30000000u;
+constexpr uint32_t kTagShrink = 0x30000001u;
 
 void logVersionOnce() {
   static std::once_flag once;
@@ -244,18 +245,63 @@ LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key,
 
 LOOM_NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
               int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
-  return guard("ncclCommShrink", comm, [&] {
-    LOOM_CHECK_ARG(newcomm != nullptr, "ncclCommShrink: newcomm is NULL");
+  const char* fn = "ncclCommShrink";
+  return guard(fn, comm, [&] {
+    LOOM_CHECK_ARG(newcomm != nullptr, "%s: newcomm is NULL", fn);
+    *newcomm = nullptr;
+    LOOM_CHECK_ARG(comm && loom::api::isLiveComm(comm), "%s: comm is not a live communicator",
+                   fn);
     LOOM_CHECK_ARG(excludeRanksCount >= 0 && (excludeRanksCount == 0 || excludeRanksList),
-                   "ncclCommShrink: bad exclude list (%d ranks at %p)", excludeRanksCount,
+                   "%s: bad exclude list (%d ranks at %p)", fn, excludeRanksCount,
                    static_cast<void*>(excludeRanksList));
     LOOM_CHECK_ARG(shrinkFlags == NCCL_SHRINK_DEFAULT || shrinkFlags == NCCL_SHRINK_ABORT,
-                   "ncclCommShrink: shrinkFlags=%d", shrinkFlags);
-    LOOM_CHECK_USAGE(false,
-                     "ncclCommShrink is not supported yet by Loom: a shrink that survives dead "
-                     "ranks needs the failure-handling work of a later release; use "
-                     "ncclCommSplit among live ranks meanwhile");
-    return ncclSuccess;
+                   "%s: shrinkFlags=%d (expected NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)", fn,
+                   shrinkFlags);
+    comm->waitInit();
+    LOOM_CHECK_USAGE(comm->core != nullptr, "%s: the communicator never finished initializing",
+                     fn);
+    std::vector<bool> excluded(comm->nranks, false);
+    for (int i = 0; i < excludeRanksCount; ++i) {
+      int r = excludeRanksList[i];
+      LOOM_CHECK_ARG(r >= 0 && r < comm->nranks, "%s: excluded rank %d is out of range [0, %d)",
+                     fn, r, comm->nranks);
+      LOOM_CHECK_ARG(!excluded[r], "%s: rank %d is excluded twice", fn, r);
+      excluded[r] = true;
+    }
+    LOOM_CHECK_USAGE(!excluded[comm->rank], "%s: rank %d excludes itself", fn, comm->rank);
+    // NCCL_SHRINK_ABORT: operations still running on other threads stop first.
+    if (shrinkFlags == NCCL_SHRINK_ABORT) comm->revoked.store(true);
+    loom::api::CallScope scope(comm);
+    std::vector<int> survivors;
+    for (int r = 0; r < comm->nranks; ++r)
+      if (!excluded[r]) survivors.push_back(r);
+    int newRank = static_cast<int>(
+        std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
+    // Only survivors talk: the first makes the new job and sends its id to each of the
+    // others point to point, so excluded (possibly dead) ranks are never waited for.
+    loom::Bootstrap& bs = comm->core->bootstrap();
+    uint8_t idBytes[loom::kUniqueIdBytes];
+    if (newRank == 0) {
+      bool fixed = false;
+      loom::JobId job = loom::newJobId(&fixed);
+      if (fixed) {
+        job.root = bs.iface().addr;
+        job.root.setPort(0);
+      }
+      loom::startRoot(job);
+      job.encode(idBytes);
+      for (size_t i = 1; i < survivors.size(); ++i)
+        bs.send(survivors[i], kTagShrink, idBytes, sizeof(idBytes));
+    } else {
+      bs.recv(survivors[0], kTagShrink, idBytes, sizeof(idBytes));
+    }
+    loom::JobId job = loom::JobId::decode(idBytes);
+    ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+    inherited.blocking = comm->blocking ? 1 : 0;
+    ncclResult_t rc = startInit(newcomm, static_cast<int>(survivors.size()), job, newRank,
+                                config ? config : &inherited, fn);
+    if (*newcomm) (*newcomm)->cudaDev = comm->cudaDev;
+    return rc;
   });
 }
 
@@ -297,9 +343,9 @@ LOOM_NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm), "ncclCommRevoke: comm is not a live communicator");
     LOOM_CHECK_ARG(revokeFlags == NCCL_REVOKE_DEFAULT,
                    "ncclCommRevoke: revokeFlags=%d must be NCCL_REVOKE_DEFAULT (0)", revokeFlags);
-    // In-flight operations on other threads see the flag within 100 ms and fail.
+    // In-flight operations on other threads see the flag within 100 ms and fail; the
+    // bootstrap stays usable so the communicator can still be split or shrunk.
     comm->revoked.store(true);
-    comm->abortFlag.store(true);
     return ncclSuccess;
   });
 }

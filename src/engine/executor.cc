@@ -216,7 +216,10 @@ struct CommQueue {
     if (t->abortFlag && t->abortFlag->load(std::memory_order_relaxed))
       LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator aborted", t->rank,
                  t->name, static_cast<unsigned long long>(t->seq));
-    if (idleSec < 1.0) return;
+    if (t->revokeFlag && t->revokeFlag->load(std::memory_order_relaxed))
+      LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator revoked", t->rank,
+                 t->name, static_cast<unsigned long long>(t->seq));
+    if (idleSec < 0.1) return;
     for (auto& r : runs) {
       Connection* c = r->waitingOn();
       if (!c) continue;

@@ -28,7 +28,8 @@ struct Task {
   Reducer red;
   size_t eltSize = 1;
   TransportManager* transports = nullptr;
-  const std::atomic<bool>* abortFlag = nullptr;
+  const std::atomic<bool>* abortFlag = nullptr;   // ncclCommAbort
+  const std::atomic<bool>* revokeFlag = nullptr;  // ncclCommRevoke
   int rank = -1;
   uint64_t seq = 0;          // operation sequence number, for messages
   const char* name = "";     // "AllReduce", ...

@@ -47,6 +47,19 @@ using RawFn = std::function<std::string(int rank, int nranks)>;
     if (!e_.empty()) return e_;            \
   } while (0)
 
+// Whether a rank's failure message came from a failed call (RANK_NCCL) rather than from a
+// data check (RANK_CHECK).
+inline bool isCallFailure(const std::string& e) { return e.find(") -> ") != std::string::npos; }
+// For a sequence of collectives: a data-check failure is remembered in `first` and the rank
+// carries on, so that its peers are not left waiting for calls it would skip; a failed
+// call ends the rank at once.
+#define RANK_CONTINUE(first, expr)                      \
+  do {                                                  \
+    std::string e_ = (expr);                            \
+    if (!e_.empty() && (first).empty()) (first) = e_;   \
+    if (!e_.empty() && isCallFailure(e_)) return first; \
+  } while (0)
+
 // One rank: init, run fn, destroy. Returns "" on success.
 inline std::string runRank(const ncclUniqueId& id, int rank, int nranks, const RankFn& fn) {
   ncclComm_t comm = nullptr;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -189,6 +190,38 @@ TEST(ReduceCases, PreMulSumRoundsTheProductBeforeTheSum) {
   expectAll<int64_t>(Reducer::preMulSum(kI64, &minus2), Fn::kPre, INT64_MAX, 0, 2, "int64");
   uint8_t e4Half = 0x30;  // 0.5 in e4m3
   expectAll<uint8_t>(Reducer::preMulSum(kE4m3, &e4Half), Fn::kPre, 0x7e, 0, 0x76, "448/2");
+}
+
+// Every bit pattern of each narrow type through the vector loops' conversions (x * 1 and
+// max(x, x) must give x back; NaN -> canonical NaN; e5m2 inf -> largest finite).
+TEST(ReduceCases, VectorLoopsRoundTripEveryPattern) {
+  struct Narrow {
+    int dtype;
+    const test::NarrowFormat* fmt;
+  };
+  for (Narrow t : {Narrow{kF16, &test::kHalfFmt}, Narrow{kBf16, &test::kBf16Fmt},
+                   Narrow{kE4m3, &test::kE4m3Fmt}, Narrow{kE5m2, &test::kE5m2Fmt}}) {
+    size_t count = size_t(1) << t.fmt->bits, size = size_t(t.fmt->bits / 8);
+    std::vector<uint8_t> in(count * size), out(count * size);
+    for (size_t c = 0; c < count; ++c) std::memcpy(&in[c * size], &c, size);
+    uint64_t one = test::refEncode(*t.fmt, 1.0);
+    for (int i = 0; i < kNumCpuIsas; ++i) {
+      if (!cpuIsaSupported(CpuIsa(i))) continue;
+      Reducer scale = Reducer::preMulSum(t.dtype, &one).withIsa(CpuIsa(i));
+      Reducer max = Reducer::make(t.dtype, kMax, 2).withIsa(CpuIsa(i));
+      for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 0) scale.pre(out.data(), in.data(), count);
+        if (pass == 1) max.reduce2(out.data(), in.data(), in.data(), count);
+        for (size_t c = 0; c < count; ++c) {
+          double v = test::refDecode(*t.fmt, uint32_t(c));
+          uint64_t want = test::refEncode(*t.fmt, v), got = 0;
+          std::memcpy(&got, &out[c * size], size);
+          ASSERT_EQ(got, want) << dtypeName(t.dtype) << " isa=" << cpuIsaName(CpuIsa(i))
+                               << " pass=" << pass << " code 0x" << std::hex << c;
+        }
+      }
+    }
+  }
 }
 
 TEST(ReduceCases, BadArgumentsAreRejected) {

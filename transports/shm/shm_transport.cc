@@ -27,8 +27,9 @@ size_t ShmConnection::segmentBytes(FifoShape shape) {
   return ctrlBytes() + shape.slotBytes * static_cast<size_t>(shape.depth);
 }
 
-ShmConnection::ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape)
-    : Connection(peer, TransportKind::kShm, info), seg_(std::move(seg)) {
+ShmConnection::ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape,
+                             bool sender)
+    : Connection(peer, TransportKind::kShm, info), seg_(std::move(seg)), sender_(sender) {
   fifo_.ctrl = static_cast<FifoCtrl*>(seg_.data());
   fifo_.slots = static_cast<char*>(seg_.data()) + ctrlBytes();
   fifo_.slotBytes = shape.slotBytes;
@@ -37,8 +38,12 @@ ShmConnection::ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, Fif
 }
 
 ShmConnection::~ShmConnection() {
-  if (fifo_.ctrl) std::atomic_ref<uint32_t>(fifo_.ctrl->closed).store(1);
-  if (pidfd_ >= 0) close(pidfd_);
+  close();
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+void ShmConnection::close() {
+  if (fifo_.ctrl) std::atomic_ref<uint32_t>(fifo_.ctrl->closed).store(1, std::memory_order_release);
 }
 
 std::unique_ptr<ShmConnection> ShmConnection::createRecv(int peer, const PeerInfo& info,
@@ -47,17 +52,25 @@ std::unique_ptr<ShmConnection> ShmConnection::createRecv(int peer, const PeerInf
   auto* ctrl = static_cast<FifoCtrl*>(seg.data());
   ctrl->receiverPid = static_cast<uint32_t>(getpid());
   (void)commHash;
-  return std::unique_ptr<ShmConnection>(new ShmConnection(peer, info, std::move(seg), shape));
+  return std::unique_ptr<ShmConnection>(new ShmConnection(peer, info, std::move(seg), shape, false));
 }
 
 std::unique_ptr<ShmConnection> ShmConnection::openSend(int peer, const PeerInfo& info,
                                                        FifoShape shape, const std::string& name) {
   ShmSegment seg = ShmSegment::open(name, segmentBytes(shape));
   static_cast<FifoCtrl*>(seg.data())->senderPid = static_cast<uint32_t>(getpid());
-  return std::unique_ptr<ShmConnection>(new ShmConnection(peer, info, std::move(seg), shape));
+  return std::unique_ptr<ShmConnection>(new ShmConnection(peer, info, std::move(seg), shape, true));
 }
 
 void ShmConnection::checkPeer() const {
+  if (std::atomic_ref<uint32_t>(fifo_.ctrl->closed).load(std::memory_order_acquire)) {
+    // The peer posts its last data before closing: only an empty FIFO means it is gone.
+    bool waiting = sender_ ? !fifo_.canSend() : !fifo_.canRecv();
+    if (waiting)
+      LOOM_THROW(kRemoteError,
+                 "%s: the peer closed the connection (it failed, aborted or was destroyed)",
+                 describe().c_str());
+  }
   if (info_.pid == getpid()) return;  // a thread of this process: it cannot die alone
   // A pidfd sees an exited peer even while it is an unreaped zombie, which kill() does not.
   bool dead = false;

@@ -24,15 +24,17 @@ class ShmConnection : public Connection {
   const std::string& name() const { return seg_.name(); }
   void unlinkName() { seg_.unlink(); }
   void checkPeer() const override;
+  void close() override;
   bool supportsRemoteRead() const override;
   void readRemote(void* dst, uint64_t remote, size_t bytes) const override;
 
   static size_t segmentBytes(FifoShape shape);
 
  private:
-  ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape);
+  ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape, bool sender);
   ShmSegment seg_;
-  int pidfd_ = -1;  // the peer process, when it is another process: readable once it exits
+  int pidfd_ = -1;
+  bool sender_;  // the peer process, when it is another process: readable once it exits
 };
 
 }  // namespace loom

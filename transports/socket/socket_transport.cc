@@ -71,7 +71,22 @@ bool SocketConnection::progress() {
   return true;
 }
 
+void SocketConnection::close() {
+  for (auto& s : streams_)
+    if (s.isOpen()) ::shutdown(s.fd(), SHUT_RDWR);
+}
+
 void SocketConnection::checkPeer() const {
+  // Our streams only carry data the other way: anything readable on a send stream is the
+  // peer closing it.
+  if (sender_)
+    for (const auto& s : streams_) {
+      char b;
+      bool eof = false;
+      if (s.tryRecv(&b, 1, describe().c_str(), &eof) > 0 || eof)
+        LOOM_THROW(kRemoteError, "%s: the peer closed the connection (process exited?)",
+                   describe().c_str());
+    }
   // The executor waits for step fifo_.step; a closed stream that has not delivered its
   // part of that step never will.
   for (size_t j = 0; j < streams_.size(); ++j)

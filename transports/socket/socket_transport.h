@@ -21,6 +21,7 @@ class SocketConnection : public Connection {
   // A peer that closed its streams at a step boundary may simply be done; it is an error
   // only once we wait for more (the executor asks after a while without progress).
   void checkPeer() const override;
+  void close() override;
 
   static int streamCount();  // LOOM_SOCKET_NSTREAMS
 
