@@ -35,18 +35,7 @@ std::string floatSum(int rank, int nranks, ncclComm_t comm, size_t count, bool i
   return "";
 }
 
-// Known core bug (see RingChunkSpanningWholeFifo below): a ring chunk that needs as many
-// FIFO steps as the FIFO has slots deadlocks on shared memory.
-bool hitsFifoDeadlock(Transport t, int nranks, size_t bytes) {
-  const size_t slot = 256 << 10, depth = 8;
-  size_t chunk = (bytes + nranks - 1) / nranks;
-  return t == Transport::kShm && nranks > 1 && (chunk + slot - 1) / slot >= depth;
-}
-
 TEST_P(AllReduceTest, FloatSumOneMebiElements) {
-  if (hitsFifoDeadlock(transport(), nranks(), 4 << 20))
-    GTEST_SKIP() << "known bug: ring all-reduce deadlocks when a chunk (4 MiB / " << nranks()
-                 << " ranks) spans all 8 FIFO slots; see AllReduceKnownBug.RingChunkSpanningWholeFifo";
   run([](int rank, int nranks, ncclComm_t comm) {
     RANK_TRY(floatSum(rank, nranks, comm, 1 << 20, false));
     return floatSum(rank, nranks, comm, 1 << 20, true);
@@ -337,13 +326,12 @@ TEST(AllReduceKnownBug, DirectInPlace) {
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }
 
-// Minimal reproduction of a core deadlock. Ring all-reduce step 0 sends a whole chunk;
-// when the chunk needs >= LOOM_FIFO_DEPTH FIFO steps the send fills the FIFO to the next
-// rank, and every rank then sits in recvReduceCopySend, which needs a free send slot
-// before it consumes its receive slot: a cycle of full FIFOs around the ring. 4 KiB slots
-// make the reproduction small: 2 ranks, 16384 floats = two 32 KiB chunks of 8 slots.
-// LOOM_TIMEOUT bounds the wait, so the test fails instead of hanging.
-TEST(AllReduceKnownBug, RingChunkSpanningWholeFifo) {
+// Regression: ring all-reduce used to send a whole chunk before receiving, so a chunk of
+// >= LOOM_FIFO_DEPTH FIFO steps filled every FIFO around the ring and each rank then
+// waited for a free send slot before consuming its receive slot. 4 KiB slots make it
+// small: 2 ranks, 16384 floats = two 32 KiB chunks of 8 slots. LOOM_TIMEOUT bounds a
+// relapse, so the test fails instead of hanging.
+TEST(AllReduceRegression, RingChunkSpanningWholeFifo) {
   EnvGuard algo("NCCL_ALGO", "Ring");
   EnvGuard slot("LOOM_SLOT_BYTES", "4096");
   EnvGuard depth("LOOM_FIFO_DEPTH", "8");
