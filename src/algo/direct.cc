@@ -17,16 +17,21 @@ Plan directAllReduce(int n, int rank, size_t count, size_t elt) {
     b.setPeers(j, -1);
     b.send(sendBuf(0), bytes);
   }
+  // Our own input is reduced in its rank-order place, after recv has been written: keep
+  // a copy, since in-place operation overwrites the input.
+  plan.scratchBytes = bytes;
+  BufRef own{Buf::kScratch, 0};
+  b.copy(sendBuf(0), own, bytes, kSrcPartial | kDstPartial);
   for (int j = 0; j < n; ++j) {
     if (j == 0) {
       if (rank == 0) {
-        b.copy(sendBuf(0), recvBuf(0), bytes, kDstPartial);
+        b.copy(own, recvBuf(0), bytes, kDstPartial);
       } else {
         b.setPeers(-1, 0);
         b.add(StepOp::kRecv, {}, recvBuf(0), bytes, kDstPartial);
       }
     } else if (j == rank) {
-      b.localReduce(sendBuf(0), recvBuf(0), bytes, kDstPartial);
+      b.localReduce(own, recvBuf(0), bytes, kDstPartial);
     } else {
       b.setPeers(-1, j);
       b.add(StepOp::kRecvReduceCopy, recvBuf(0), recvBuf(0), bytes, kSrcPartial | kDstPartial);

@@ -1,6 +1,8 @@
 #include "base/shm.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -43,7 +45,32 @@ std::string withSlash(const std::string& name) {
   return name.empty() || name[0] != '/' ? "/" + name : name;
 }
 
+// Names carry the creator's pid namespace and pid ("loom-<ns>-<pid>-<tag>-<random>"), so a
+// later process can tell which names a killed process left behind.
+std::string pidNamespaceTag() {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return "0";
+  return strprintf("%llx", static_cast<unsigned long long>(st.st_ino));
+}
+
 }  // namespace
+
+int ShmSegment::sweepDead() {
+  std::string prefix = "loom-" + pidNamespaceTag() + "-";
+  int removed = 0;
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    if (strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+    char* end = nullptr;
+    long pid = strtol(e->d_name + prefix.size(), &end, 10);
+    if (pid <= 0 || !end || *end != '-') continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    if (shm_unlink(withSlash(e->d_name).c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
+}
 
 ShmSegment::~ShmSegment() {
   if (data_) munmap(data_, size_);
@@ -82,7 +109,8 @@ ShmSegment ShmSegment::create(const std::string& tag, size_t size) {
                  tag.c_str(), kMaxTagLen);
   uint8_t rnd[16];  // 128 bits: the name cannot be guessed by another local user
   randomBytes(rnd, sizeof(rnd));
-  std::string name = "/loom-" + tag + "-" + hex(rnd, sizeof(rnd));
+  std::string name = "/loom-" + pidNamespaceTag() + "-" + std::to_string(getpid()) + "-" + tag +
+                     "-" + hex(rnd, sizeof(rnd));
 
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {

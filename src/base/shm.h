@@ -23,6 +23,9 @@ class ShmSegment {
   static ShmSegment open(const std::string& name, size_t size);
 
   void unlink();  // removes the name (idempotent); the mapping stays valid
+  // Unlinks names that processes of this pid namespace created and did not live to
+  // unlink (SIGKILL during connection setup). Returns how many it removed.
+  static int sweepDead();
   void* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }

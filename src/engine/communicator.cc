@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/hmac.h"
 #include "base/log.h"
+#include "base/shm.h"
 
 namespace loom {
 namespace {
@@ -34,6 +35,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   Digest d = sha256(job.secret, sizeof(job.secret));
   memcpy(&commHash_, d.data(), sizeof(commHash_));
   FifoShape shape = fifoShape();
+  ShmSegment::sweepDead();
   bootstrap_ = std::make_unique<Bootstrap>(job, rank, nranks, abortFlag);
   Socket netListener;
   SocketAddr netAddr = TransportManager::makeNetListener(*bootstrap_, &netListener);
@@ -56,7 +58,12 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   if (nranks > 1) connect({{ring_.next(), 0}}, {{ring_.prev(), 0}});
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  transports_.reset();
+  // A peer killed while connecting may have left a name behind; we may be the last local
+  // process of the job to notice.
+  ShmSegment::sweepDead();
+}
 
 int Communicator::localRanks() const {
   int n = 0;

@@ -188,6 +188,10 @@ struct CommQueue {
     Task* t = tasks[next];
     for (Connection* c : t->transports->active()) any |= c->progress();
     if (runs.empty() && !draining) {
+      if (t->plan->scratchBytes > 0 && !t->scratch) {
+        t->scratchStore.resize(t->plan->scratchBytes);
+        t->scratch = t->scratchStore.data();
+      }
       for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
         runs.push_back(std::make_unique<ChannelRun>(*t, ch));
     }
@@ -247,8 +251,10 @@ void runTasks(const std::vector<Task*>& tasks) {
     }
     queues[q].tasks.push_back(t);
   }
-  const int64_t spin = kSpin.get();
-  const double timeoutSec = static_cast<double>(kTimeout.get());
+  // Knobs are read once per process: getenv on every call would cost more than a small
+  // collective itself.
+  static const int64_t spin = kSpin.get();
+  static const double timeoutSec = static_cast<double>(kTimeout.get());
   int64_t idle = 0;
   uint64_t lastProgress = nowNs();
   uint64_t lastCheck = lastProgress;

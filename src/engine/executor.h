@@ -21,7 +21,8 @@ struct Task {
   const Plan* plan = nullptr;
   const void* sendbuf = nullptr;
   void* recvbuf = nullptr;
-  void* scratch = nullptr;
+  void* scratch = nullptr;  // plan->scratchBytes of working space; allocated if null
+  std::vector<char> scratchStore;
   // Per-channel buffer overrides (p2p batches: one channel per operation); empty = use above.
   std::vector<const void*> chanSend;
   std::vector<void*> chanRecv;

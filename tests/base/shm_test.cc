@@ -16,10 +16,14 @@ namespace loom {
 namespace {
 
 // "/loom-<tag>-" followed by exactly 32 lowercase hex digits (128 bits).
+// "/loom-<pid namespace>-<pid>-<tag>-<32 hex digits>"
 bool wellFormed(const std::string& name, const std::string& tag) {
-  std::string prefix = "/loom-" + tag + "-";
-  if (name.rfind(prefix, 0) != 0 || name.size() != prefix.size() + 32) return false;
-  for (size_t i = prefix.size(); i < name.size(); ++i)
+  std::string pidPart = "-" + std::to_string(getpid()) + "-" + tag + "-";
+  size_t at = name.find(pidPart);
+  if (name.rfind("/loom-", 0) != 0 || at == std::string::npos) return false;
+  size_t start = at + pidPart.size();
+  if (name.size() != start + 32) return false;
+  for (size_t i = start; i < name.size(); ++i)
     if (!isdigit(static_cast<unsigned char>(name[i])) && (name[i] < 'a' || name[i] > 'f'))
       return false;
   return true;
@@ -78,6 +82,31 @@ TEST(ShmSegment, NameCarries128RandomBits) {
   EXPECT_TRUE(wellFormed(a.name(), "tagx")) << a.name();
   EXPECT_TRUE(wellFormed(b.name(), "tagx")) << b.name();
   EXPECT_NE(a.name(), b.name());
+}
+
+TEST(ShmSegment, SweepRemovesNamesOfDeadProcessesOnly) {
+  ShmSegment mine = ShmSegment::create("sweep", 4096);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    // Create a name and die without unlinking it, as a SIGKILLed rank would.
+    ShmSegment s = ShmSegment::create("sweep", 4096);
+    std::string n = s.name();
+    if (write(fds[1], n.data(), n.size()) < 0) {}
+    _exit(0);  // no destructors run
+  }
+  close(fds[1]);
+  char buf[256];
+  ssize_t len = read(fds[0], buf, sizeof(buf));
+  close(fds[0]);
+  waitpid(child, nullptr, 0);
+  ASSERT_GT(len, 0);
+  std::string orphan(buf, static_cast<size_t>(len));
+  ASSERT_TRUE(exists(orphan));
+  EXPECT_GE(ShmSegment::sweepDead(), 1);
+  EXPECT_FALSE(exists(orphan));
+  EXPECT_TRUE(exists(mine.name()));  // a live process's name stays
 }
 
 TEST(ShmSegment, UnlinkRemovesNameMappingStaysUsable) {
@@ -170,7 +199,7 @@ TEST(ShmSegment, OutOfSpaceSaysSoAndLeavesNothing) {
     std::string msg = e.what();
     EXPECT_EQ(e.code(), Code::kSystemError);
     EXPECT_NE(msg.find(std::to_string(huge)), std::string::npos) << msg;
-    EXPECT_NE(msg.find("/dev/shm/loom-hugetest-"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("-hugetest-"), std::string::npos) << msg;
     EXPECT_NE(msg.find("/dev/shm has"), std::string::npos) << msg;
   }
   // The failed attempt must have removed its name.
@@ -180,7 +209,7 @@ TEST(ShmSegment, OutOfSpaceSaysSoAndLeavesNothing) {
     while (fgets(buf, sizeof(buf), f)) ls += buf;
     pclose(f);
   }
-  EXPECT_EQ(ls.find("loom-hugetest-"), std::string::npos) << ls;
+  EXPECT_EQ(ls.find("-hugetest-"), std::string::npos) << ls;
 }
 
 TEST(ShmSegment, RejectsBadArguments) {

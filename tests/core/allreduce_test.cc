@@ -300,7 +300,7 @@ void runAlgorithm(const CoreParam& p, const char* algo, bool inPlace) {
 TEST_P(AllReduceAlgoTest, Ring) { runAlgorithm(GetParam(), "Ring", true); }
 TEST_P(AllReduceAlgoTest, Tree) { runAlgorithm(GetParam(), "Tree", true); }
 TEST_P(AllReduceAlgoTest, HalvingDoubling) { runAlgorithm(GetParam(), "HalvingDoubling", true); }
-// In place: see AllReduceKnownBug.DirectInPlace.
+// In place: see CoreKnownBug.DirectInPlace.
 TEST_P(AllReduceAlgoTest, Direct) { runAlgorithm(GetParam(), "Direct", false); }
 
 std::vector<CoreParam> algoMatrix() {
@@ -313,7 +313,7 @@ INSTANTIATE_TEST_SUITE_P(Core, AllReduceAlgoTest, testing::ValuesIn(algoMatrix()
 
 // Direct all-reduce in place: ranks other than 0 receive rank 0's data into recvbuff,
 // which is their sendbuff, before their own contribution is read (src/algo/direct.cc).
-TEST(AllReduceKnownBug, DirectInPlace) {
+TEST(CoreKnownBug, DirectInPlace) {
   EnvGuard algo("NCCL_ALGO", "Direct");
   EnvGuard limit("LOOM_TIMEOUT", "10");
   auto f = runRanks(Mode::kThreads, 2, [](int rank, int nranks, ncclComm_t comm) {
@@ -331,7 +331,7 @@ TEST(AllReduceKnownBug, DirectInPlace) {
 // waited for a free send slot before consuming its receive slot. 4 KiB slots make it
 // small: 2 ranks, 16384 floats = two 32 KiB chunks of 8 slots. LOOM_TIMEOUT bounds a
 // relapse, so the test fails instead of hanging.
-TEST(AllReduceRegression, RingChunkSpanningWholeFifo) {
+TEST(CoreRegression, RingChunkSpanningWholeFifo) {
   EnvGuard algo("NCCL_ALGO", "Ring");
   EnvGuard slot("LOOM_SLOT_BYTES", "4096");
   EnvGuard depth("LOOM_FIFO_DEPTH", "8");

@@ -115,7 +115,7 @@ void runJunk(Junk kind, int port, JunkResult* out) {
 // Set in each rank (process) just before its init, read by the rank body after it.
 Clock::time_point gInitStart;
 
-TEST(BootstrapTest, HostileClientsDuringRendezvous) {
+TEST(CoreBootstrap, HostileClientsDuringRendezvous) {
   const int nranks = 4;
   int port = freePort();
   ASSERT_NE(port, 0);
@@ -166,7 +166,7 @@ TEST(BootstrapTest, HostileClientsDuringRendezvous) {
 
 // A process with a unique id that names the job's root but carries another secret (as a
 // stale or forged id would) is refused; the job's real ranks are not disturbed.
-TEST(BootstrapTest, WrongSecretCannotJoin) {
+TEST(CoreBootstrap, WrongSecretCannotJoin) {
   const int nranks = 4;
   EnvGuard limit("LOOM_TIMEOUT", "60");
   ncclUniqueId good;
@@ -203,7 +203,7 @@ TEST(BootstrapTest, WrongSecretCannotJoin) {
 
 // The same forged id in threads: the refusal is an error code with a message, and the
 // process stays usable for a real job afterwards.
-TEST(BootstrapTest, WrongSecretAloneFailsFast) {
+TEST(CoreBootstrap, WrongSecretAloneFailsFast) {
   ncclUniqueId good;
   ASSERT_EQ(ncclGetUniqueId(&good), ncclSuccess);
   loom::JobId job = loom::JobId::decode(good.internal);

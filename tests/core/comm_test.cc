@@ -303,7 +303,7 @@ std::string commIdRank(const std::string& commId, int rank, int nranks) {
   return "";
 }
 
-TEST(CommIdTest, Ipv4Loopback) {
+TEST(CoreCommId, Ipv4Loopback) {
   int port = freePort("127.0.0.1");
   ASSERT_NE(port, 0);
   std::string commId = "127.0.0.1:" + std::to_string(port);
@@ -311,7 +311,7 @@ TEST(CommIdTest, Ipv4Loopback) {
   EXPECT_TRUE(f.empty()) << "NCCL_COMM_ID=" << commId << "\n" << joinFailures(f);
 }
 
-TEST(CommIdTest, Ipv6Loopback) {
+TEST(CoreCommId, Ipv6Loopback) {
   if (!haveIpv6Loopback()) GTEST_SKIP() << "no ::1 on this machine's loopback";
   int port = freePort("::1");
   ASSERT_NE(port, 0);
@@ -321,7 +321,7 @@ TEST(CommIdTest, Ipv6Loopback) {
 }
 
 // Threads of one process with NCCL_COMM_ID set before they start.
-TEST(CommIdTest, Ipv4LoopbackThreads) {
+TEST(CoreCommId, Ipv4LoopbackThreads) {
   int port = freePort("127.0.0.1");
   ASSERT_NE(port, 0);
   EnvGuard env("NCCL_COMM_ID", ("127.0.0.1:" + std::to_string(port)).c_str());

@@ -32,7 +32,7 @@ bool contains(const std::string& s, const std::string& what) {
   } while (0)
 
 // A one-rank communicator (no peers: fast) for argument checks.
-class ErrorsTest : public testing::Test {
+class CoreErrors : public testing::Test {
  protected:
   void SetUp() override {
     ncclUniqueId id;
@@ -48,7 +48,7 @@ class ErrorsTest : public testing::Test {
   float a_[16] = {}, b_[16] = {};
 };
 
-TEST_F(ErrorsTest, NullCommunicator) {
+TEST_F(CoreErrors, NullCommunicator) {
   EXPECT_ERR(ncclAllReduce(a_, b_, 4, ncclFloat, ncclSum, nullptr, nullptr), ncclInvalidArgument,
              "comm");
   EXPECT_ERR(ncclBroadcast(a_, b_, 4, ncclFloat, 0, nullptr, nullptr), ncclInvalidArgument, "comm");
@@ -61,7 +61,7 @@ TEST_F(ErrorsTest, NullCommunicator) {
   EXPECT_ERR(ncclCommGetAsyncError(comm_, nullptr), ncclInvalidArgument, "asyncError");
 }
 
-TEST_F(ErrorsTest, NullBuffersWithCount) {
+TEST_F(CoreErrors, NullBuffersWithCount) {
   EXPECT_ERR(ncclAllReduce(nullptr, b_, 4, ncclFloat, ncclSum, comm_, nullptr), ncclInvalidArgument,
              "sendbuff");
   EXPECT_ERR(ncclAllReduce(a_, nullptr, 4, ncclFloat, ncclSum, comm_, nullptr), ncclInvalidArgument,
@@ -76,7 +76,7 @@ TEST_F(ErrorsTest, NullBuffersWithCount) {
   EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, comm_, nullptr), ncclSuccess);
 }
 
-TEST_F(ErrorsTest, BadDatatypeAndOp) {
+TEST_F(CoreErrors, BadDatatypeAndOp) {
   auto badType = static_cast<ncclDataType_t>(99);
   auto badOp = static_cast<ncclRedOp_t>(99);
   EXPECT_ERR(ncclAllReduce(a_, b_, 4, badType, ncclSum, comm_, nullptr), ncclInvalidArgument,
@@ -100,7 +100,7 @@ TEST_F(ErrorsTest, BadDatatypeAndOp) {
   EXPECT_ERR(ncclRedOpDestroy(op, comm_), ncclInvalidArgument, "op");
 }
 
-TEST_F(ErrorsTest, RootAndPeerOutOfRange) {
+TEST_F(CoreErrors, RootAndPeerOutOfRange) {
   EXPECT_ERR(ncclBroadcast(a_, b_, 4, ncclFloat, 1, comm_, nullptr), ncclInvalidArgument, "root 1");
   EXPECT_ERR(ncclReduce(a_, b_, 4, ncclFloat, ncclSum, -1, comm_, nullptr), ncclInvalidArgument,
              "root -1");
@@ -110,7 +110,7 @@ TEST_F(ErrorsTest, RootAndPeerOutOfRange) {
   EXPECT_ERR(ncclRecv(b_, 4, ncclFloat, -2, comm_, nullptr), ncclInvalidArgument, "peer -2");
 }
 
-TEST(ErrorsInit, BadRankCounts) {
+TEST(CoreErrorsInit, BadRankCounts) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t comm = reinterpret_cast<ncclComm_t>(0x1);
@@ -124,7 +124,7 @@ TEST(ErrorsInit, BadRankCounts) {
   EXPECT_ERR(ncclCommInitAll(nullptr, 2, nullptr), ncclInvalidArgument, "comms");
 }
 
-TEST(ErrorsInit, UniqueIdNotFromGetUniqueId) {
+TEST(CoreErrorsInit, UniqueIdNotFromGetUniqueId) {
   ncclUniqueId zero;
   memset(&zero, 0, sizeof(zero));
   ncclComm_t comm = nullptr;
@@ -137,7 +137,7 @@ TEST(ErrorsInit, UniqueIdNotFromGetUniqueId) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "rejecting must not wait";
 }
 
-TEST(ErrorsInit, BadConfig) {
+TEST(CoreErrorsInit, BadConfig) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -150,14 +150,14 @@ TEST(ErrorsInit, BadConfig) {
   EXPECT_ERR(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclInvalidArgument, "blocking=5");
 }
 
-TEST(ErrorsUsage, GroupEndWithoutStart) {
+TEST(CoreErrorsUsage, GroupEndWithoutStart) {
   EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupStart");
   // Balanced groups still work afterwards.
   EXPECT_EQ(ncclGroupStart(), ncclSuccess);
   EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
 }
 
-TEST(ErrorsUsage, UseAfterDestroy) {
+TEST(CoreErrorsUsage, UseAfterDestroy) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t comm = nullptr;
@@ -175,7 +175,7 @@ TEST(ErrorsUsage, UseAfterDestroy) {
   EXPECT_EQ(ncclCommAbort(nullptr), ncclSuccess);
 }
 
-TEST(ErrorsUsage, SocketIfnameMatchesNothing) {
+TEST(CoreErrorsUsage, SocketIfnameMatchesNothing) {
   EnvGuard env("NCCL_SOCKET_IFNAME", "doesnotexist");
   ncclUniqueId id;
   auto t0 = std::chrono::steady_clock::now();
@@ -184,7 +184,7 @@ TEST(ErrorsUsage, SocketIfnameMatchesNothing) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "must fail fast";
 }
 
-TEST(ErrorsUsage, ErrorStrings) {
+TEST(CoreErrorsUsage, ErrorStrings) {
   const ncclResult_t codes[] = {ncclSuccess,         ncclUnhandledCudaError, ncclSystemError,
                                 ncclInternalError,   ncclInvalidArgument,    ncclInvalidUsage,
                                 ncclRemoteError,     ncclInProgress};
@@ -208,7 +208,7 @@ TEST(ErrorsUsage, ErrorStrings) {
 }
 
 // Errors are per thread: one thread's failure does not show up as another's last error.
-TEST(ErrorsUsage, LastErrorIsPerThread) {
+TEST(CoreErrorsUsage, LastErrorIsPerThread) {
   EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
   std::string other = "unset";
   std::thread([&] {

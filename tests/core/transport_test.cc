@@ -58,7 +58,7 @@ std::string exercise(int rank, int nranks, ncclComm_t comm) {
   return "";
 }
 
-class TransportTest : public testing::Test {
+class CoreTransport : public testing::Test {
  protected:
   void SetUp() override {
     dir_ = testing::TempDir() + "loom_transport_" + std::to_string(getpid()) + "_" +
@@ -138,28 +138,28 @@ class TransportTest : public testing::Test {
   EnvGuard stallLimit_{"LOOM_TIMEOUT", "60"};
 };
 
-TEST_F(TransportTest, EveryRankItsOwnHost) {
+TEST_F(CoreTransport, EveryRankItsOwnHost) {
   std::vector<std::string> hosts = {"hostA", "hostB", "hostC", "hostD"};
   runLogged(hosts, exercise);
   expectTransports(hosts);
   expectNoShmLeft();
 }
 
-TEST_F(TransportTest, TwoHostsOfTwoRanks) {
+TEST_F(CoreTransport, TwoHostsOfTwoRanks) {
   std::vector<std::string> hosts = {"left", "left", "right", "right"};
   runLogged(hosts, exercise);
   expectTransports(hosts);
   expectNoShmLeft();
 }
 
-TEST_F(TransportTest, OneHostUsesShm) {
+TEST_F(CoreTransport, OneHostUsesShm) {
   std::vector<std::string> hosts = {"same", "same", "same"};
   runLogged(hosts, exercise);
   expectTransports(hosts);
   expectNoShmLeft();
 }
 
-TEST_F(TransportTest, OneStreamAndFourStreams) {
+TEST_F(CoreTransport, OneStreamAndFourStreams) {
   for (const char* streams : {"1", "4"}) {
     EnvGuard env("LOOM_SOCKET_NSTREAMS", streams);
     std::vector<std::string> hosts = {"h0", "h1", "h2"};
@@ -169,7 +169,7 @@ TEST_F(TransportTest, OneStreamAndFourStreams) {
   expectNoShmLeft();
 }
 
-TEST_F(TransportTest, BadStreamCountIsReported) {
+TEST_F(CoreTransport, BadStreamCountIsReported) {
   EnvGuard env("LOOM_SOCKET_NSTREAMS", "0");
   EnvGuard shmOff("NCCL_SHM_DISABLE", "1");
   auto f = runRanks(Mode::kThreads, 2, [](int, int, ncclComm_t) { return std::string(); }, 60);
@@ -178,7 +178,7 @@ TEST_F(TransportTest, BadStreamCountIsReported) {
 }
 
 // Threads of one process over shm and over TCP: nothing named is left behind either.
-TEST_F(TransportTest, ThreadsLeaveNoShm) {
+TEST_F(CoreTransport, ThreadsLeaveNoShm) {
   for (const char* off : {"0", "1"}) {
     EnvGuard env("NCCL_SHM_DISABLE", off);
     auto f = runRanks(Mode::kThreads, 4, exercise);

@@ -58,6 +58,9 @@ std::unique_ptr<ShmConnection> ShmConnection::createRecv(int peer, const PeerInf
 std::unique_ptr<ShmConnection> ShmConnection::openSend(int peer, const PeerInfo& info,
                                                        FifoShape shape, const std::string& name) {
   ShmSegment seg = ShmSegment::open(name, segmentBytes(shape));
+  // Both ends unlink once mapped: whichever gets there first, the name is gone as soon as
+  // it is no longer needed, even if the creator is killed right after.
+  seg.unlink();
   static_cast<FifoCtrl*>(seg.data())->senderPid = static_cast<uint32_t>(getpid());
   return std::unique_ptr<ShmConnection>(new ShmConnection(peer, info, std::move(seg), shape, true));
 }

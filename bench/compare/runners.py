@@ -1,0 +1,156 @@
+"""Runs one sweep of one library and returns its rows (used by compare.py).
+
+Every runner returns a list of Sample(op, size, library, variant, time_us, busbw, wrong):
+the per-call time nccl-tests' way (a timed loop of `iters` calls / iters, averaged over
+ranks) and nccl-tests' bus bandwidth. Loom's numbers come from its own nccl-tests
+compatible tools (all_reduce_perf ...), parsed from their standard table.
+"""
+
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+
+# Loom tool per op, and the MPI/Gloo op names.
+LOOM_TOOLS = {
+    "allreduce": "all_reduce_perf",
+    "allgather": "all_gather_perf",
+    "reducescatter": "reduce_scatter_perf",
+}
+
+
+@dataclass
+class Sample:
+    op: str
+    size: int
+    library: str  # "loom", "mpi", "gloo"
+    variant: str  # "oop" (out of place) or "ip" (in place)
+    time_us: float
+    busbw: float
+    wrong: int
+    round: int = -1
+
+
+class RunError(RuntimeError):
+    pass
+
+
+def _run(cmd, env=None, timeout=900):
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-20:])
+        raise RunError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{tail}")
+    return proc.stdout
+
+
+def parse_nccl_tests_rows(text):
+    """Rows of an nccl-tests table: (size, oop_time_us, oop_busbw, oop_wrong, ip_time_us,
+    ip_busbw, ip_wrong). Columns: size count type redop root | time algbw busbw #wrong |
+    time algbw busbw #wrong. A #wrong of N/A (no check) reads as 0; an in-place column of
+    N/A reads as None."""
+    rows = []
+    for line in text.splitlines():
+        tok = line.split()
+        if len(tok) < 9 or line.lstrip().startswith("#") or not tok[0].isdigit():
+            continue
+
+        def num(s):
+            try:
+                return float(s)
+            except ValueError:
+                return None
+
+        def wrong(s):
+            return int(s) if s.isdigit() else 0
+
+        oop = (num(tok[5]), num(tok[7]), wrong(tok[8]))
+        ip = (num(tok[9]), num(tok[11]), wrong(tok[12])) if len(tok) >= 13 else (None, None, 0)
+        rows.append((int(tok[0]),) + oop + ip)
+    return rows
+
+
+def run_loom(bin_dir, op, nranks, sizes, warmup_of, extra_env, check=False):
+    """One all_*_perf invocation per size (so each size gets its own iteration count);
+    returns out-of-place and in-place samples."""
+    tool = os.path.join(bin_dir, LOOM_TOOLS[op])
+    env = dict(os.environ, **extra_env)
+    samples = []
+    for size, iters in sizes:
+        cmd = [tool, "--nranks", str(nranks), "-b", str(size), "-e", str(size),
+               "-n", str(iters), "-w", str(warmup_of(iters)), "-c", "1" if check else "0"]
+        rows = parse_nccl_tests_rows(_run(cmd, env=env))
+        if len(rows) != 1:
+            raise RunError(f"{' '.join(cmd)}: expected one table row, got {len(rows)}")
+        _, ot, ob, ow, it, ib, iw = rows[0]
+        samples.append(Sample(op, size, "loom", "oop", ot, ob, ow))
+        if it is not None:
+            samples.append(Sample(op, size, "loom", "ip", it, ib, iw))
+    return samples
+
+
+def _parse_result_lines(text, library, variant):
+    samples = []
+    for line in text.splitlines():
+        tok = line.split()
+        if len(tok) == 9 and tok[0] == "RESULT":
+            samples.append(Sample(tok[1], int(tok[2]), library, variant, float(tok[5]),
+                                  float(tok[7]), int(tok[8])))
+    return samples
+
+
+def _sizes_arg(sizes, warmup_of):
+    return ",".join(f"{s}:{i}:{warmup_of(i)}" for s, i in sizes)
+
+
+def mpirun_prefix(nranks):
+    cmd = ["mpirun", "-np", str(nranks), "--mca", "btl", "self,vader"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if nranks > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    return cmd
+
+
+def run_mpi(mpi_exe, op, nranks, sizes, warmup_of):
+    cmd = mpirun_prefix(nranks) + [mpi_exe, "--op", op, "--sizes", _sizes_arg(sizes, warmup_of)]
+    samples = _parse_result_lines(_run(cmd), "mpi", "oop")
+    if len(samples) != len(sizes):
+        raise RunError(f"{' '.join(cmd)}: expected {len(sizes)} RESULT lines, got {len(samples)}")
+    return samples
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_gloo(python, script, op, nranks, sizes, warmup_of, timeout=900):
+    """Starts nranks processes of gloo_allreduce.py with torch.distributed's env:// init."""
+    port = _free_port()
+    procs = []
+    for rank in range(nranks):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nranks), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
+                   OMP_NUM_THREADS="1")
+        cmd = [python, script, "--op", op, "--sizes", _sizes_arg(sizes, warmup_of)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=timeout)
+            outputs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rank, (p, out) in enumerate(zip(procs, outputs)):
+        if p.returncode != 0:
+            tail = "\n".join(out.splitlines()[-20:])
+            raise RunError(f"gloo rank {rank} exited with {p.returncode}:\n{tail}")
+    samples = _parse_result_lines(outputs[0], "gloo", "ip")
+    if len(samples) != len(sizes):
+        raise RunError(f"gloo: expected {len(sizes)} RESULT lines, got {len(samples)}")
+    return samples
