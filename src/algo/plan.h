@@ -39,7 +39,10 @@ enum class StepOp : uint8_t {
   kLocalReduce,
 };
 
-enum StepFlags : uint8_t { kSrcPartial = 1, kDstPartial = 2 };
+// kShare: the data the step sends stays unchanged in this rank's memory until the whole
+// operation completes, so a transport that can read peer memory may take it from there
+// (one copy instead of two); the executor then waits for the peer before completing.
+enum StepFlags : uint8_t { kSrcPartial = 1, kDstPartial = 2, kShare = 4 };
 
 // kAbsolute: offset is an address (per-call plans such as a group's send/recv batch).
 enum class Buf : uint8_t { kNone, kSend, kRecv, kScratch, kAbsolute };

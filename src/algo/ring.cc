@@ -65,11 +65,15 @@ Plan ringAllReduce(const Ring& ring, size_t count, size_t elt, size_t chunkBytes
       c = chunk(r - j);
       b.recvReduceSend(sendBuf(c.off), c.bytes);
     }
+    // From here on, what a rank sends is final data in its recv buffer, which no later
+    // step changes: peers may read it from there (kShare).
     c = chunk(r);
     b.recvReduceCopySend(sendBuf(c.off), recvBuf(c.off), c.bytes);
+    b.last().flags |= kShare;
     for (int j = 1; j < n - 1; ++j) {
       c = chunk(r - j);
       b.recvCopySend(recvBuf(c.off), c.bytes);
+      b.last().flags |= kShare;
     }
     c = chunk(r + 1);
     b.recv(recvBuf(c.off), c.bytes);
@@ -89,8 +93,11 @@ Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt, size_t 
   for (size_t base = 0; base < count; base += step) {
     size_t off = base * elt, len = (std::min(step, count - base)) * elt;
     b.send(sendBuf(off), len);
-    for (int j = 1; j < n - 1; ++j)
+    b.last().flags |= kShare;
+    for (int j = 1; j < n - 1; ++j) {
       b.recvCopySend(recvBuf(ring.at(ring.pos - j) * bytes + off), len);
+      b.last().flags |= kShare;
+    }
     b.recv(recvBuf(ring.at(ring.pos - (n - 1)) * bytes + off), len);
   }
   return plan;
@@ -128,11 +135,15 @@ Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t el
   int dist = ((ring.pos - rootPos) % n + n) % n;
   if (rank == root) {
     b.copy(sendBuf(0), recvBuf(0), bytes);
-    if (n > 1) b.send(sendBuf(0), bytes);
+    if (n > 1) {
+      b.send(sendBuf(0), bytes);
+      b.last().flags |= kShare;
+    }
   } else if (dist == n - 1) {
     b.recv(recvBuf(0), bytes);
   } else {
     b.recvCopySend(recvBuf(0), bytes);
+    b.last().flags |= kShare;
   }
   return plan;
 }

@@ -20,6 +20,9 @@ IntKnob kTimeout("LOOM_TIMEOUT", "", 0,
                  "Seconds an operation may wait without any progress before failing "
                  "(0: wait as long as every peer is alive; dead peers are always detected)");
 
+// Below this, posting an address (a cross-process read per step) costs more than copying.
+constexpr size_t kShareMinBytes = 64 << 10;
+
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -35,6 +38,12 @@ class ChannelRun {
   }
 
   bool done() const { return cur_ >= steps_.size(); }
+  // Peers have read everything we lent them by address: our buffers may change again.
+  bool sharedDrained() const {
+    for (Connection* c : shared_)
+      if (!c->fifo().drained()) return false;
+    return true;
+  }
 
   // Does as much as possible without waiting. Returns true if anything moved.
   bool progress() {
@@ -79,6 +88,7 @@ class ChannelRun {
     if (sc && !sc->fifo().canSend()) return false;
 
     const char* in = nullptr;
+    bool inIsDst = false;  // the payload was read straight into dst (single-copy path)
     if (rc) {
       const FifoSlotInfo& info = rc->fifo().recvInfo();
       if (info.bytes != n)
@@ -87,13 +97,27 @@ class ChannelRun {
                    "call the same collective with the same count and datatype?",
                    t_.rank, t_.name, static_cast<unsigned long long>(t_.seq),
                    rc->describe().c_str(), static_cast<unsigned long long>(info.bytes), n);
-      in = rc->fifo().recvSlot();
+      if (info.remote) {
+        if (s.op == StepOp::kRecv || s.op == StepOp::kRecvCopySend) {
+          rc->readRemote(mptr(s.dst, off_), info.remote, n);
+          in = ptr(s.dst, off_);
+          inIsDst = true;
+        } else {
+          if (tmp_.size() < n) tmp_.resize(n);
+          rc->readRemote(tmp_.data(), info.remote, n);
+          in = tmp_.data();
+        }
+      } else {
+        in = rc->fifo().recvSlot();
+      }
     }
     char* out = sc ? sc->fifo().sendSlot() : nullptr;
     size_t elems = n / t_.eltSize;
     const Reducer& red = t_.red;
     const bool srcPartial = s.flags & kSrcPartial;
     const bool finalDst = !(s.flags & kDstPartial) && red.hasPost();
+    const bool share = (s.flags & kShare) && sc && n >= kShareMinBytes && sc->supportsRemoteRead();
+    uint64_t remote = 0;  // set when we post an address instead of data
     // dst = in R pre(src), or in R src when src is a partial result.
     auto combine = [&](void* dst, const void* a, const void* src) {
       if (srcPartial) red.reduce2(dst, a, src, elems);
@@ -107,13 +131,18 @@ class ChannelRun {
       }
     };
     switch (s.op) {
-      case StepOp::kSend:
-        scaled(out, ptr(s.src, off_));
+      case StepOp::kSend: {
+        const char* src = ptr(s.src, off_);
+        if (share && (srcPartial || !red.hasPre())) remote = reinterpret_cast<uint64_t>(src);
+        else scaled(out, src);
         break;
-      case StepOp::kRecv:
-        if (finalDst) red.post(mptr(s.dst, off_), in, elems);
-        else memcpy(mptr(s.dst, off_), in, n);
+      }
+      case StepOp::kRecv: {
+        char* dst = mptr(s.dst, off_);
+        if (finalDst) red.post(dst, in, elems);
+        else if (!inIsDst) memcpy(dst, in, n);
         break;
+      }
       case StepOp::kRecvReduceSend:
         combine(out, in, ptr(s.src, off_));
         break;
@@ -125,16 +154,29 @@ class ChannelRun {
       }
       case StepOp::kRecvReduceCopySend: {
         char* dst = mptr(s.dst, off_);
-        combine(out, in, ptr(s.src, off_));
-        if (finalDst) red.post(dst, out, elems);
-        else memcpy(dst, out, n);
+        if (share && !finalDst) {
+          combine(dst, in, ptr(s.src, off_));
+          remote = reinterpret_cast<uint64_t>(dst);
+        } else {
+          combine(out, in, ptr(s.src, off_));
+          if (finalDst) red.post(dst, out, elems);
+          else memcpy(dst, out, n);
+        }
         break;
       }
-      case StepOp::kRecvCopySend:
-        memcpy(out, in, n);
-        if (finalDst) red.post(mptr(s.dst, off_), in, elems);
-        else memcpy(mptr(s.dst, off_), in, n);
+      case StepOp::kRecvCopySend: {
+        char* dst = mptr(s.dst, off_);
+        // Peers get the data as received (before post()).
+        if (share && !finalDst) {
+          if (!inIsDst) memcpy(dst, in, n);
+          remote = reinterpret_cast<uint64_t>(dst);
+        } else {
+          memcpy(out, in, n);
+          if (finalDst) red.post(dst, in, elems);
+          else if (!inIsDst) memcpy(dst, in, n);
+        }
         break;
+      }
       case StepOp::kCopy: {
         const char* src = ptr(s.src, off_);
         char* dst = mptr(s.dst, off_);
@@ -155,8 +197,9 @@ class ChannelRun {
         break;
       }
     }
+    if (remote) noteShared(sc);
     if (rc) rc->fifo().release();
-    if (sc) sc->fifo().post(n);
+    if (sc) sc->fifo().post(n, remote);
     off_ += n;
     if (off_ >= s.bytes) {
       ++cur_;
@@ -165,8 +208,16 @@ class ChannelRun {
     return true;
   }
 
+  void noteShared(Connection* c) {
+    for (Connection* x : shared_)
+      if (x == c) return;
+    shared_.push_back(c);
+  }
+
   const Task& t_;
   const std::vector<Step>& steps_;
+  std::vector<char> tmp_;            // remote payloads that feed a reduction
+  std::vector<Connection*> shared_;  // connections we posted our own addresses on
   const void* sendbuf_;
   void* recvbuf_;
   size_t cur_ = 0;
@@ -198,7 +249,7 @@ struct CommQueue {
     bool all = true;
     for (auto& r : runs) {
       any |= r->progress();
-      all &= r->done();
+      all &= r->done() && r->sharedDrained();
     }
     if (all) {
       // Data a socket connection holds locally must reach the peer before we return:
