@@ -196,8 +196,9 @@ def schedule(args):
     for op in args.ops:
         rows = []
         for size in args.sizes:
-            if op != "allreduce":  # per-rank blocks of whole floats
-                size = max(4 * args.nranks, size // (4 * args.nranks) * 4 * args.nranks)
+            if op != "allreduce":  # nccl-tests aligns per-rank blocks to 16 bytes
+                unit = 16 * args.nranks
+                size = max(unit, size // unit * unit)
             iters = int(min(args.max_iters, max(args.min_iters, args.target_bytes // size)))
             rows.append((size, iters))
         out[op] = list(dict.fromkeys(rows))
@@ -286,7 +287,8 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.splitlines()[2:]))
     p.add_argument("--nranks", type=int, default=2)
-    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"comma list (default {DEFAULT_SIZES})")
+    p.add_argument("--sizes", help=f"comma list (default {DEFAULT_SIZES}; all-gather and "
+                   "reduce-scatter round them to whole 16-byte blocks per rank)")
     p.add_argument("--ops", default="allreduce,allgather,reducescatter")
     p.add_argument("--libs", default="loom,mpi,gloo")
     p.add_argument("--gloo-ops", default="allreduce", help="ops Gloo runs (allreduce,allgather)")
@@ -309,8 +311,9 @@ def parse_args(argv):
     p.add_argument("--wait", type=int, default=1800, help="longest wait for a quiet machine (s)")
     args = p.parse_args(argv)
     if args.quick:
-        args.sizes, args.rounds, args.target_bytes = QUICK_SIZES, 1, "16M"
+        args.sizes, args.rounds, args.target_bytes = args.sizes or QUICK_SIZES, 1, "16M"
         args.max_iters = min(args.max_iters, 100)
+    args.sizes = args.sizes or DEFAULT_SIZES
     args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     args.ops = [o for o in args.ops.split(",") if o]
     args.libs = [l for l in args.libs.split(",") if l]
@@ -384,4 +387,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (runners.RunError, subprocess.SubprocessError) as e:
+        sys.exit(f"[compare] {e}")

@@ -77,8 +77,10 @@ def ratio_rows(agg, op, libs):
             mine = _get(agg, op, size, "loom", variant)
             row[f"{lib}_busbw"] = ref and ref["busbw"]
             row[f"{lib}_time_us"] = ref and ref["time_us"]
-            row[f"loom_over_{lib}"] = (mine["busbw"] / ref["busbw"]
-                                       if mine and ref and ref["busbw"] > 0 else None)
+            # Same bytes and factor, so the busbw ratio is the inverse time ratio (exact
+            # even where a printed busbw rounds to 0.00).
+            row[f"loom_over_{lib}"] = (ref["time_us"] / mine["time_us"]
+                                       if mine and ref and mine["time_us"] > 0 else None)
         rows.append(row)
     return rows
 
@@ -116,7 +118,7 @@ def markdown_tables(agg, ops, libs):
         rows = ratio_rows(agg, op, libs)
         if not rows:
             continue
-        others = [l for l in libs if l != "loom"]
+        others = [l for l in libs if l != "loom" and any(r.get(f"{l}_busbw") for r in rows)]
         lines.append(f"#### {OP_NAMES[op]}: bus bandwidth (GB/s), medians\n")
         head = ["size", "Loom", "Loom in-place"] + [LIB_NAMES[l] for l in others] + \
                [f"Loom/{LIB_NAMES[l]}" for l in others]
@@ -125,8 +127,8 @@ def markdown_tables(agg, ops, libs):
         for r in rows:
             cells = [fmt_size(r["size"]), _f(r["loom_oop_busbw"]), _f(r["loom_ip_busbw"])]
             cells += [_f(r.get(f"{l}_busbw")) for l in others]
-            cells += [_f(r.get(f"loom_over_{l}")) + ("x" if r.get(f"loom_over_{l}") else "")
-                      for l in others]
+            cells += [_f(r.get(f"loom_over_{l}")) + ("x" if r.get(f"loom_over_{l}") is not None
+                                                     else "") for l in others]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         small = rows[0]

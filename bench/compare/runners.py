@@ -35,6 +35,13 @@ class RunError(RuntimeError):
     pass
 
 
+def bus_bw(op, size, time_us, nranks):
+    """nccl-tests' bus bandwidth (GB/s) from the time, at full precision (the tools print
+    two decimals, which reads 0.00 for small sizes)."""
+    factor = 2.0 * (nranks - 1) / nranks if op == "allreduce" else (nranks - 1) / nranks
+    return size / (time_us * 1e3) * factor if time_us and time_us > 0 else 0.0
+
+
 def _run(cmd, env=None, timeout=900):
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout)
@@ -82,20 +89,23 @@ def run_loom(bin_dir, op, nranks, sizes, warmup_of, extra_env, check=False):
         rows = parse_nccl_tests_rows(_run(cmd, env=env))
         if len(rows) != 1:
             raise RunError(f"{' '.join(cmd)}: expected one table row, got {len(rows)}")
-        _, ot, ob, ow, it, ib, iw = rows[0]
-        samples.append(Sample(op, size, "loom", "oop", ot, ob, ow))
+        got_size, ot, ob, ow, it, ib, iw = rows[0]
+        if got_size != size:
+            raise RunError(f"{' '.join(cmd)}: asked for {size} B, the tool ran {got_size} B")
+        samples.append(Sample(op, size, "loom", "oop", ot, bus_bw(op, size, ot, nranks), ow))
         if it is not None:
-            samples.append(Sample(op, size, "loom", "ip", it, ib, iw))
+            samples.append(Sample(op, size, "loom", "ip", it, bus_bw(op, size, it, nranks), iw))
     return samples
 
 
-def _parse_result_lines(text, library, variant):
+def _parse_result_lines(text, library, variant, nranks):
     samples = []
     for line in text.splitlines():
         tok = line.split()
         if len(tok) == 9 and tok[0] == "RESULT":
-            samples.append(Sample(tok[1], int(tok[2]), library, variant, float(tok[5]),
-                                  float(tok[7]), int(tok[8])))
+            op, size, time_us = tok[1], int(tok[2]), float(tok[5])
+            samples.append(Sample(op, size, library, variant, time_us,
+                                  bus_bw(op, size, time_us, nranks), int(tok[8])))
     return samples
 
 
@@ -114,7 +124,7 @@ def mpirun_prefix(nranks):
 
 def run_mpi(mpi_exe, op, nranks, sizes, warmup_of):
     cmd = mpirun_prefix(nranks) + [mpi_exe, "--op", op, "--sizes", _sizes_arg(sizes, warmup_of)]
-    samples = _parse_result_lines(_run(cmd), "mpi", "oop")
+    samples = _parse_result_lines(_run(cmd), "mpi", "oop", nranks)
     if len(samples) != len(sizes):
         raise RunError(f"{' '.join(cmd)}: expected {len(sizes)} RESULT lines, got {len(samples)}")
     return samples
@@ -150,7 +160,7 @@ def run_gloo(python, script, op, nranks, sizes, warmup_of, timeout=900):
         if p.returncode != 0:
             tail = "\n".join(out.splitlines()[-20:])
             raise RunError(f"gloo rank {rank} exited with {p.returncode}:\n{tail}")
-    samples = _parse_result_lines(outputs[0], "gloo", "ip")
+    samples = _parse_result_lines(outputs[0], "gloo", "ip", nranks)
     if len(samples) != len(sizes):
         raise RunError(f"gloo: expected {len(sizes)} RESULT lines, got {len(samples)}")
     return samples

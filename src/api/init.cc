@@ -200,6 +200,11 @@ LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key,
     LOOM_CHECK_ARG(newcomm != nullptr, "ncclCommSplit: newcomm is NULL");
     *newcomm = nullptr;
     loom::api::checkComm(comm, "ncclCommSplit");
+    // The split exchanges colors right away; one thread driving several ranks inside a
+    // group would wait on itself.
+    LOOM_CHECK_USAGE(!loom::api::inGroup(),
+                     "ncclCommSplit inside ncclGroupStart/End is not supported by Loom; call it "
+                     "outside the group, from each rank's own thread");
     LOOM_CHECK_ARG(color >= 0 || color == NCCL_SPLIT_NOCOLOR,
                    "ncclCommSplit: color=%d must be non-negative or NCCL_SPLIT_NOCOLOR", color);
     loom::api::CallScope scope(comm);

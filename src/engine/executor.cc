@@ -16,9 +16,10 @@ namespace {
 
 IntKnob kSpin("LOOM_SPIN_COUNT", "", 2000,
               "Polls a waiting rank makes before it starts yielding the CPU");
-IntKnob kTimeout("LOOM_TIMEOUT", "", 0,
-                 "Seconds an operation may wait without any progress before failing "
-                 "(0: wait as long as every peer is alive; dead peers are always detected)");
+IntKnob kTimeout("LOOM_TIMEOUT", "", 1800,
+                 "Seconds an operation may wait without any progress on a live peer before "
+                 "failing (0: no limit). Dead or failed peers are detected within a second "
+                 "whatever this says");
 
 // Below this, posting an address (a cross-process read per step) costs more than copying.
 constexpr size_t kShareMinBytes = 64 << 10;

@@ -135,7 +135,11 @@ def launch(args, tool_args):
                              SLURM_STEP_ID="0", LOOM_BENCH_PORT=str(port)))
     else:
         fail("unknown mode " + args.mode)
-    outs, codes, err = run_processes(cmd, envs, args.timeout)
+    try:
+        outs, codes, err = run_processes(cmd, envs, args.timeout)
+    finally:
+        if args.mode == "mpi-env":
+            shutil.rmtree(rendezvous_dir, ignore_errors=True)
     for r in range(1, n):
         if outs[r].strip():
             fail("rank %d printed to stdout; only rank 0 may" % r, outs[r])

@@ -95,10 +95,10 @@ std::string checkBits(const char* what, ncclDataType_t t, const uint8_t* p, size
                             bad, n);
 }
 
-// Element j of n at p must match in.expect(nranks, index(j)).
+// Element j of n at p (element base + j of `what`) must match in.expect(nranks, index(j)).
 template <class Index>
 std::string checkReduced(const char* what, ncclDataType_t t, const uint8_t* p, size_t n,
-                         const ReduceInputs& in, int nranks, Index index) {
+                         const ReduceInputs& in, int nranks, Index index, size_t base = 0) {
   size_t sz = typeSize(t), bad = 0, first = 0;
   uint64_t gotFirst = 0;
   Expect wantFirst;
@@ -119,8 +119,16 @@ std::string checkReduced(const char* what, ncclDataType_t t, const uint8_t* p, s
     else snprintf(buf, sizeof(buf), "%.17g +- %.3g", wantFirst.value, wantFirst.tol);
     want = buf;
   }
-  return GuardedBuffer::fmt("%s[%zu] is %s, expected %s (%zu of %zu elements wrong)", what, first,
-                            showElement(t, gotFirst).c_str(), want.c_str(), bad, n);
+  return GuardedBuffer::fmt("%s[%zu] is %s, expected %s (%zu of %zu elements wrong)", what,
+                            base + first, showElement(t, gotFirst).c_str(), want.c_str(), bad, n);
+}
+
+inline uint64_t hashBytes(const uint8_t* p, size_t bytes) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ bytes;
+  size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) h = fmix64(h ^ loadBits(p + i, 8)) + i;
+  if (i < bytes) h = fmix64(h ^ loadBits(p + i, bytes - i));
+  return h;
 }
 
 // The bytes at p must still equal `orig` (inputs, and buffers a rank must not write).

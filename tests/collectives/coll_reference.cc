@@ -128,7 +128,10 @@ Expect ReduceInputs::expect(int nranks, size_t idx) const {
         case Op::kSum: acc += x; break;
         case Op::kProd: acc *= x; break;
         case Op::kPreMulSum: acc += x * 3; break;
-        case Op::kAvg: sacc += signed_ ? signExtend(t_, x) : static_cast<int64_t>(x); break;
+        case Op::kAvg:
+          if (signed_) sacc += signExtend(t_, x);
+          else acc += x;  // the bounded inputs cannot wrap
+          break;
         case Op::kMax:
           if (signed_ ? signExtend(t_, x) > signExtend(t_, best) : x > best) best = x;
           break;
@@ -140,7 +143,7 @@ Expect ReduceInputs::expect(int nranks, size_t idx) const {
     }
     if (op_ == Op::kMax || op_ == Op::kMin) acc = best;
     // Integer Avg is NCCL's SumPostDiv: the sum, divided with truncation toward zero.
-    if (op_ == Op::kAvg) acc = static_cast<uint64_t>(sacc / nranks);
+    if (op_ == Op::kAvg) acc = signed_ ? static_cast<uint64_t>(sacc / nranks) : acc / nranks;
     e.bits = acc & mask_;
     return e;
   }

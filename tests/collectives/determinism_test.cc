@@ -51,14 +51,6 @@ double asDouble(ncclDataType_t t, uint64_t bits) {
   return v;
 }
 
-uint64_t hashBytes(const uint8_t* p, size_t bytes) {
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ bytes;
-  size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) h = fmix64(h ^ loadBits(p + i, 8)) + i;
-  if (i < bytes) h = fmix64(h ^ loadBits(p + i, bytes - i));
-  return h;
-}
-
 // One communicator's run of every case: returns per-case hashes through `hashes` (rank 0
 // writes them; the all-gather has already shown that every rank holds the same).
 std::string runDeterminism(int rank, int nranks, ncclComm_t comm, const char* label,

@@ -15,14 +15,17 @@ namespace {
 
 class AllReduceTest : public CoreTest {};
 
-// rank r contributes (r + 1) * (i % 1024): every partial sum is an integer below 2^24,
-// so float addition is exact in any order.
+// Rank r contributes 2^r * (i % 1024): every partial sum is an integer below 2^24, so
+// float addition is exact in any order, and a contribution lost or counted twice cannot
+// be masked by another (sums of distinct powers of two are unique).
+float floatInput(int rank, size_t i) { return static_cast<float>((1 << rank) * (i % 1024)); }
+
 std::string floatSum(int rank, int nranks, ncclComm_t comm, size_t count, bool inPlace) {
   std::vector<float> send(count), recv(count, -1.0f);
-  for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>((rank + 1) * (i % 1024));
+  for (size_t i = 0; i < count; ++i) send[i] = floatInput(rank, i);
   float* out = inPlace ? send.data() : recv.data();
   RANK_NCCL(ncclAllReduce(send.data(), out, count, ncclFloat, ncclSum, comm, nullptr));
-  const float factor = static_cast<float>(nranks * (nranks + 1) / 2);
+  const float factor = static_cast<float>((1 << nranks) - 1);
   for (size_t i = 0; i < count; ++i) {
     float want = factor * static_cast<float>(i % 1024);
     RANK_CHECK(out[i] == want, "%s: element %zu of %zu is %g, expected %g",
@@ -30,7 +33,7 @@ std::string floatSum(int rank, int nranks, ncclComm_t comm, size_t count, bool i
   }
   if (!inPlace)
     for (size_t i = 0; i < count; ++i)
-      RANK_CHECK(send[i] == static_cast<float>((rank + 1) * (i % 1024)),
+      RANK_CHECK(send[i] == floatInput(rank, i),
                  "out-of-place: sendbuff element %zu was modified", i);
   return "";
 }

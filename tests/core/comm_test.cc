@@ -13,11 +13,12 @@
 namespace loomtest {
 namespace {
 
-// Sum over ranks of (rank + 1) * i, checked on a count that spans several FIFO slots.
+// Rank r contributes 2^r * (i % 1000), so a sum names exactly the ranks that took part;
+// the count spans several FIFO slots.
 constexpr size_t kCount = 100003;
 void fillRank(std::vector<int32_t>& v, int rank) {
   v.resize(kCount);
-  for (size_t i = 0; i < kCount; ++i) v[i] = (rank + 1) * static_cast<int32_t>(i % 1000);
+  for (size_t i = 0; i < kCount; ++i) v[i] = (1 << rank) * static_cast<int32_t>(i % 1000);
 }
 std::string checkSum(const std::vector<int32_t>& v, int32_t rankFactorSum, const char* what) {
   for (size_t i = 0; i < kCount; ++i)
@@ -25,7 +26,8 @@ std::string checkSum(const std::vector<int32_t>& v, int32_t rankFactorSum, const
                what, i, v[i], rankFactorSum * static_cast<int32_t>(i % 1000));
   return "";
 }
-int32_t triangle(int n) { return n * (n + 1) / 2; }
+// The factor when ranks 0..n-1 all contribute.
+int32_t allOf(int n) { return (1 << n) - 1; }
 
 // Runs `nranks` ranks from this one thread: each step over all of them inside a group.
 std::string driveRanksInGroup(const std::vector<ncclComm_t>& comms, const std::vector<int>& ranks,
@@ -40,7 +42,7 @@ std::string driveRanksInGroup(const std::vector<ncclComm_t>& comms, const std::v
   for (size_t j = 0; j < k; ++j)
     RANK_NCCL(ncclAllReduce(in[j].data(), out[j].data(), kCount, ncclInt32, ncclSum, comms[j], nullptr));
   RANK_NCCL(ncclGroupEnd());
-  for (size_t j = 0; j < k; ++j) RANK_TRY(checkSum(out[j], triangle(nranks), "all-reduce"));
+  for (size_t j = 0; j < k; ++j) RANK_TRY(checkSum(out[j], allOf(nranks), "all-reduce"));
   return "";
 }
 
@@ -151,7 +153,7 @@ TEST_P(CommTest, NonBlockingInit) {
     r = ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr);
     while (r == ncclInProgress) RANK_NCCL(ncclCommGetAsyncError(comm, &r));
     RANK_CHECK(r == ncclSuccess, "all-reduce: %s: %s", ncclGetErrorString(r), ncclGetLastError(comm));
-    RANK_TRY(checkSum(out, triangle(nranks), "all-reduce on a non-blocking comm"));
+    RANK_TRY(checkSum(out, allOf(nranks), "all-reduce on a non-blocking comm"));
     RANK_NCCL(ncclCommDestroy(comm));
     return std::string();
   });
@@ -169,7 +171,7 @@ TEST_P(CommTest, SplitEvenOddWithReversedKeysAndNoColor) {
     for (int r = rank % 2; r < nranks; r += 2) {
       ++members;
       higher += r > rank;
-      sumFactor += r + 1;
+      sumFactor += 1 << r;
     }
     int subCount = -1, subRank = -1;
     RANK_NCCL(ncclCommCount(sub, &subCount));
@@ -195,13 +197,13 @@ TEST_P(CommTest, SplitEvenOddWithReversedKeysAndNoColor) {
       RANK_CHECK(c == nranks - 1 && r == rank - 1, "rank %d of %d, expected %d of %d", r, c,
                  rank - 1, nranks - 1);
       RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, rest, nullptr));
-      RANK_TRY(checkSum(out, triangle(nranks) - 1, "all-reduce without rank 0"));
+      RANK_TRY(checkSum(out, allOf(nranks) - 1, "all-reduce without rank 0"));  // all but 2^0
       RANK_NCCL(ncclCommDestroy(rest));
     }
     // The parent still works after its children came and went.
     RANK_NCCL(ncclCommDestroy(sub));
     RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
-    return checkSum(out, triangle(nranks), "all-reduce on the parent");
+    return checkSum(out, allOf(nranks), "all-reduce on the parent");
   });
 }
 
@@ -218,10 +220,10 @@ TEST_P(CommTest, SeveralCommunicatorsInterleaved) {
     ncclComm_t order[] = {reversed, comm, same, reversed, same, comm};
     std::vector<int32_t> in, out(kCount);
     for (int k = 0; k < 6; ++k) {
-      fillRank(in, rank + k);  // factor (rank + k + 1): sum = triangle(n) + n * k
+      fillRank(in, rank + k);  // factor 2^(rank + k): sum = 2^k * allOf(n)
       out.assign(kCount, -1);
       RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, order[k], nullptr));
-      RANK_TRY(checkSum(out, triangle(nranks) + nranks * k, "interleaved all-reduce"));
+      RANK_TRY(checkSum(out, allOf(nranks) << k, "interleaved all-reduce"));
     }
     // Broadcast on one comm and all-reduce on another in one group.
     std::vector<int32_t> bc(kCount, rank == nranks - 1 ? 77 : -1);
@@ -230,7 +232,7 @@ TEST_P(CommTest, SeveralCommunicatorsInterleaved) {
     RANK_NCCL(ncclBroadcast(bc.data(), bc.data(), kCount, ncclInt32, 0, reversed, nullptr));
     RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, same, nullptr));
     RANK_NCCL(ncclGroupEnd());
-    RANK_TRY(checkSum(out, triangle(nranks), "grouped all-reduce"));
+    RANK_TRY(checkSum(out, allOf(nranks), "grouped all-reduce"));
     for (size_t i = 0; i < kCount; ++i)
       RANK_CHECK(bc[i] == 77, "broadcast from reversed-comm root (old rank %d): [%zu] = %d",
                  nranks - 1, i, bc[i]);
@@ -271,7 +273,7 @@ TEST_P(CommTest, InitRankScalableWithTwoIds) {
     std::vector<int32_t> in, out(kCount, -1);
     fillRank(in, rank);
     RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
-    RANK_TRY(checkSum(out, triangle(nranks), "all-reduce"));
+    RANK_TRY(checkSum(out, allOf(nranks), "all-reduce"));
     RANK_NCCL(ncclCommDestroy(comm));
     return std::string();
   });
@@ -292,12 +294,12 @@ std::string commIdRank(const std::string& commId, int rank, int nranks) {
   std::vector<int32_t> in, out(kCount, -1);
   fillRank(in, rank);
   RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
-  RANK_TRY(checkSum(out, triangle(nranks), "all-reduce"));
+  RANK_TRY(checkSum(out, allOf(nranks), "all-reduce"));
   ncclComm_t sub = nullptr;
   RANK_NCCL(ncclCommSplit(comm, 0, rank, &sub, nullptr));
   out.assign(kCount, -1);
   RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, sub, nullptr));
-  RANK_TRY(checkSum(out, triangle(nranks), "all-reduce on a split"));
+  RANK_TRY(checkSum(out, allOf(nranks), "all-reduce on a split"));
   RANK_NCCL(ncclCommDestroy(sub));
   RANK_NCCL(ncclCommDestroy(comm));
   return "";
@@ -329,7 +331,7 @@ TEST(CoreCommId, Ipv4LoopbackThreads) {
     std::vector<int32_t> in, out(kCount, -1);
     fillRank(in, rank);
     RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
-    return checkSum(out, triangle(nranks), "all-reduce");
+    return checkSum(out, allOf(nranks), "all-reduce");
   });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <functional>
 #include <future>
 #include <string>
@@ -72,6 +73,18 @@ inline std::string runRank(const ncclUniqueId& id, int rank, int nranks, const R
   return err;
 }
 
+// fn(rank, nranks) with an escaping exception turned into a failure message: in a forked
+// rank it would otherwise unwind into the test framework's copy in the child.
+inline std::string callRank(const RawFn& fn, int rank, int nranks) {
+  try {
+    return fn(rank, nranks);
+  } catch (const std::exception& e) {
+    return std::string("exception: ") + e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
 // Runs fn(rank, nranks) for every rank, as threads or forked processes, and returns one
 // message per failing rank ("rank R: ..."); empty when all succeeded.
 inline std::vector<std::string> runEach(Mode mode, int nranks, const RawFn& fn,
@@ -80,7 +93,7 @@ inline std::vector<std::string> runEach(Mode mode, int nranks, const RawFn& fn,
   if (mode == Mode::kThreads) {
     std::vector<std::future<std::string>> futs;
     for (int r = 0; r < nranks; ++r)
-      futs.push_back(std::async(std::launch::async, [&, r] { return fn(r, nranks); }));
+      futs.push_back(std::async(std::launch::async, [&, r] { return callRank(fn, r, nranks); }));
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
     for (int r = 0; r < nranks; ++r) {
       if (futs[r].wait_until(deadline) != std::future_status::ready) {
@@ -102,7 +115,7 @@ inline std::vector<std::string> runEach(Mode mode, int nranks, const RawFn& fn,
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      std::string e = fn(r, nranks);
+      std::string e = callRank(fn, r, nranks);
       if (write(fds[1], e.data(), e.size()) < 0) {}
       _exit(e.empty() ? 0 : 1);
     }
