@@ -130,9 +130,7 @@ Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t el
   size_t bytes = count * elt;
   PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
   // A chain from the root; each step is pipelined slot by slot by the executor.
-  int rootPos = 0;
-  while (ring.order[rootPos] != root) ++rootPos;
-  int dist = ((ring.pos - rootPos) % n + n) % n;
+  int dist = ring.distanceFrom(root);
   if (rank == root) {
     b.copy(sendBuf(0), recvBuf(0), bytes);
     if (n > 1) {
@@ -153,10 +151,8 @@ Plan ringReduce(const Ring& ring, int rank, int root, size_t count, size_t elt) 
   int n = ring.size();
   size_t bytes = count * elt;
   PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
-  int rootPos = 0;
-  while (ring.order[rootPos] != root) ++rootPos;
   // The chain starts just after the root and ends at it.
-  int dist = ((ring.pos - rootPos) % n + n) % n;
+  int dist = ring.distanceFrom(root);
   if (n == 1) {
     b.copy(sendBuf(0), recvBuf(0), bytes);
   } else if (rank == root) {

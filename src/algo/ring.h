@@ -17,6 +17,12 @@ struct Ring {
   int at(int i) const { int n = size(); return order[((i % n) + n) % n]; }
   int next() const { return at(pos + 1); }
   int prev() const { return at(pos - 1); }
+  // How many hops after `rank` this rank sits along the ring.
+  int distanceFrom(int rank) const {
+    int p = 0;
+    while (order[p] != rank) ++p;
+    return ((pos - p) % size() + size()) % size();
+  }
 
   static Ring identity(int nranks, int rank);
 };

@@ -5,6 +5,7 @@
 
 #include <nccl.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
@@ -78,9 +79,10 @@ inline std::string showElement(ncclDataType_t t, uint64_t bits) {
   return buf;
 }
 
-// Element j of n at p must have the bits want(j).
+// Element j of n at p (element base + j of `what`) must have the bits want(j).
 template <class Want>
-std::string checkBits(const char* what, ncclDataType_t t, const uint8_t* p, size_t n, Want want) {
+std::string checkBits(const char* what, ncclDataType_t t, const uint8_t* p, size_t n, Want want,
+                      size_t base = 0) {
   size_t sz = typeSize(t), bad = 0, first = 0;
   uint64_t gotFirst = 0, wantFirst = 0;
   for (size_t j = 0; j < n; ++j) {
@@ -90,37 +92,53 @@ std::string checkBits(const char* what, ncclDataType_t t, const uint8_t* p, size
     }
   }
   if (bad == 0) return "";
-  return GuardedBuffer::fmt("%s[%zu] is %s, expected %s (%zu of %zu elements wrong)", what, first,
-                            showElement(t, gotFirst).c_str(), showElement(t, wantFirst).c_str(),
-                            bad, n);
+  return GuardedBuffer::fmt("%s[%zu] is %s, expected %s (%zu of %zu elements wrong)", what,
+                            base + first, showElement(t, gotFirst).c_str(),
+                            showElement(t, wantFirst).c_str(), bad, n);
 }
 
-// Element j of n at p (element base + j of `what`) must match in.expect(nranks, index(j)).
-template <class Index>
-std::string checkReduced(const char* what, ncclDataType_t t, const uint8_t* p, size_t n,
-                         const ReduceInputs& in, int nranks, Index index, size_t base = 0) {
-  size_t sz = typeSize(t), bad = 0, first = 0;
+// A buffer of nranks blocks of n elements: element j of block r must be want(r, j).
+template <class Want>
+std::string checkBlocks(const char* what, ncclDataType_t t, const uint8_t* p, size_t n,
+                        int nranks, Want want) {
+  for (int r = 0; r < nranks; ++r) {
+    std::string e = checkBits(what, t, p + r * n * typeSize(t), n,
+                              [&](size_t j) { return want(r, j); }, r * n);
+    if (!e.empty()) return e + " [block of rank " + std::to_string(r) + "]";
+  }
+  return "";
+}
+
+// Element j of n at p (element base + j of `what`) must match the reference's element
+// first + j.
+inline std::string checkReduced(const char* what, ncclDataType_t t, const uint8_t* p, size_t n,
+                                const ReduceInputs& in, int nranks, size_t first,
+                                size_t base = 0) {
+  constexpr size_t kBlock = 512;
+  Expect want[kBlock];
+  size_t sz = typeSize(t), bad = 0, firstBad = 0;
   uint64_t gotFirst = 0;
   Expect wantFirst;
-  for (size_t j = 0; j < n; ++j) {
-    uint64_t g = elementAt(p, j, sz);
-    Expect e = in.expect(nranks, index(j));
-    if (!in.matches(g, e)) {
-      if (bad++ == 0) first = j, gotFirst = g, wantFirst = e;
+  for (size_t b = 0; b < n; b += kBlock) {
+    size_t len = std::min(kBlock, n - b);
+    in.expectBlock(nranks, first + b, len, want);
+    for (size_t j = 0; j < len; ++j) {
+      uint64_t g = elementAt(p, b + j, sz);
+      if (!in.matches(g, want[j]) && bad++ == 0) firstBad = b + j, gotFirst = g, wantFirst = want[j];
     }
   }
   if (bad == 0) return "";
-  std::string want;
+  std::string w;
   if (!isFloat(t)) {
-    want = showElement(t, wantFirst.bits);
+    w = showElement(t, wantFirst.bits);
   } else {
     char buf[96];
     if (wantFirst.tol == 0) snprintf(buf, sizeof(buf), "%.17g exactly", wantFirst.value);
     else snprintf(buf, sizeof(buf), "%.17g +- %.3g", wantFirst.value, wantFirst.tol);
-    want = buf;
+    w = buf;
   }
   return GuardedBuffer::fmt("%s[%zu] is %s, expected %s (%zu of %zu elements wrong)", what,
-                            base + first, showElement(t, gotFirst).c_str(), want.c_str(), bad, n);
+                            base + firstBad, showElement(t, gotFirst).c_str(), w.c_str(), bad, n);
 }
 
 inline uint64_t hashBytes(const uint8_t* p, size_t bytes) {

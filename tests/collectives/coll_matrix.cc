@@ -31,7 +31,7 @@ const char* algoName(Algo a) {
 
 std::string configName(const MatrixConfig& cfg) {
   return std::string(loomtest::modeName(cfg.mode)) + "_" + std::to_string(cfg.nranks) + "_" +
-         algoName(cfg.algo);
+         algoName(cfg.algo) + (cfg.socket ? "_socket" : "");
 }
 
 std::string describe(const Case& c, int nranks, Algo algo, int rank) {
@@ -132,10 +132,6 @@ class CaseRunner {
            ncclGetLastError(comm_);
   }
   GuardedBuffer buffer(size_t elems) { return GuardedBuffer(elems * sz_, 64 + sz_ * (c_.variant % 4)); }
-  template <class Bits>
-  void fill(GuardedBuffer& b, size_t from, size_t n, Bits bits) {
-    for (size_t j = 0; j < n; ++j) storeBits(b.data() + (from + j) * sz_, sz_, bits(from + j));
-  }
   static std::vector<uint8_t> snapshot(const GuardedBuffer& b) {
     return std::vector<uint8_t>(b.data(), b.data() + b.bytes());
   }
@@ -202,7 +198,7 @@ std::string CaseRunner::allReduce() {
   const size_t n = c_.count;
   ReduceInputs in(t_, c_.op, c_.seed);
   GuardedBuffer send = buffer(n), recv = buffer(n);
-  fill(send, 0, n, [&](size_t j) { return in.bits(rank_, j); });
+  in.fill(rank_, 0, n, send.data());
   auto orig = snapshot(send);
   uint8_t* out = c_.inPlace ? send.data() : recv.data();
   TRY(makeOp(in));
@@ -218,14 +214,13 @@ std::string CaseRunner::allReduce() {
   for (int r = 0; r < n_; ++r)
     if (hashes[r] != mine) odd = r;
   if (odd >= 0) {
-    TRY(checkReduced("recvbuff", t_, out, n, in, n_, [](size_t j) { return j; }));
+    TRY(checkReduced("recvbuff", t_, out, n, in, n_, 0));
     return GuardedBuffer::fmt("recvbuff holds different bytes on rank %d than on this rank, "
                               "though both are within tolerance of the reference", odd);
   }
   constexpr size_t kBlock = 4096;
   for (size_t b = rank_ * kBlock; b < n; b += n_ * kBlock)
-    TRY(checkReduced("recvbuff", t_, out + b * sz_, std::min(kBlock, n - b), in, n_,
-                     [b](size_t j) { return b + j; }, b));
+    TRY(checkReduced("recvbuff", t_, out + b * sz_, std::min(kBlock, n - b), in, n_, b, b));
   if (!c_.inPlace) TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   else TRY(checkPoison("unused recvbuff", t_, recv.data(), recv.bytes()));
   return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
@@ -237,14 +232,14 @@ std::string CaseRunner::broadcast() {
   RawInputs in(t_, c_.seed);
   GuardedBuffer send = buffer(n), recv = buffer(n);
   if (c_.inPlace) {
-    if (rank_ == root) fill(send, 0, n, [&](size_t j) { return in.bits(root, j); });
+    if (rank_ == root) in.fill(root, 0, n, send.data());
     if (c_.variant % 2) NCCL(ncclBcast(send.data(), n, t_, root, comm_, nullptr));
     else NCCL(ncclBroadcast(send.data(), send.data(), n, t_, root, comm_, nullptr));
     TRY(checkBits("buff", t_, send.data(), n, [&](size_t j) { return in.bits(root, j); }));
     TRY(checkPoison("unused recvbuff", t_, recv.data(), recv.bytes()));
   } else {
     // A non-root's sendbuff is ignored: NULL, or a decoy that must not reach anyone.
-    fill(send, 0, n, [&](size_t j) { return in.bits(rank_, j); });
+    in.fill(rank_, 0, n, send.data());
     auto orig = snapshot(send);
     const void* sendp = rank_ != root && c_.variant % 2 ? nullptr : send.data();
     NCCL(ncclBroadcast(sendp, recv.data(), n, t_, root, comm_, nullptr));
@@ -259,14 +254,14 @@ std::string CaseRunner::reduce() {
   const int root = c_.root;
   ReduceInputs in(t_, c_.op, c_.seed);
   GuardedBuffer send = buffer(n), recv = buffer(n);
-  fill(send, 0, n, [&](size_t j) { return in.bits(rank_, j); });
+  in.fill(rank_, 0, n, send.data());
   auto orig = snapshot(send);
   TRY(makeOp(in));
   if (c_.inPlace) {
     NCCL(ncclReduce(send.data(), send.data(), n, t_, op_, root, comm_, nullptr));
     TRY(dropOp());
     if (rank_ == root)
-      TRY(checkReduced("buff (root)", t_, send.data(), n, in, n_, [](size_t j) { return j; }));
+      TRY(checkReduced("buff (root)", t_, send.data(), n, in, n_, 0));
     else
       TRY(checkUnchanged("buff (non-root)", t_, send.data(), orig.data(), send.bytes()));
   } else {
@@ -275,7 +270,7 @@ std::string CaseRunner::reduce() {
     NCCL(ncclReduce(send.data(), recvp, n, t_, op_, root, comm_, nullptr));
     TRY(dropOp());
     if (rank_ == root)
-      TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, [](size_t j) { return j; }));
+      TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, 0));
     else
       TRY(checkPoison("recvbuff (non-root)", t_, recv.data(), recv.bytes()));
     TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
@@ -286,19 +281,19 @@ std::string CaseRunner::reduce() {
 std::string CaseRunner::allGather() {
   const size_t n = c_.count;
   RawInputs in(t_, c_.seed);
-  auto want = [&](size_t k) { return in.bits(static_cast<int>(k / n), k % n); };
+  auto want = [&](int r, size_t j) { return in.bits(r, j); };
   GuardedBuffer recv = buffer(n * n_);
   if (c_.inPlace) {
-    fill(recv, rank_ * n, n, want);
+    in.fill(rank_, 0, n, recv.data() + rank_ * n * sz_);
     NCCL(ncclAllGather(recv.data() + rank_ * n * sz_, recv.data(), n, t_, comm_, nullptr));
-    TRY(checkBits("recvbuff", t_, recv.data(), n * n_, want));
+    TRY(checkBlocks("recvbuff", t_, recv.data(), n, n_, want));
     return guards({{&recv, "recvbuff"}});
   }
   GuardedBuffer send = buffer(n);
-  fill(send, 0, n, [&](size_t j) { return in.bits(rank_, j); });
+  in.fill(rank_, 0, n, send.data());
   auto orig = snapshot(send);
   NCCL(ncclAllGather(send.data(), recv.data(), n, t_, comm_, nullptr));
-  TRY(checkBits("recvbuff", t_, recv.data(), n * n_, want));
+  TRY(checkBlocks("recvbuff", t_, recv.data(), n, n_, want));
   TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
@@ -307,15 +302,14 @@ std::string CaseRunner::reduceScatter() {
   const size_t n = c_.count;
   ReduceInputs in(t_, c_.op, c_.seed);
   GuardedBuffer send = buffer(n * n_);
-  fill(send, 0, n * n_, [&](size_t k) { return in.bits(rank_, k); });
+  in.fill(rank_, 0, n * n_, send.data());
   auto orig = snapshot(send);
-  auto index = [&](size_t j) { return rank_ * n + j; };
   TRY(makeOp(in));
   if (c_.inPlace) {
     uint8_t* out = send.data() + rank_ * n * sz_;
     NCCL(ncclReduceScatter(send.data(), out, n, t_, op_, comm_, nullptr));
     TRY(dropOp());
-    TRY(checkReduced("recvbuff", t_, out, n, in, n_, index));
+    TRY(checkReduced("recvbuff", t_, out, n, in, n_, rank_ * n));
     // The other ranks' blocks are input only.
     TRY(checkUnchanged("sendbuff before recvbuff", t_, send.data(), orig.data(), rank_ * n * sz_));
     size_t after = (rank_ + 1) * n * sz_;
@@ -326,7 +320,7 @@ std::string CaseRunner::reduceScatter() {
   GuardedBuffer recv = buffer(n);
   NCCL(ncclReduceScatter(send.data(), recv.data(), n, t_, op_, comm_, nullptr));
   TRY(dropOp());
-  TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, index));
+  TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, rank_ * n));
   TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
@@ -335,12 +329,12 @@ std::string CaseRunner::alltoAll() {
   const size_t n = c_.count;
   RawInputs in(t_, c_.seed);
   GuardedBuffer send = buffer(n * n_), recv = buffer(n * n_);
-  fill(send, 0, n * n_, [&](size_t k) { return in.bits(rank_, k); });
+  in.fill(rank_, 0, n * n_, send.data());
   auto orig = snapshot(send);
   NCCL(ncclAlltoAll(send.data(), recv.data(), n, t_, comm_, nullptr));
   // Block p of my recvbuff is block `rank` of p's sendbuff.
-  TRY(checkBits("recvbuff", t_, recv.data(), n * n_,
-                [&](size_t k) { return in.bits(static_cast<int>(k / n), rank_ * n + k % n); }));
+  TRY(checkBlocks("recvbuff", t_, recv.data(), n, n_,
+                  [&](int p, size_t j) { return in.bits(p, rank_ * n + j); }));
   TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
@@ -349,24 +343,24 @@ std::string CaseRunner::gather() {
   const size_t n = c_.count;
   const int root = c_.root;
   RawInputs in(t_, c_.seed);
-  auto want = [&](size_t k) { return in.bits(static_cast<int>(k / n), k % n); };
+  auto want = [&](int r, size_t j) { return in.bits(r, j); };
   GuardedBuffer recv = buffer(n * n_);
   if (c_.inPlace) {
     // Every rank's block sits at its offset of an n*nranks buffer; only the root's is
     // the gather's output, the others must stay as they are.
-    fill(recv, rank_ * n, n, want);
+    in.fill(rank_, 0, n, recv.data() + rank_ * n * sz_);
     auto orig = snapshot(recv);
     NCCL(ncclGather(recv.data() + rank_ * n * sz_, recv.data(), n, t_, root, comm_, nullptr));
-    if (rank_ == root) TRY(checkBits("recvbuff (root)", t_, recv.data(), n * n_, want));
+    if (rank_ == root) TRY(checkBlocks("recvbuff (root)", t_, recv.data(), n, n_, want));
     else TRY(checkUnchanged("buffer (non-root)", t_, recv.data(), orig.data(), recv.bytes()));
     return guards({{&recv, "recvbuff"}});
   }
   GuardedBuffer send = buffer(n);
-  fill(send, 0, n, [&](size_t j) { return in.bits(rank_, j); });
+  in.fill(rank_, 0, n, send.data());
   auto orig = snapshot(send);
   void* recvp = rank_ != root && c_.variant % 2 ? nullptr : recv.data();
   NCCL(ncclGather(send.data(), recvp, n, t_, root, comm_, nullptr));
-  if (rank_ == root) TRY(checkBits("recvbuff (root)", t_, recv.data(), n * n_, want));
+  if (rank_ == root) TRY(checkBlocks("recvbuff (root)", t_, recv.data(), n, n_, want));
   else TRY(checkPoison("recvbuff (non-root)", t_, recv.data(), recv.bytes()));
   TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
@@ -379,7 +373,7 @@ std::string CaseRunner::scatter() {
   auto want = [&](size_t j) { return in.bits(root, rank_ * n + j); };
   GuardedBuffer send = buffer(n * n_);
   if (c_.inPlace) {
-    if (rank_ == root) fill(send, 0, n * n_, [&](size_t k) { return in.bits(root, k); });
+    if (rank_ == root) in.fill(root, 0, n * n_, send.data());
     auto orig = snapshot(send);
     uint8_t* out = send.data() + rank_ * n * sz_;
     NCCL(ncclScatter(send.data(), out, n, t_, root, comm_, nullptr));
@@ -392,7 +386,7 @@ std::string CaseRunner::scatter() {
     return guards({{&send, "sendbuff"}});
   }
   // A non-root's sendbuff is ignored: NULL, or a decoy that must not reach anyone.
-  fill(send, 0, n * n_, [&](size_t k) { return in.bits(rank_, k); });
+  in.fill(rank_, 0, n * n_, send.data());
   auto orig = snapshot(send);
   GuardedBuffer recv = buffer(n);
   const void* sendp = rank_ != root && c_.variant % 2 ? nullptr : send.data();
@@ -408,8 +402,8 @@ std::string CaseRunner::sendRecv() {
   const int to = (rank_ + c_.root) % n_, from = (rank_ - c_.root + n_) % n_;
   RawInputs peerIn(t_, c_.seed), selfIn(t_, c_.seed ^ 0x5e1f);
   GuardedBuffer sendP = buffer(n), recvP = buffer(n), sendS = buffer(n), recvS = buffer(n);
-  fill(sendP, 0, n, [&](size_t j) { return peerIn.bits(rank_, j); });
-  fill(sendS, 0, n, [&](size_t j) { return selfIn.bits(rank_, j); });
+  peerIn.fill(rank_, 0, n, sendP.data());
+  selfIn.fill(rank_, 0, n, sendS.data());
   auto origP = snapshot(sendP), origS = snapshot(sendS);
   NCCL(ncclGroupStart());
   std::string err;
@@ -465,6 +459,7 @@ std::string checkSelection(ncclComm_t comm, Algo algo, const Case& c) {
 std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
                      const std::vector<Case>& cases) {
   constexpr size_t kShown = 6;
+  const bool profile = getenv("COLLTEST_PROFILE") != nullptr;  // per-case times on stderr
   std::vector<std::string> shown;
   size_t failed = 0;
   for (const Case& c : cases) {
@@ -472,7 +467,7 @@ std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
     CaseRunner runner(rank, nranks, comm, c);
     auto t0 = std::chrono::steady_clock::now();
     if (err.empty()) err = runner.run();
-    if (rank == 0 && getenv("COLLTEST_PROFILE"))
+    if (profile && rank == 0)
       fprintf(stderr, "PROFILE %.3f ms %s\n",
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
               describe(c, nranks, algo, rank).c_str());

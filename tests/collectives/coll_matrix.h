@@ -50,7 +50,8 @@ struct MatrixConfig {
   loomtest::Mode mode;
   int nranks;
   Algo algo;
-  bool allTypes;  // false: float32, bfloat16 and int8 only
+  bool allTypes;        // false: float32, bfloat16 and int8 only
+  bool socket = false;  // NCCL_SHM_DISABLE=1: TCP between the ranks of this host
 };
 std::string configName(const MatrixConfig& cfg);
 

@@ -11,10 +11,22 @@ constexpr int kMaxRanks = 8;  // the input ranges below keep every partial resul
 
 bool isPow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
+uint64_t floatBits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+uint64_t doubleBits(double d) {
+  uint64_t u;
+  memcpy(&u, &d, 8);
+  return u;
+}
+
 }  // namespace
 
 ReduceInputs::ReduceInputs(ncclDataType_t t, Op op, uint64_t seed)
     : t_(t),
+      sz_(typeSize(t)),
       op_(op),
       seed_(seed),
       isFloat_(isFloat(t)),
@@ -53,124 +65,185 @@ ReduceInputs::ReduceInputs(ncclDataType_t t, Op op, uint64_t seed)
   }
   scalar_ = 1.5;
   scalarBits_ = encodeFloatExact(t, scalar_);
-  if (typeSize(t) <= 2) {
-    if (dist_ == Dist::kFloatInt)
-      for (int64_t v = -static_cast<int64_t>(range_); v <= static_cast<int64_t>(range_); ++v)
-        smallBits_.push_back(encodeFloatExact(t, static_cast<double>(v)));
-  }
+  if (dist_ == Dist::kFloatInt && sz_ <= 2)
+    for (int64_t v = -static_cast<int64_t>(range_); v <= static_cast<int64_t>(range_); ++v)
+      smallBits_.push_back(encodeFloatExact(t, static_cast<double>(v)));
   if (dist_ == Dist::kFloatPow2)
     for (double v : kPow2) smallBits_.push_back(encodeFloatExact(t, v));
 }
 
-uint64_t ReduceInputs::intValue(int rank, size_t idx) const {
-  uint64_t r = randomBits(seed_, rank, idx);
+template <class F>
+void ReduceInputs::forEachInt(int rank, size_t first, size_t n, F f) const {
   switch (dist_) {
-    case Dist::kIntOdd: return (r | 1) & mask_;
-    case Dist::kIntBounded:
-      if (signed_) return static_cast<uint64_t>(static_cast<int64_t>(below(r, 2 * range_ + 1)) -
-                                                static_cast<int64_t>(range_));
-      return below(r, range_ + 1);
-    default: return r & mask_;
+    case Dist::kIntOdd:
+      for (size_t j = 0; j < n; ++j) f(j, (randomBits(seed_, rank, first + j) | 1) & mask_);
+      return;
+    case Dist::kIntBounded: {
+      const int64_t r = static_cast<int64_t>(range_);
+      if (signed_) {
+        for (size_t j = 0; j < n; ++j)
+          f(j, static_cast<uint64_t>(static_cast<int64_t>(below(randomBits(seed_, rank, first + j),
+                                                                2 * range_ + 1)) - r) & mask_);
+      } else {
+        for (size_t j = 0; j < n; ++j) f(j, below(randomBits(seed_, rank, first + j), range_ + 1));
+      }
+      return;
+    }
+    default:
+      for (size_t j = 0; j < n; ++j) f(j, randomBits(seed_, rank, first + j) & mask_);
+      return;
   }
 }
 
-double ReduceInputs::floatValue(int rank, size_t idx) const {
-  uint64_t r = randomBits(seed_, rank, idx);
+// Any finite pattern: an all-ones exponent (Inf/NaN) loses its top exponent bit; e4m3's
+// one NaN pattern becomes its largest finite; -0 becomes +0 (max/min of +-0 would be
+// ambiguous).
+uint64_t ReduceInputs::finiteBits(uint64_t random) const {
+  FloatFormat f = floatFormat(t_);
+  uint64_t b = random & mask_;
+  uint64_t expMask = ((1ull << f.exp) - 1) << f.man;
+  uint64_t manMask = (1ull << f.man) - 1;
+  if (f.finiteOnly) {
+    if ((b & (expMask | manMask)) == (expMask | manMask)) b ^= 1;
+  } else if ((b & expMask) == expMask) {
+    b &= ~(1ull << (f.exp + f.man - 1));
+  }
+  if (b == 1ull << (f.exp + f.man)) b = 0;
+  return b;
+}
+
+template <class F>
+void ReduceInputs::forEachFloat(int rank, size_t first, size_t n, F f) const {
   switch (dist_) {
-    case Dist::kFloatInt:
-      return static_cast<double>(static_cast<int64_t>(below(r, 2 * range_ + 1)) -
-                                 static_cast<int64_t>(range_));
-    case Dist::kFloatPow2: return kPow2[below(r, 6)];
-    default: return dec_(bits(rank, idx));
+    case Dist::kFloatInt: {
+      const uint64_t span = 2 * range_ + 1;
+      const int64_t r = static_cast<int64_t>(range_);
+      for (size_t j = 0; j < n; ++j) {
+        uint64_t k = below(randomBits(seed_, rank, first + j), span);
+        double v = static_cast<double>(static_cast<int64_t>(k) - r);
+        uint64_t b = !smallBits_.empty()   ? smallBits_[k]
+                     : t_ == ncclFloat32 ? floatBits(static_cast<float>(v))
+                                         : doubleBits(v);
+        f(j, b, v);
+      }
+      return;
+    }
+    case Dist::kFloatPow2:
+      for (size_t j = 0; j < n; ++j) {
+        uint64_t k = below(randomBits(seed_, rank, first + j), 6);
+        f(j, smallBits_[k], kPow2[k]);
+      }
+      return;
+    default:
+      for (size_t j = 0; j < n; ++j) {
+        uint64_t b = finiteBits(randomBits(seed_, rank, first + j));
+        f(j, b, dec_(b));
+      }
+      return;
   }
 }
 
 uint64_t ReduceInputs::bits(int rank, size_t idx) const {
-  if (!isFloat_) return intValue(rank, idx) & mask_;
-  uint64_t r = randomBits(seed_, rank, idx);
-  switch (dist_) {
-    case Dist::kFloatPow2: return smallBits_[below(r, 6)];
-    case Dist::kFloatInt: {
-      uint64_t k = below(r, 2 * range_ + 1);
-      if (!smallBits_.empty()) return smallBits_[k];
-      double v = static_cast<double>(static_cast<int64_t>(k) - static_cast<int64_t>(range_));
-      return encodeFloatExact(t_, v);
-    }
-    default: {
-      // Any finite pattern: an all-ones exponent (Inf/NaN) loses its top exponent bit;
-      // e4m3's one NaN pattern becomes its largest finite; -0 becomes +0 (max/min
-      // of +-0 would be ambiguous).
-      FloatFormat f = floatFormat(t_);
-      uint64_t b = r & mask_;
-      uint64_t expMask = ((1ull << f.exp) - 1) << f.man;
-      uint64_t manMask = (1ull << f.man) - 1;
-      if (f.finiteOnly) {
-        if ((b & (expMask | manMask)) == (expMask | manMask)) b ^= 1;
-      } else if ((b & expMask) == expMask) {
-        b &= ~(1ull << (f.exp + f.man - 1));
-      }
-      if (b == 1ull << (f.exp + f.man)) b = 0;
-      return b;
-    }
-  }
+  uint64_t out = 0;
+  if (isFloat_) forEachFloat(rank, idx, 1, [&](size_t, uint64_t b, double) { out = b; });
+  else forEachInt(rank, idx, 1, [&](size_t, uint64_t b) { out = b; });
+  return out;
 }
 
-Expect ReduceInputs::expect(int nranks, size_t idx) const {
-  Expect e;
+void ReduceInputs::fill(int rank, size_t first, size_t n, uint8_t* dst) const {
+  if (isFloat_)
+    forEachFloat(rank, first, n, [&](size_t j, uint64_t b, double) { storeBits(dst + j * sz_, sz_, b); });
+  else
+    forEachInt(rank, first, n, [&](size_t j, uint64_t b) { storeBits(dst + j * sz_, sz_, b); });
+}
+
+void ReduceInputs::expectBlock(int nranks, size_t first, size_t n, Expect* out) const {
+  for (size_t j = 0; j < n; ++j) out[j] = Expect{};
   if (!isFloat_) {
-    uint64_t acc = op_ == Op::kProd ? 1 : 0;
-    int64_t sacc = 0;
-    uint64_t first = intValue(0, idx) & mask_;
-    uint64_t best = first;
-    for (int r = 0; r < nranks; ++r) {
-      uint64_t x = intValue(r, idx) & mask_;
-      switch (op_) {
-        case Op::kSum: acc += x; break;
-        case Op::kProd: acc *= x; break;
-        case Op::kPreMulSum: acc += x * 3; break;
-        case Op::kAvg:
-          if (signed_) sacc += signExtend(t_, x);
-          else acc += x;  // the bounded inputs cannot wrap
-          break;
-        case Op::kMax:
-          if (signed_ ? signExtend(t_, x) > signExtend(t_, best) : x > best) best = x;
-          break;
-        case Op::kMin:
-          if (signed_ ? signExtend(t_, x) < signExtend(t_, best) : x < best) best = x;
-          break;
-        default: break;
+    // Two's-complement sums in uint64 are the int64 sums; only Avg and Max/Min care
+    // about signedness.
+    const int shift = 64 - 8 * static_cast<int>(sz_);
+    auto sext = [shift](uint64_t x) { return static_cast<int64_t>(x << shift) >> shift; };
+    switch (op_) {
+      case Op::kProd:
+        for (size_t j = 0; j < n; ++j) out[j].bits = 1;
+        for (int r = 0; r < nranks; ++r)
+          forEachInt(r, first, n, [&](size_t j, uint64_t x) { out[j].bits *= x; });
+        break;
+      case Op::kMax:
+      case Op::kMin: {
+        const bool max = op_ == Op::kMax;
+        forEachInt(0, first, n, [&](size_t j, uint64_t x) { out[j].bits = x; });
+        for (int r = 1; r < nranks; ++r)
+          forEachInt(r, first, n, [&](size_t j, uint64_t x) {
+            uint64_t& b = out[j].bits;
+            bool greater = signed_ ? sext(x) > sext(b) : x > b;
+            bool less = signed_ ? sext(x) < sext(b) : x < b;
+            if (max ? greater : less) b = x;
+          });
+        break;
+      }
+      case Op::kAvg:
+        // NCCL's SumPostDiv: the sum (these inputs cannot wrap), divided with truncation
+        // toward zero.
+        for (int r = 0; r < nranks; ++r)
+          forEachInt(r, first, n, [&](size_t j, uint64_t x) {
+            out[j].bits += signed_ ? static_cast<uint64_t>(sext(x)) : x;
+          });
+        for (size_t j = 0; j < n; ++j)
+          out[j].bits = signed_ ? static_cast<uint64_t>(static_cast<int64_t>(out[j].bits) / nranks)
+                                : out[j].bits / nranks;
+        break;
+      default: {  // sum; PreMulSum by 3
+        const uint64_t scale = op_ == Op::kPreMulSum ? 3 : 1;
+        for (int r = 0; r < nranks; ++r)
+          forEachInt(r, first, n, [&](size_t j, uint64_t x) { out[j].bits += x * scale; });
+        break;
       }
     }
-    if (op_ == Op::kMax || op_ == Op::kMin) acc = best;
-    // Integer Avg is NCCL's SumPostDiv: the sum, divided with truncation toward zero.
-    if (op_ == Op::kAvg) acc = signed_ ? static_cast<uint64_t>(sacc / nranks) : acc / nranks;
-    e.bits = acc & mask_;
-    return e;
+    for (size_t j = 0; j < n; ++j) out[j].bits &= mask_;
+    return;
   }
-  double acc = op_ == Op::kProd ? 1 : 0, absSum = 0;
-  double best = floatValue(0, idx);
-  for (int r = 0; r < nranks; ++r) {
-    double x = floatValue(r, idx);
-    switch (op_) {
-      case Op::kSum:
-      case Op::kAvg: acc += x; absSum += std::fabs(x); break;
-      case Op::kProd: acc *= x; break;
-      case Op::kPreMulSum: acc += scalar_ * x; absSum += std::fabs(scalar_ * x); break;
-      case Op::kMax: best = std::max(best, x); break;
-      case Op::kMin: best = std::min(best, x); break;
-      default: break;
+  // Floats: out[j].tol holds the sum of |terms| until the end.
+  switch (op_) {
+    case Op::kProd:
+      for (size_t j = 0; j < n; ++j) out[j].value = 1;
+      for (int r = 0; r < nranks; ++r)
+        forEachFloat(r, first, n, [&](size_t j, uint64_t, double x) { out[j].value *= x; });
+      break;
+    case Op::kMax:
+    case Op::kMin: {
+      const bool max = op_ == Op::kMax;
+      forEachFloat(0, first, n, [&](size_t j, uint64_t, double x) { out[j].value = x; });
+      for (int r = 1; r < nranks; ++r)
+        forEachFloat(r, first, n, [&](size_t j, uint64_t, double x) {
+          double& v = out[j].value;
+          v = max ? std::max(v, x) : std::min(v, x);
+        });
+      break;
+    }
+    default: {  // sum, avg; PreMulSum by 1.5
+      const double scale = op_ == Op::kPreMulSum ? scalar_ : 1.0;
+      for (int r = 0; r < nranks; ++r)
+        forEachFloat(r, first, n, [&](size_t j, uint64_t, double x) {
+          out[j].value += scale * x;
+          out[j].tol += std::fabs(scale * x);
+        });
+      break;
     }
   }
-  e.value = acc;
-  if (op_ == Op::kMax || op_ == Op::kMin) e.value = best;
-  if (op_ == Op::kAvg) {
-    e.value = acc / nranks;
-    // Exact when 1/nranks is a power of two; otherwise 1/nranks, each product and each
-    // of the nranks-1 additions round once (plus slack for second-order terms).
-    if (!isPow2(nranks)) e.tol = (nranks + 3) * u_ * absSum / nranks;
+  for (size_t j = 0; j < n; ++j) {
+    Expect& e = out[j];
+    const double absSum = e.tol;
+    e.tol = 0;
+    if (op_ == Op::kAvg) {
+      e.value /= nranks;
+      // Exact when 1/nranks is a power of two; otherwise 1/nranks, each product and each
+      // of the nranks-1 additions round once (plus slack for second-order terms).
+      if (!isPow2(nranks)) e.tol = (nranks + 3) * u_ * absSum / nranks;
+    }
+    if (op_ == Op::kPreMulSum && sz_ == 1) e.tol = (nranks + 2) * u_ * absSum;
   }
-  if (op_ == Op::kPreMulSum && typeSize(t_) == 1) e.tol = (nranks + 2) * u_ * absSum;
-  return e;
 }
 
 bool ReduceInputs::matches(uint64_t got, const Expect& e) const {

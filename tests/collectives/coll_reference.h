@@ -41,9 +41,14 @@ inline uint64_t fmix64(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
+// The random bits behind element idx of `rank`'s input: one multiply round is plenty for
+// test data, and this is the matrix's innermost loop.
 inline uint64_t randomBits(uint64_t seed, int rank, size_t idx) {
-  return fmix64(seed + static_cast<uint64_t>(rank + 1) * 0xd1b54a32d192ed03ull +
-                idx * 0x9e3779b97f4a7c15ull);
+  uint64_t x = seed ^ (static_cast<uint64_t>(rank + 1) * 0xd1b54a32d192ed03ull) ^
+               (idx * 0x9e3779b97f4a7c15ull);
+  x ^= x >> 31;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return x ^ (x >> 29);
 }
 // Uniform in [0, span).
 inline uint64_t below(uint64_t r, uint64_t span) {
@@ -53,10 +58,15 @@ inline uint64_t below(uint64_t r, uint64_t span) {
 // Arbitrary bit patterns (NaNs included) for the collectives that only move data.
 class RawInputs {
  public:
-  RawInputs(ncclDataType_t t, uint64_t seed) : mask_(widthMask(t)), seed_(seed) {}
+  RawInputs(ncclDataType_t t, uint64_t seed) : sz_(typeSize(t)), mask_(widthMask(t)), seed_(seed) {}
   uint64_t bits(int rank, size_t idx) const { return randomBits(seed_, rank, idx) & mask_; }
+  // Elements [first, first + n) of `rank`'s input, stored at dst.
+  void fill(int rank, size_t first, size_t n, uint8_t* dst) const {
+    for (size_t j = 0; j < n; ++j) storeBits(dst + j * sz_, sz_, bits(rank, first + j));
+  }
 
  private:
+  size_t sz_;
   uint64_t mask_;
   uint64_t seed_;
 };
@@ -75,8 +85,15 @@ class ReduceInputs {
   ReduceInputs(ncclDataType_t t, Op op, uint64_t seed);
 
   uint64_t bits(int rank, size_t idx) const;
-  // The reduction over ranks 0..nranks-1 of element idx.
-  Expect expect(int nranks, size_t idx) const;
+  // Elements [first, first + n) of `rank`'s input, stored at dst.
+  void fill(int rank, size_t first, size_t n, uint8_t* dst) const;
+  // The reduction over ranks 0..nranks-1 of elements [first, first + n).
+  void expectBlock(int nranks, size_t first, size_t n, Expect* out) const;
+  Expect expect(int nranks, size_t idx) const {
+    Expect e;
+    expectBlock(nranks, idx, 1, &e);
+    return e;
+  }
   // PreMulSum's scalar, as one element of the type.
   uint64_t scalarBits() const { return scalarBits_; }
   double scalarValue() const { return scalar_; }
@@ -93,10 +110,16 @@ class ReduceInputs {
     kFloatPow2,   // one of +-1/2, +-1, +-2: every product of 8 is a power of two
     kFloatFinite, // any finite value except -0
   };
-  double floatValue(int rank, size_t idx) const;
-  uint64_t intValue(int rank, size_t idx) const;
+  // f(j, bits) for rank's integer elements first + j, j in [0, n).
+  template <class F>
+  void forEachInt(int rank, size_t first, size_t n, F f) const;
+  // f(j, bits, value) for rank's floating elements first + j, j in [0, n).
+  template <class F>
+  void forEachFloat(int rank, size_t first, size_t n, F f) const;
+  uint64_t finiteBits(uint64_t random) const;
 
   ncclDataType_t t_;
+  size_t sz_;
   Op op_;
   uint64_t seed_;
   bool isFloat_;

@@ -79,11 +79,22 @@ inline int64_t signExtend(ncclDataType_t t, uint64_t bits) {
 
 // Little-endian element access.
 inline uint64_t loadBits(const void* p, size_t bytes) {
-  uint64_t v = 0;
-  memcpy(&v, p, bytes);
-  return v;
+  switch (bytes) {  // fixed sizes, so that the copies compile to single moves
+    case 1: { uint8_t v; memcpy(&v, p, 1); return v; }
+    case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case 8: { uint64_t v; memcpy(&v, p, 8); return v; }
+    default: { uint64_t v = 0; memcpy(&v, p, bytes); return v; }
+  }
 }
-inline void storeBits(void* p, size_t bytes, uint64_t v) { memcpy(p, &v, bytes); }
+inline void storeBits(void* p, size_t bytes, uint64_t v) {
+  switch (bytes) {
+    case 1: { uint8_t x = static_cast<uint8_t>(v); memcpy(p, &x, 1); return; }
+    case 2: { uint16_t x = static_cast<uint16_t>(v); memcpy(p, &x, 2); return; }
+    case 4: { uint32_t x = static_cast<uint32_t>(v); memcpy(p, &x, 4); return; }
+    default: memcpy(p, &v, bytes); return;
+  }
+}
 
 // Decodes a floating element from its bits, straight from the format definition.
 inline double decodeFloatSlow(ncclDataType_t t, uint64_t bits) {

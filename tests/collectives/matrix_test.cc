@@ -7,6 +7,8 @@
 // not selectable, plus all-reduce under the size rule.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "collectives/coll_env.h"
 #include "collectives/coll_matrix.h"
 
@@ -23,6 +25,8 @@ std::vector<MatrixConfig> configs() {
     for (Algo a : kAlgos) v.push_back({Mode::kThreads, n, a, true});
   for (int n : {2, 3, 8})
     for (Algo a : kAlgos) v.push_back({Mode::kProcesses, n, a, false});
+  // The same over TCP instead of shared memory.
+  for (Algo a : {Algo::kDefault, Algo::kRing}) v.push_back({Mode::kProcesses, 3, a, false, true});
   return v;
 }
 
@@ -31,6 +35,8 @@ class Matrix : public testing::TestWithParam<MatrixConfig> {};
 TEST_P(Matrix, EveryCase) {
   const MatrixConfig& cfg = GetParam();
   AlgoEnv env(cfg.algo);
+  std::optional<ScopedEnv> noShm;
+  if (cfg.socket) noShm.emplace("NCCL_SHM_DISABLE", "1");
   const std::vector<Case> cases = buildCases(cfg);
   auto failures = loomtest::runRanks(
       cfg.mode, cfg.nranks,
