@@ -112,6 +112,7 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
 Bootstrap::~Bootstrap() = default;
 
 void Bootstrap::checkAbort(const char* what, int peer) const {
+  if (peer >= 0 && liveness_) liveness_(peer);
   if (abort_ && abort_->load(std::memory_order_relaxed)) {
     if (peer >= 0)
       LOOM_THROW(kInvalidUsage, "rank %d: %s with rank %d interrupted: communicator aborted", rank_,

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,10 @@ class Bootstrap {
   void allGather(void* allData, size_t bytes);
   void barrier();
 
+  // Called about every 100 ms while this rank waits for `peer`; throws (kRemoteError) when
+  // it knows the peer is dead, so waits on a dead peer end early rather than time out.
+  void setLivenessCheck(std::function<void(int peer)> check) { liveness_ = std::move(check); }
+
   // Tags below this are free for callers; the bootstrap's own collectives use the rest.
   static constexpr uint32_t kUserTagLimit = 0x80000000u;
 
@@ -69,6 +74,7 @@ class Bootstrap {
   uint32_t collSeq_ = 0;
   std::recursive_mutex mu_;
   double timeoutSec_;
+  std::function<void(int)> liveness_;
 };
 
 }  // namespace loom

@@ -21,6 +21,9 @@ IntKnob kAuthTimeoutMs("LOOM_BOOTSTRAP_AUTH_TIMEOUT_MS", "", 5000,
 IntKnob kMaxPending("LOOM_BOOTSTRAP_MAX_PENDING", "", 256,
                     "Most unauthenticated connections the bootstrap root holds at once");
 
+// How long a failed rendezvous keeps answering ranks that arrive late.
+constexpr double kLingerSec = 60;
+
 struct Pending {
   Socket sock;
   std::vector<uint8_t> in;
@@ -38,12 +41,16 @@ class RootServer {
 
   void run() {
     listener_.setNonBlocking(true);
-    while (nranks_ < 0 || registered_ < nranks_) {
+    // After a failure the root lingers (bounded) to tell ranks that arrive late, so no
+    // rank waits for one that died.
+    uint64_t lingerUntil = 0;
+    while (failed_ >= 0 ? (told_ < nranks_ - 1 && nowNs() < lingerUntil)
+                        : (nranks_ < 0 || registered_ < nranks_)) {
       std::vector<pollfd> fds;
       fds.push_back({listener_.fd(), POLLIN, 0});
       for (auto& p : pending_) fds.push_back({p.sock.fd(), POLLIN, 0});
       for (auto& m : members_) fds.push_back({m.sock.isOpen() ? m.sock.fd() : -1, POLLIN, 0});
-      int timeout = -1;
+      int timeout = failed_ >= 0 ? 100 : -1;
       uint64_t now = nowNs();
       for (auto& p : pending_) {
         int ms = p.deadlineNs > now ? static_cast<int>((p.deadlineNs - now) / 1000000 + 1) : 0;
@@ -63,9 +70,12 @@ class RootServer {
         if (fds[1 + i].revents) readPending(pending_[i]);
       if (fds[0].revents) acceptAll();
       expirePending();
-      if (failed_ >= 0) return failAll();
+      if (failed_ >= 0 && lingerUntil == 0) {
+        failAll();
+        lingerUntil = nowNs() + static_cast<uint64_t>(kLingerSec * 1e9);
+      }
     }
-    reply();
+    if (failed_ < 0) reply();
   }
 
  private:
@@ -115,17 +125,22 @@ class RootServer {
       nranks_ = h.nranks;
       members_.resize(nranks_);
     }
+    if (failed_ >= 0) {
+      rejectAndClose(p, h, 3, failed_);
+      ++told_;
+      return;
+    }
     if (h.nranks != nranks_) {
       LOOM_WARN("bootstrap root %s: rank %d says nranks=%d but rank(s) before it said %d",
                 id_.root.str().c_str(), h.rank, h.nranks, nranks_);
-      rejectAndClose(p, h, 1);
+      rejectAndClose(p, h, 1, nranks_);
       return;
     }
     Member& m = members_[h.rank];
     if (m.sock.isOpen()) {
       LOOM_WARN("bootstrap root %s: rank %d joined twice (from %s and %s)", id_.root.str().c_str(),
                 h.rank, m.sock.peer().str().c_str(), p.sock.peer().str().c_str());
-      rejectAndClose(p, h, 2);
+      rejectAndClose(p, h, 2, nranks_);
       return;
     }
     m.sock = std::move(p.sock);
@@ -135,12 +150,13 @@ class RootServer {
               m.sock.peer().str().c_str());
   }
 
-  void rejectAndClose(Pending& p, const RootHello& h, uint16_t status) {
+  // status 1: nranks mismatch, 2: duplicate rank, 3: rank `value` died during rendezvous.
+  void rejectAndClose(Pending& p, const RootHello& h, uint16_t status, int value) {
     RootReplyHeader r{};
     r.magic = kUniqueIdMagic;
     r.version = kWireVersion;
     r.status = status;
-    r.nranks = nranks_;
+    r.nranks = value;
     Digest mac = replyMac(id_, h, r, nullptr, 0);
     memcpy(r.mac, mac.data(), 32);
     try {
@@ -185,6 +201,7 @@ class RootServer {
       } catch (const Error&) {
       }
       m.sock.close();
+      ++told_;
     }
   }
 
@@ -227,6 +244,7 @@ class RootServer {
   int nranks_ = -1;
   int registered_ = 0;
   int failed_ = -1;  // a rank that left before the rendezvous completed
+  int told_ = 0;     // ranks told about the failure
 };
 
 }  // namespace

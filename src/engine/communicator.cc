@@ -1,5 +1,9 @@
 #include "engine/communicator.h"
 
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "base/config.h"
@@ -46,6 +50,18 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
     if (peers_[r].rank != r)
       LOOM_THROW(kInternalError, "rank %d: peer exchange returned rank %d in slot %d", rank,
                  peers_[r].rank, r);
+  // Out-of-band waits on a local peer that has died end at once instead of timing out.
+  pidfds_.assign(nranks, -1);
+  for (int r = 0; r < nranks; ++r)
+    if (r != rank && peers_[r].hostHash == peers_[rank].hostHash && peers_[r].pid != getpid())
+      pidfds_[r] = static_cast<int>(syscall(SYS_pidfd_open, peers_[r].pid, 0));
+  bootstrap_->setLivenessCheck([this](int peer) {
+    if (pidfds_[peer] < 0) return;
+    pollfd p{pidfds_[peer], POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0)
+      LOOM_THROW(kRemoteError, "rank %d: rank %d (%s pid %d) has exited", rank_, peer,
+                 peers_[peer].hostname, peers_[peer].pid);
+  });
   transports_ = std::make_unique<TransportManager>(*bootstrap_, peers_, shape);
   transports_->adoptNetListener(std::move(netListener));
   ring_ = Ring::identity(nranks, rank);
@@ -60,6 +76,8 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
 
 Communicator::~Communicator() {
   transports_.reset();
+  for (int fd : pidfds_)
+    if (fd >= 0) ::close(fd);
   // A peer killed while connecting may have left a name behind; we may be the last local
   // process of the job to notice.
   ShmSegment::sweepDead();

@@ -48,6 +48,7 @@ class Communicator {
   std::unique_ptr<TransportManager> transports_;
   Ring ring_;
   PlanContext planCtx_;
+  std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   uint64_t seq_ = 0;
 };
 

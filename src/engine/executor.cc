@@ -55,7 +55,12 @@ class ChannelRun {
 
   // What the channel is waiting for, for time-out messages and liveness probes.
   Connection* waitingOn() const {
-    if (done()) return nullptr;
+    if (done()) {
+      // Waiting for peers to read what we lent them by address.
+      for (Connection* c : shared_)
+        if (!c->fifo().drained()) return c;
+      return nullptr;
+    }
     const Step& s = steps_[cur_];
     if (s.recvPeer >= 0) {
       Connection* c = t_.transports->recvConn(s.recvPeer, s.conn);
@@ -276,9 +281,14 @@ struct CommQueue {
       LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator revoked", t->rank,
                  t->name, static_cast<unsigned long long>(t->seq));
     if (idleSec < 0.1) return;
-    for (auto& r : runs) {
-      Connection* c = r->waitingOn();
-      if (!c) continue;
+    std::vector<Connection*> waits;
+    for (auto& r : runs)
+      if (Connection* c = r->waitingOn()) waits.push_back(c);
+    // Socket data still leaving after the steps are done.
+    if (draining)
+      for (Connection* c : t->transports->active())
+        if (!c->fifo().drained()) waits.push_back(c);
+    for (Connection* c : waits) {
       c->checkPeer();
       if (timeoutSec > 0 && idleSec > timeoutSec)
         LOOM_THROW(kRemoteError,

@@ -303,8 +303,7 @@ void runAlgorithm(const CoreParam& p, const char* algo, bool inPlace) {
 TEST_P(AllReduceAlgoTest, Ring) { runAlgorithm(GetParam(), "Ring", true); }
 TEST_P(AllReduceAlgoTest, Tree) { runAlgorithm(GetParam(), "Tree", true); }
 TEST_P(AllReduceAlgoTest, HalvingDoubling) { runAlgorithm(GetParam(), "HalvingDoubling", true); }
-// In place: see CoreKnownBug.DirectInPlace.
-TEST_P(AllReduceAlgoTest, Direct) { runAlgorithm(GetParam(), "Direct", false); }
+TEST_P(AllReduceAlgoTest, Direct) { runAlgorithm(GetParam(), "Direct", true); }
 
 std::vector<CoreParam> algoMatrix() {
   return {{Mode::kThreads, 1, Transport::kShm},      {Mode::kThreads, 2, Transport::kSocket},
@@ -314,9 +313,9 @@ std::vector<CoreParam> algoMatrix() {
 }
 INSTANTIATE_TEST_SUITE_P(Core, AllReduceAlgoTest, testing::ValuesIn(algoMatrix()), coreParamName);
 
-// Direct all-reduce in place: ranks other than 0 receive rank 0's data into recvbuff,
-// which is their sendbuff, before their own contribution is read (src/algo/direct.cc).
-TEST(CoreKnownBug, DirectInPlace) {
+// Regression: direct all-reduce in place had ranks other than 0 receive rank 0's data
+// into recvbuff, which is their sendbuff, before their own contribution was read.
+TEST(CoreRegression, DirectInPlace) {
   EnvGuard algo("NCCL_ALGO", "Direct");
   EnvGuard limit("LOOM_TIMEOUT", "10");
   auto f = runRanks(Mode::kThreads, 2, [](int rank, int nranks, ncclComm_t comm) {

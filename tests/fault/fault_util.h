@@ -1,7 +1,7 @@
 // Shared pieces of the fault-injection suites: ranks as forked processes that the test
 // can kill at a chosen moment, a shared-memory board on which they post progress and
 // timings (CLOCK_MONOTONIC is one clock for every process of the host), and probes of a
-// process's resources (threads, fds, /dev/shm names) and of its listening TCP ports.
+// process's resources (threads, fds, mappings, /dev/shm names).
 #pragma once
 
 #include <dirent.h>
@@ -229,36 +229,6 @@ inline std::string extraResources(const Resources& before, int graceMs = 1000) {
     out += "loom mappings " + std::to_string(before.mappings) + " -> " +
            std::to_string(now.mappings) + "; ";
   return out;
-}
-
-// ---- listening sockets of a process ----
-
-// TCP ports process `pid` listens on (IPv4 and IPv6), from /proc/<pid>/net/tcp{,6} and the
-// socket inodes among its descriptors.
-inline std::vector<int> listeningPorts(pid_t pid) {
-  std::set<std::string> inodes;
-  std::string fdDir = "/proc/" + std::to_string(pid) + "/fd";
-  for (const auto& e : dirEntries(fdDir)) {
-    char target[128] = {};
-    ssize_t n = readlink((fdDir + "/" + e).c_str(), target, sizeof(target) - 1);
-    if (n > 9 && strncmp(target, "socket:[", 8) == 0)
-      inodes.insert(std::string(target + 8, target + n - 1));
-  }
-  std::set<int> ports;
-  for (const char* table : {"tcp", "tcp6"}) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/net/" + table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream ss(line);
-      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
-      ss >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
-      if (st != "0A" || !inodes.count(inode)) continue;  // 0A: LISTEN
-      size_t colon = local.rfind(':');
-      if (colon != std::string::npos) ports.insert(static_cast<int>(strtol(local.c_str() + colon + 1, nullptr, 16)));
-    }
-  }
-  return {ports.begin(), ports.end()};
 }
 
 // Whether `msg` names a peer rank other than `me` and a socket address.
