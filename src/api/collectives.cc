@@ -1,6 +1,8 @@
 // Collective and point-to-point entry points: argument checks, then submit to the group.
 #include <nccl.h>
 
+#include <cstring>
+
 #include "api/comm.h"
 #include "api/group.h"
 #include "api/guard.h"
@@ -13,23 +15,35 @@ using loom::api::OpArgs;
 
 namespace {
 
-void checkType(ncclDataType_t t, const char* fn) {
-  LOOM_CHECK_ARG(static_cast<int>(t) >= 0 && t < ncclNumTypes,
-                 "%s: datatype %d is not an ncclDataType_t (0..%d)", fn, static_cast<int>(t),
-                 ncclNumTypes - 1);
+// Reads an enum argument's raw value: a caller may pass any int, and loading an
+// out-of-range value as the enum type would be undefined behaviour.
+template <typename E>
+int raw(const E& e) {
+  int v;
+  static_assert(sizeof(E) == sizeof(int));
+  memcpy(&v, &e, sizeof(v));
+  return v;
 }
 
-void checkOp(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t t, const char* fn) {
-  if (static_cast<int>(op) >= 0 && op < ncclNumOps) return;
-  int idx = static_cast<int>(op) - ncclNumOps;
+void checkType(const ncclDataType_t& type, const char* fn) {
+  int t = raw(type);
+  LOOM_CHECK_ARG(t >= 0 && t < ncclNumTypes, "%s: datatype %d is not an ncclDataType_t (0..%d)",
+                 fn, t, ncclNumTypes - 1);
+}
+
+// Call after checkType.
+void checkOp(ncclComm_t comm, const ncclRedOp_t& redop, ncclDataType_t t, const char* fn) {
+  int op = raw(redop);
+  if (op >= 0 && op < ncclNumOps) return;
+  int idx = op - ncclNumOps;
   std::lock_guard<std::mutex> lock(comm->opsMu);
   LOOM_CHECK_ARG(idx >= 0 && idx < static_cast<int>(comm->userOps.size()) &&
                      comm->userOps[idx].live,
                  "%s: reduction op %d is neither built in nor created on this communicator", fn,
-                 static_cast<int>(op));
+                 op);
   LOOM_CHECK_ARG(comm->userOps[idx].dtype == static_cast<int>(t),
-                 "%s: reduction op %d was created for datatype %d, used with %d", fn,
-                 static_cast<int>(op), comm->userOps[idx].dtype, static_cast<int>(t));
+                 "%s: reduction op %d was created for datatype %d, used with %d", fn, op,
+                 comm->userOps[idx].dtype, static_cast<int>(t));
 }
 
 void checkCount(size_t count, ncclDataType_t t, size_t mult, const char* fn) {

@@ -64,7 +64,9 @@ class GuardedBuffer {
   std::unique_ptr<uint8_t[]> mem_;
 };
 
-inline uint64_t elementAt(const uint8_t* p, size_t j, size_t sz) { return loadBits(p + j * sz, sz); }
+inline uint64_t elementAt(const uint8_t* p, size_t j, size_t sz) {
+  return loadBits(p + j * sz, sz);
+}
 
 // "5 (0x05)", "-1.5 (0xbe00)": a value as the type reads it, and its bits.
 inline std::string showElement(ncclDataType_t t, uint64_t bits) {
@@ -124,7 +126,11 @@ inline std::string checkReduced(const char* what, ncclDataType_t t, const uint8_
     in.expectBlock(nranks, first + b, len, want);
     for (size_t j = 0; j < len; ++j) {
       uint64_t g = elementAt(p, b + j, sz);
-      if (!in.matches(g, want[j]) && bad++ == 0) firstBad = b + j, gotFirst = g, wantFirst = want[j];
+      if (!in.matches(g, want[j]) && bad++ == 0) {
+        firstBad = b + j;
+        gotFirst = g;
+        wantFirst = want[j];
+      }
     }
   }
   if (bad == 0) return "";

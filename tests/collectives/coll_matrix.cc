@@ -131,7 +131,9 @@ class CaseRunner {
     return std::string(call) + " returned " + ncclGetErrorString(r) + ": " +
            ncclGetLastError(comm_);
   }
-  GuardedBuffer buffer(size_t elems) { return GuardedBuffer(elems * sz_, 64 + sz_ * (c_.variant % 4)); }
+  GuardedBuffer buffer(size_t elems) {
+    return GuardedBuffer(elems * sz_, 64 + sz_ * (c_.variant % 4));
+  }
   static std::vector<uint8_t> snapshot(const GuardedBuffer& b) {
     return std::vector<uint8_t>(b.data(), b.data() + b.bytes());
   }
@@ -422,8 +424,10 @@ std::string CaseRunner::sendRecv() {
   }
   call(ncclGroupEnd(), "ncclGroupEnd");
   TRY(err);
-  TRY(checkBits("recvbuff from peer", t_, recvP.data(), n, [&](size_t j) { return peerIn.bits(from, j); }));
-  TRY(checkBits("recvbuff from self", t_, recvS.data(), n, [&](size_t j) { return selfIn.bits(rank_, j); }));
+  TRY(checkBits("recvbuff from peer", t_, recvP.data(), n,
+                [&](size_t j) { return peerIn.bits(from, j); }));
+  TRY(checkBits("recvbuff from self", t_, recvS.data(), n,
+                [&](size_t j) { return selfIn.bits(rank_, j); }));
   TRY(checkUnchanged("sendbuff to peer", t_, sendP.data(), origP.data(), sendP.bytes()));
   TRY(checkUnchanged("sendbuff to self", t_, sendS.data(), origS.data(), sendS.bytes()));
   return guards({{&sendP, "sendbuff to peer"}, {&recvP, "recvbuff from peer"},
@@ -449,8 +453,8 @@ std::string checkSelection(ncclComm_t comm, Algo algo, const Case& c) {
   const loom::PlanContext& ctx = comm->core->planContext();
   loom::Algorithm got = loom::selectAlgorithm(req, ctx);
   if (loom::canServe(*forced, req, ctx) && got != *forced)
-    return std::string("the communicator selects ") + loom::algorithmName(got) + ", not the forced " +
-           loom::algorithmName(*forced);
+    return std::string("the communicator selects ") + loom::algorithmName(got) +
+           ", not the forced " + loom::algorithmName(*forced);
   return "";
 }
 
@@ -467,10 +471,10 @@ std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
     CaseRunner runner(rank, nranks, comm, c);
     auto t0 = std::chrono::steady_clock::now();
     if (err.empty()) err = runner.run();
-    if (profile && rank == 0)
-      fprintf(stderr, "PROFILE %.3f ms %s\n",
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
-              describe(c, nranks, algo, rank).c_str());
+    if (profile && rank == 0) {
+      std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - t0;
+      fprintf(stderr, "PROFILE %.3f ms %s\n", ms.count(), describe(c, nranks, algo, rank).c_str());
+    }
     if (!err.empty()) {
       ++failed;
       if (shown.size() < kShown) shown.push_back(describe(c, nranks, algo, rank) + ": " + err);
@@ -482,8 +486,10 @@ std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
   }
   std::string out;
   for (const auto& s : shown) out += "\n  " + s;
-  if (failed > kShown) out += "\n  ... and " + std::to_string(failed - kShown) + " more failing cases";
-  if (failed) out = std::to_string(failed) + " of " + std::to_string(cases.size()) + " cases failed:" + out;
+  if (failed > kShown)
+    out += "\n  ... and " + std::to_string(failed - kShown) + " more failing cases";
+  if (failed)
+    out = std::to_string(failed) + " of " + std::to_string(cases.size()) + " cases failed:" + out;
   return out;
 }
 

@@ -152,7 +152,8 @@ uint64_t ReduceInputs::bits(int rank, size_t idx) const {
 
 void ReduceInputs::fill(int rank, size_t first, size_t n, uint8_t* dst) const {
   if (isFloat_)
-    forEachFloat(rank, first, n, [&](size_t j, uint64_t b, double) { storeBits(dst + j * sz_, sz_, b); });
+    forEachFloat(rank, first, n,
+                 [&](size_t j, uint64_t b, double) { storeBits(dst + j * sz_, sz_, b); });
   else
     forEachInt(rank, first, n, [&](size_t j, uint64_t b) { storeBits(dst + j * sz_, sz_, b); });
 }

@@ -128,11 +128,16 @@ inline double decodeFloatSlow(ncclDataType_t t, uint64_t bits) {
   return neg ? -v : v;
 }
 
+inline std::invalid_argument notExact(ncclDataType_t t, double v) {
+  return std::invalid_argument(std::string(typeName(t)) + " cannot hold " + std::to_string(v) +
+                               " exactly");
+}
+
 // The bits of `v` in floating type t. `v` must be finite and exactly representable.
 inline uint64_t encodeFloatExact(ncclDataType_t t, double v) {
   if (t == ncclFloat32) {
     float f = static_cast<float>(v);
-    if (static_cast<double>(f) != v) throw std::invalid_argument("float32 cannot hold value");
+    if (static_cast<double>(f) != v) throw notExact(t, v);
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
@@ -156,17 +161,17 @@ inline uint64_t encodeFloatExact(ncclDataType_t t, double v) {
     man = static_cast<uint64_t>(scaled) - (1ull << f.man);
     field = static_cast<uint64_t>(biased);
     if (std::ldexp(static_cast<double>(man + (1ull << f.man)), e2 - 1 - f.man) != a)
-      throw std::invalid_argument(std::string(typeName(t)) + " cannot hold " + std::to_string(v));
+      throw notExact(t, v);
   } else {
     double scaled = std::ldexp(a, f.man - (1 - bias));
     man = static_cast<uint64_t>(scaled);
     field = 0;
     if (static_cast<double>(man) != scaled)
-      throw std::invalid_argument(std::string(typeName(t)) + " cannot hold " + std::to_string(v));
+      throw notExact(t, v);
   }
   uint64_t bits = sign | (field << f.man) | man;
   double back = decodeFloatSlow(t, bits);
-  if (back != v) throw std::invalid_argument(std::string(typeName(t)) + " cannot hold " + std::to_string(v));
+  if (back != v) throw notExact(t, v);
   return bits;
 }
 

@@ -104,8 +104,9 @@ std::string runDeterminism(int rank, int nranks, ncclComm_t comm, const char* la
 
     // And the same bits as an earlier run on another communicator.
     if (want)
-      RANK_CHECK((*want)[k] == h, "%s rank=%d: result hashes to %#llx, an earlier communicator's to %#llx",
-                 what, rank, static_cast<unsigned long long>(h),
+      RANK_CHECK((*want)[k] == h,
+                 "%s rank=%d: result hashes to %#llx, an earlier communicator's to %#llx", what,
+                 rank, static_cast<unsigned long long>(h),
                  static_cast<unsigned long long>((*want)[k]));
     if (hashes && rank == 0) (*hashes)[k] = h;
   }

@@ -27,10 +27,11 @@ struct Board {
   RankSlot ranks[kRanks];
 };
 
-std::set<std::string> loomShmNames() {
+// /dev/shm names made by any of `pids` (other suites may be running on this host).
+std::set<std::string> shmNamesOfAny(const std::vector<pid_t>& pids) {
   std::set<std::string> out;
-  for (const auto& n : dirEntries("/dev/shm"))
-    if (n.rfind("loom-", 0) == 0) out.insert(n);
+  for (pid_t p : pids)
+    for (const auto& n : shmNamesOf(p)) out.insert(n);
   return out;
 }
 
@@ -77,7 +78,7 @@ TEST(FaultChaos, RandomVictimOverTcp) {
   int hangs = 0, crashes = 0, wrong = 0, spurious = 0, leftovers = 0, errored = 0;
   double worstMs = 0;
   std::mt19937 rng(777);
-  std::set<std::string> before = loomShmNames();
+  std::vector<pid_t> pids;
   for (int t = 0; t < trials; ++t) {
     unsigned seed = rng();
     int victim = static_cast<int>(rng() % kRanks);
@@ -86,7 +87,10 @@ TEST(FaultChaos, RandomVictimOverTcp) {
     ncclUniqueId id;
     ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
     std::vector<Child> kids(kRanks);
-    for (int r = 0; r < kRanks; ++r) kids[r] = forkChild([&, r] { return chaosRank(id, r, seed, &*b); });
+    for (int r = 0; r < kRanks; ++r) {
+      kids[r] = forkChild([&, r] { return chaosRank(id, r, seed, &*b); });
+      pids.push_back(kids[r].pid);
+    }
     usleep(delayUs);
     int64_t killNs = monoNs();
     kill(kids[victim].pid, SIGKILL);
@@ -120,20 +124,11 @@ TEST(FaultChaos, RandomVictimOverTcp) {
       }
     }
   }
-  // Over TCP nothing should be created in /dev/shm at all; allow for other suites' names
-  // that come and go, and flag only ones that persist.
-  std::set<std::string> after = loomShmNames();
-  std::vector<std::string> fresh;
-  for (const auto& n : after)
-    if (!before.count(n)) fresh.push_back(n);
-  if (!fresh.empty()) {
-    sleepMs(1500);
-    std::set<std::string> later = loomShmNames();
-    for (const auto& n : fresh)
-      if (later.count(n)) {
-        ++leftovers;
-        ADD_FAILURE() << "/dev/shm/" << n << " left behind";
-      }
+  // Over TCP the ranks create nothing in /dev/shm; whatever a rank did create must be gone
+  // (names carry their creator's pid).
+  for (const auto& n : shmNamesOfAny(pids)) {
+    ++leftovers;
+    ADD_FAILURE() << "/dev/shm/" << n << " left behind";
   }
   printf("chaos-tcp: trials=%d survivors_with_error=%d hangs=%d crashes=%d wrong=%d early=%d "
          "leftovers=%d worst_detection_ms=%.1f\n",
