@@ -174,63 +174,109 @@ def versions(torch_py):
     return out
 
 
-def wait_until_quiet(max_load, wait_s):
-    """Waits (up to wait_s) for the 1-minute load average to drop below max_load."""
+def cpu_busy(seconds=2.0):
+    """Fraction of all CPUs busy over `seconds` (from /proc/stat): between rounds our own
+    ranks are idle, so this is the others' load, which the load average (still counting our
+    last round) is not."""
+    def sample():
+        with open("/proc/stat") as f:
+            vals = [int(x) for x in f.readline().split()[1:]]
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+        return sum(vals), idle
+    t0, i0 = sample()
+    time.sleep(seconds)
+    t1, i1 = sample()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_until_quiet(max_load, max_busy, wait_s, first):
+    """Before the first round: waits for the 1-minute load average to drop below max_load;
+    before every round: for the CPUs to be less than max_busy busy (others' work). Gives up
+    waiting after wait_s and measures anyway, saying so. Returns (load, busy)."""
     deadline = time.time() + wait_s
     while True:
-        load = os.getloadavg()[0]
-        if max_load <= 0 or load < max_load:
-            return load
+        load, busy = os.getloadavg()[0], cpu_busy()
+        quiet = (not first or max_load <= 0 or load < max_load) and \
+            (max_busy <= 0 or busy < max_busy)
+        if quiet:
+            return load, busy
         if time.time() >= deadline:
-            log(f"WARNING: load average {load:.2f} >= {max_load}; measuring anyway "
+            log(f"WARNING: load average {load:.2f}, CPUs {busy:.0%} busy; measuring anyway "
                 "(figures will be noisy)")
-            return load
-        log(f"load average {load:.2f} >= {max_load}; waiting 30 s")
+            return load, busy
+        log(f"load average {load:.2f} (max {max_load}), CPUs {busy:.0%} busy (max "
+            f"{max_busy:.0%}); waiting 30 s")
         time.sleep(30)
 
 
 # ---------------------------------------------------------------- the run
-def schedule(args):
-    """[(bytes, iters)] per op: iterations so each row moves ~target bytes, clamped."""
-    out = {}
-    for op in args.ops:
-        rows = []
-        for size in args.sizes:
-            if op != "allreduce":  # nccl-tests aligns per-rank blocks to 16 bytes
-                unit = 16 * args.nranks
-                size = max(unit, size // unit * unit)
-            iters = int(min(args.max_iters, max(args.min_iters, args.target_bytes // size)))
-            rows.append((size, iters))
-        out[op] = list(dict.fromkeys(rows))
-    return out
+def sizes_for(args, op):
+    """The sweep for one op; all-gather and reduce-scatter sizes are whole 16-byte blocks
+    per rank (nccl-tests aligns them so)."""
+    if op == "allreduce":
+        return list(args.sizes)
+    unit = 16 * args.nranks
+    return list(dict.fromkeys(max(unit, s // unit * unit) for s in args.sizes))
+
+
+def byte_schedule(args):
+    """{op: [(bytes, iters)]} for the calibration pass: ~16 MiB moved per row."""
+    return {op: [(s, int(min(200, max(args.min_iters, (16 << 20) // s))))
+                 for s in sizes_for(args, op)] for op in args.ops}
+
+
+def timed_schedule(args, calib):
+    """{lib: {op: [(bytes, iters)]}}: as many calls as fill --row-seconds at the speed the
+    calibration pass measured, so every library's rows last about as long (and noise that
+    lasts a moment weighs the same on each)."""
+    plans = {}
+    for s in calib:
+        if s.variant != runners.reference_variant(s.library):  # Loom: out of place
+            continue
+        iters = args.row_seconds * 1e6 / max(s.time_us, 0.01)
+        iters = int(min(args.max_iters, max(args.min_iters, iters)))
+        plans.setdefault(s.library, {}).setdefault(s.op, []).append((s.size, iters))
+    return plans
 
 
 def warmup_of(iters):
     return max(3, min(50, iters // 10))
 
 
-def run_round(args, rnd, plan, bin_dir, mpi_exe, torch_py, loom_env):
+def lib_ops(args, lib):
+    if lib != "gloo":
+        return args.ops
+    # torch's Gloo backend has no reduce_scatter; all-gather only when asked for.
+    return [op for op in args.ops if op in args.gloo_ops and op != "reducescatter"]
+
+
+def run_lib(args, lib, op, plan, bin_dir, mpi_exe, torch_py, loom_env):
+    if lib == "loom":
+        return runners.run_loom(bin_dir, op, args.nranks, plan, warmup_of, loom_env,
+                                launcher=args.loom_launcher, bind=args.bind)
+    if lib == "mpi":
+        return runners.run_mpi(mpi_exe, op, args.nranks, plan, warmup_of, bind=args.bind)
+    return runners.run_gloo(torch_py, os.path.join(HERE, "gloo_allreduce.py"), op,
+                            args.nranks, plan, warmup_of, bind=args.bind)
+
+
+def run_round(args, rnd, plans, bin_dir, mpi_exe, torch_py, loom_env):
+    """Every library's sweep of every op, in an order that rotates with the round."""
     samples = []
     libs = args.libs[rnd % len(args.libs):] + args.libs[:rnd % len(args.libs)]
+    label = "calibration" if rnd < 0 else f"round {rnd + 1}/{args.rounds}"
     for op in args.ops:
         for lib in libs:
-            if lib == "gloo" and op == "reducescatter":
-                continue  # torch's Gloo backend has no reduce_scatter
-            if lib == "gloo" and op not in args.gloo_ops:
+            if op not in lib_ops(args, lib):
                 continue
+            plan = plans[lib][op] if lib in plans else plans["*"][op]
             t0 = time.time()
-            if lib == "loom":
-                got = runners.run_loom(bin_dir, op, args.nranks, plan[op], warmup_of, loom_env)
-            elif lib == "mpi":
-                got = runners.run_mpi(mpi_exe, op, args.nranks, plan[op], warmup_of)
-            else:
-                got = runners.run_gloo(torch_py, os.path.join(HERE, "gloo_allreduce.py"), op,
-                                       args.nranks, plan[op], warmup_of)
+            got = run_lib(args, lib, op, plan, bin_dir, mpi_exe, torch_py, loom_env)
             for s in got:
                 s.round = rnd
                 if s.wrong:
                     log(f"WARNING: {lib} {op} {s.size} B: {s.wrong} wrong elements")
-            log(f"round {rnd + 1}/{args.rounds} {op:13s} {lib:4s} {time.time() - t0:6.1f} s")
+            log(f"{label} {op:13s} {lib:4s} {time.time() - t0:6.1f} s")
             samples += got
     return samples
 
@@ -245,11 +291,14 @@ def write_markdown(path, args, meta, agg, checks, png_rel):
         f"Measured {meta['date']} on {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, "
         f"{m['os']} (kernel {m['kernel']}); {meta['nranks']} ranks on one host, host buffers, "
         f"float32 sum; median of {meta['rounds']} rounds, the libraries alternating within "
-        f"each round. Load average before the rounds: "
-        f"{', '.join(f'{x:.2f}' for x in meta['load_before_rounds'])}.",
+        f"each round. Before the rounds: load average "
+        f"{', '.join(f'{x:.2f}' for x in meta['load_before_rounds'])}; CPUs busy (others) "
+        f"{', '.join(f'{x:.0%}' for x in meta['cpu_busy_before_rounds'])}.",
         "",
         f"Loom {v.get('loom_git')} (knobs: {knobs}); {v.get('open_mpi')} "
-        f"(`{' '.join(runners.mpirun_prefix(meta['nranks']))}`); PyTorch {v.get('torch')} Gloo.",
+        f"(`{' '.join(meta['mpirun'])}`); PyTorch {v.get('torch')} Gloo. Loom's ranks "
+        f"started by {'mpirun, as Open MPI' if meta['loom_launcher'] == 'mpirun' else 'its built-in launcher'}"
+        f"; ranks {'pinned one per core' if meta['bind'] == 'core' else 'not pinned'}.",
         "",
         "```",
         meta["command"],
@@ -293,9 +342,17 @@ def parse_args(argv):
     p.add_argument("--libs", default="loom,mpi,gloo")
     p.add_argument("--gloo-ops", default="allreduce", help="ops Gloo runs (allreduce,allgather)")
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--target-bytes", default="256M", help="bytes moved per row (sets iterations)")
+    p.add_argument("--row-seconds", type=float, default=0.2,
+                   help="each row (one size, one library) times a loop this long; the calls "
+                   "per loop come from a calibration pass")
     p.add_argument("--min-iters", type=int, default=5)
-    p.add_argument("--max-iters", type=int, default=1000)
+    p.add_argument("--max-iters", type=int, default=1000000)
+    p.add_argument("--loom-launcher", choices=["mpirun", "builtin"],
+                   help="how Loom's ranks start: under mpirun like Open MPI's (default when "
+                   "mpi is compared), or the tools' own --nranks launcher (unpinned ranks)")
+    p.add_argument("--bind", choices=["core", "none"], default="core",
+                   help="pin each rank to a core (Open MPI's default for np <= cores; Gloo's "
+                   "ranks get the same with sched_setaffinity), or not")
     p.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, 1 round, few iters")
     p.add_argument("--build-dir", default=os.path.join(REPO, "build"))
     p.add_argument("--loom-bin", help="directory with all_reduce_perf ... (default BUILD/bench)")
@@ -307,18 +364,22 @@ def parse_args(argv):
     p.add_argument("--strict", action="store_true", help="exit 1 when a target of issue 4 is missed")
     p.add_argument("--install", choices=["apt", "pip", "none"], default="apt")
     p.add_argument("--max-load", type=float, default=1.5,
-                   help="wait for the 1-min load average to drop below this (0: don't)")
+                   help="before the first round, wait for the 1-min load average to drop "
+                   "below this (0: don't)")
+    p.add_argument("--max-busy", type=float, default=0.15,
+                   help="before each round, wait until others keep the CPUs less than this "
+                   "fraction busy (0: don't)")
     p.add_argument("--wait", type=int, default=1800, help="longest wait for a quiet machine (s)")
     args = p.parse_args(argv)
     if args.quick:
-        args.sizes, args.rounds, args.target_bytes = args.sizes or QUICK_SIZES, 1, "16M"
-        args.max_iters = min(args.max_iters, 100)
+        args.sizes, args.rounds, args.row_seconds = args.sizes or QUICK_SIZES, 1, 0.02
     args.sizes = args.sizes or DEFAULT_SIZES
+    if args.loom_launcher is None:
+        args.loom_launcher = "mpirun" if "mpi" in args.libs else "builtin"
     args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     args.ops = [o for o in args.ops.split(",") if o]
     args.libs = [l for l in args.libs.split(",") if l]
     args.gloo_ops = args.gloo_ops.split(",")
-    args.target_bytes = parse_size(args.target_bytes)
     bad = [o for o in args.ops if o not in runners.LOOM_TOOLS] + \
           [l for l in args.libs if l not in report.LIB_NAMES]
     if bad or "loom" not in args.libs:
@@ -335,21 +396,25 @@ def main(argv):
     bin_dir = ensure_loom_tools(args)
     mpi_exe = build_mpi_program(args) if "mpi" in args.libs else None
     loom_env = dict(kv.split("=", 1) for kv in args.loom_env)
-    plan = schedule(args)
-
     # One checked Loom pass first (-c 1): the timed rounds run with -c 0.
     for op in args.ops:
-        check = runners.run_loom(bin_dir, op, args.nranks, [(s, 2) for s, _ in plan[op]],
-                                 lambda i: 1, loom_env, check=True)
+        check = runners.run_loom(bin_dir, op, args.nranks, [(s, 2) for s in sizes_for(args, op)],
+                                 lambda i: 1, loom_env, check=True,
+                                 launcher=args.loom_launcher, bind=args.bind)
         bad = [s for s in check if s.wrong]
         if bad:
             sys.exit(f"[compare] Loom {op} gave wrong results: {bad}")
     log("Loom results checked (#wrong 0) for every op and size")
 
+    # Calibration: one short pass of everything, to size each library's rows.
+    wait_until_quiet(args.max_load, args.max_busy, args.wait, True)
+    calib = run_round(args, -1, {"*": byte_schedule(args)}, bin_dir, mpi_exe, torch_py, loom_env)
+    plans = timed_schedule(args, calib)
+
     samples, loads = [], []
     for rnd in range(args.rounds):
-        loads.append(wait_until_quiet(args.max_load, args.wait))
-        samples += run_round(args, rnd, plan, bin_dir, mpi_exe, torch_py, loom_env)
+        loads.append(wait_until_quiet(args.max_load, args.max_busy, args.wait, rnd == 0))
+        samples += run_round(args, rnd, plans, bin_dir, mpi_exe, torch_py, loom_env)
 
     agg = report.aggregate(samples)
     checks = report.target_checks(agg, args.ops, args.libs)
@@ -358,9 +423,12 @@ def main(argv):
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine_info(), "versions": versions(torch_py),
         "nranks": args.nranks, "rounds": args.rounds, "ops": args.ops, "libs": args.libs,
-        "iterations": {op: plan[op] for op in args.ops}, "warmup": "max(3, min(50, iters/10))",
-        "loom_env": loom_env, "load_before_rounds": loads,
-        "mpirun": runners.mpirun_prefix(args.nranks),
+        "iterations": plans, "row_seconds": args.row_seconds,
+        "warmup": "max(3, min(50, iters/10))", "loom_launcher": args.loom_launcher,
+        "bind": args.bind,
+        "loom_env": loom_env, "load_before_rounds": [round(l, 2) for l, _ in loads],
+        "cpu_busy_before_rounds": [round(b, 3) for _, b in loads],
+        "mpirun": runners.mpirun_prefix(args.nranks, args.bind),
     }
     print()
     print(report.markdown_tables(agg, args.ops, args.libs))

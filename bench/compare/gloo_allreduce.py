@@ -12,6 +12,7 @@ Rank 0 prints one machine-readable line per size, the same as mpi_allreduce.c:
 """
 
 import argparse
+import datetime
 import os
 import sys
 import time
@@ -39,7 +40,8 @@ def main():
     import torch.distributed as dist
 
     torch.set_num_threads(args.threads)
-    dist.init_process_group(backend="gloo", init_method="env://")
+    dist.init_process_group(backend="gloo", init_method="env://",
+                            timeout=datetime.timedelta(seconds=120))
     rank, nranks = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         print(f"# gloo_allreduce op {args.op} nranks {nranks} torch {torch.__version__}",

@@ -4,6 +4,8 @@ import csv
 import json
 import statistics
 
+import runners
+
 LIB_NAMES = {"loom": "Loom", "mpi": "Open MPI", "gloo": "Gloo"}
 OP_NAMES = {"allreduce": "all-reduce", "allgather": "all-gather",
             "reducescatter": "reduce-scatter"}
@@ -52,11 +54,6 @@ def _get(agg, op, size, lib, variant):
     return agg.get((op, size, lib, variant))
 
 
-def reference_variant(lib):
-    """MPI is timed out of place, Gloo in place (its only mode); Loom is compared like for like."""
-    return "ip" if lib == "gloo" else "oop"
-
-
 def ratio_rows(agg, op, libs):
     """Per size: Loom busbw (oop, ip), each other library's busbw and Loom's ratio to it."""
     sizes = sorted({k[1] for k in agg if k[0] == op})
@@ -72,7 +69,7 @@ def ratio_rows(agg, op, libs):
         for lib in libs:
             if lib == "loom":
                 continue
-            variant = reference_variant(lib)
+            variant = runners.reference_variant(lib)
             ref = _get(agg, op, size, lib, variant)
             mine = _get(agg, op, size, "loom", variant)
             row[f"{lib}_busbw"] = ref and ref["busbw"]

@@ -9,6 +9,7 @@ compatible tools (all_reduce_perf ...), parsed from their standard table.
 import os
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 
 # Loom tool per op, and the MPI/Gloo op names.
@@ -77,15 +78,29 @@ def parse_nccl_tests_rows(text):
     return rows
 
 
-def run_loom(bin_dir, op, nranks, sizes, warmup_of, extra_env, check=False):
+def reference_variant(lib):
+    """MPI is timed out of place; Gloo's all-reduce is in place only."""
+    return "ip" if lib == "gloo" else "oop"
+
+
+def run_loom(bin_dir, op, nranks, sizes, warmup_of, extra_env, check=False,
+             launcher="builtin", bind="core"):
     """One all_*_perf invocation per size (so each size gets its own iteration count);
-    returns out-of-place and in-place samples."""
+    returns out-of-place and in-place samples. launcher "mpirun" starts the ranks as
+    run_mpi does (same placement and binding); "builtin" forks them (--nranks)."""
     tool = os.path.join(bin_dir, LOOM_TOOLS[op])
     env = dict(os.environ, **extra_env)
+    if launcher == "mpirun":
+        prefix = mpirun_prefix(nranks, bind)
+        for key in extra_env:  # exported to the ranks explicitly (-x), as on many nodes
+            prefix += ["-x", key]
+        prefix.append(tool)
+    else:
+        prefix = [tool, "--nranks", str(nranks)]
     samples = []
     for size, iters in sizes:
-        cmd = [tool, "--nranks", str(nranks), "-b", str(size), "-e", str(size),
-               "-n", str(iters), "-w", str(warmup_of(iters)), "-c", "1" if check else "0"]
+        cmd = prefix + ["-b", str(size), "-e", str(size),
+                        "-n", str(iters), "-w", str(warmup_of(iters)), "-c", "1" if check else "0"]
         rows = parse_nccl_tests_rows(_run(cmd, env=env))
         if len(rows) != 1:
             raise RunError(f"{' '.join(cmd)}: expected one table row, got {len(rows)}")
@@ -113,8 +128,8 @@ def _sizes_arg(sizes, warmup_of):
     return ",".join(f"{s}:{i}:{warmup_of(i)}" for s, i in sizes)
 
 
-def mpirun_prefix(nranks):
-    cmd = ["mpirun", "-np", str(nranks), "--mca", "btl", "self,vader"]
+def mpirun_prefix(nranks, bind="core"):
+    cmd = ["mpirun", "-np", str(nranks), "--mca", "btl", "self,vader", "--bind-to", bind]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     if nranks > (os.cpu_count() or 1):
@@ -122,8 +137,8 @@ def mpirun_prefix(nranks):
     return cmd
 
 
-def run_mpi(mpi_exe, op, nranks, sizes, warmup_of):
-    cmd = mpirun_prefix(nranks) + [mpi_exe, "--op", op, "--sizes", _sizes_arg(sizes, warmup_of)]
+def run_mpi(mpi_exe, op, nranks, sizes, warmup_of, bind="core"):
+    cmd = mpirun_prefix(nranks, bind) + [mpi_exe, "--op", op, "--sizes", _sizes_arg(sizes, warmup_of)]
     samples = _parse_result_lines(_run(cmd), "mpi", "oop", nranks)
     if len(samples) != len(sizes):
         raise RunError(f"{' '.join(cmd)}: expected {len(sizes)} RESULT lines, got {len(samples)}")
@@ -136,8 +151,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def run_gloo(python, script, op, nranks, sizes, warmup_of, timeout=900):
-    """Starts nranks processes of gloo_allreduce.py with torch.distributed's env:// init."""
+def _run_gloo_once(python, script, op, nranks, sizes, warmup_of, timeout, bind):
     port = _free_port()
     procs = []
     for rank in range(nranks):
@@ -145,22 +159,44 @@ def run_gloo(python, script, op, nranks, sizes, warmup_of, timeout=900):
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo",
                    OMP_NUM_THREADS="1")
         cmd = [python, script, "--op", op, "--sizes", _sizes_arg(sizes, warmup_of)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+        cpus = sorted(os.sched_getaffinity(0))
+        pin = (lambda c=cpus[rank % len(cpus)]: os.sched_setaffinity(0, {c})) \
+            if bind == "core" else None
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, preexec_fn=pin,
                                       stderr=subprocess.STDOUT, text=True))
-    outputs = []
+    # A rank that fails (e.g. the port was taken between our probe and its bind) must not
+    # leave the others waiting for it: poll all, and stop the rest when one fails.
+    deadline = time.time() + timeout
+    failed = None
     try:
-        for p in procs:
-            out, _ = p.communicate(timeout=timeout)
-            outputs.append(out)
+        while any(p.poll() is None for p in procs):
+            failed = next((r for r, p in enumerate(procs) if p.poll() not in (None, 0)), None)
+            if failed is not None or time.time() > deadline:
+                break
+            time.sleep(0.05)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    for rank, (p, out) in enumerate(zip(procs, outputs)):
-        if p.returncode != 0:
-            tail = "\n".join(out.splitlines()[-20:])
-            raise RunError(f"gloo rank {rank} exited with {p.returncode}:\n{tail}")
+    outputs = [p.communicate()[0] for p in procs]
+    if failed is None:
+        failed = next((r for r, p in enumerate(procs) if p.returncode != 0), None)
+    if failed is not None:
+        tail = "\n".join(outputs[failed].splitlines()[-20:])
+        raise RunError(f"gloo rank {failed} exited with {procs[failed].returncode}:\n{tail}")
     samples = _parse_result_lines(outputs[0], "gloo", "ip", nranks)
     if len(samples) != len(sizes):
         raise RunError(f"gloo: expected {len(sizes)} RESULT lines, got {len(samples)}")
     return samples
+
+
+def run_gloo(python, script, op, nranks, sizes, warmup_of, bind="core", timeout=900,
+             attempts=3):
+    """Starts nranks processes of gloo_allreduce.py with torch.distributed's env:// init
+    (retrying with a new port when the rendezvous port was taken meanwhile)."""
+    for attempt in range(attempts):
+        try:
+            return _run_gloo_once(python, script, op, nranks, sizes, warmup_of, timeout, bind)
+        except RunError as e:
+            if "Address already in use" not in str(e) or attempt + 1 == attempts:
+                raise

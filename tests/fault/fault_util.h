@@ -14,12 +14,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -231,14 +231,83 @@ inline std::string extraResources(const Resources& before, int graceMs = 1000) {
   return out;
 }
 
-// Whether `msg` names a peer rank other than `me` and a socket address.
+// ---- TCP sockets of a process ----
+
+struct TcpSocket {
+  bool v6 = false;
+  std::string localHex;  // the address as /proc/net/tcp prints it
+  int localPort = 0;
+  int remotePort = 0;
+  int state = 0;  // 0x0A listening, 0x01 established
+};
+
+// The TCP sockets among process `pid`'s descriptors (from /proc/<pid>/net/tcp{,6}).
+inline std::vector<TcpSocket> tcpSocketsOf(pid_t pid) {
+  std::set<std::string> inodes;
+  std::string fdDir = "/proc/" + std::to_string(pid) + "/fd";
+  for (const auto& e : dirEntries(fdDir)) {
+    char target[128] = {};
+    ssize_t n = readlink((fdDir + "/" + e).c_str(), target, sizeof(target) - 1);
+    if (n > 9 && strncmp(target, "socket:[", 8) == 0)
+      inodes.insert(std::string(target + 8, target + n - 1));
+  }
+  std::vector<TcpSocket> out;
+  for (int v6 = 0; v6 < 2; ++v6) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/net/" + (v6 ? "tcp6" : "tcp"));
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream ss(line);
+      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+      ss >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+      size_t lc = local.find(':'), rc = remote.find(':');
+      if (!inodes.count(inode) || lc == std::string::npos || rc == std::string::npos) continue;
+      TcpSocket t;
+      t.v6 = v6 != 0;
+      t.localHex = local.substr(0, lc);
+      t.localPort = static_cast<int>(strtol(local.c_str() + lc + 1, nullptr, 16));
+      t.remotePort = static_cast<int>(strtol(remote.c_str() + rc + 1, nullptr, 16));
+      t.state = static_cast<int>(strtol(st.c_str(), nullptr, 16));
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+// Whether process `pid` holds an established connection to port `port`.
+inline bool connectedToPort(pid_t pid, int port) {
+  for (const auto& t : tcpSocketsOf(pid))
+    if (t.state == 0x01 && t.remotePort == port) return true;
+  return false;
+}
+
+// Whether `msg` names a peer rank other than `me` ("rank N") and a socket address
+// ("1.2.3.4:5" or "[::1]:5").
 inline bool namesPeerAndAddress(const std::string& msg, int me) {
-  static const std::regex rankRe("rank ([0-9]+)");
-  static const std::regex addrRe("([0-9]{1,3}\\.){3}[0-9]{1,3}:[0-9]+|\\[[0-9a-fA-F:.%a-z]+\\]:[0-9]+");
-  bool peer = false;
-  for (auto it = std::sregex_iterator(msg.begin(), msg.end(), rankRe); it != std::sregex_iterator(); ++it)
-    peer |= std::stoi((*it)[1]) != me;
-  return peer && std::regex_search(msg, addrRe);
+  bool peer = false, addr = false;
+  for (size_t at = msg.find("rank "); at != std::string::npos; at = msg.find("rank ", at + 1)) {
+    size_t d = at + 5;
+    if (d < msg.size() && isdigit(static_cast<unsigned char>(msg[d])))
+      peer |= atoi(msg.c_str() + d) != me;
+  }
+  for (size_t i = 1; i + 1 < msg.size() && !addr; ++i) {
+    if (msg[i] != ':' || !isdigit(static_cast<unsigned char>(msg[i + 1]))) continue;
+    if (msg[i - 1] == ']') {
+      addr = true;
+      continue;
+    }
+    size_t j = i, dots = 0;
+    while (j > 0 && (isdigit(static_cast<unsigned char>(msg[j - 1])) || msg[j - 1] == '.')) dots += msg[--j] == '.';
+    addr = dots == 3 && i - j >= 7;
+  }
+  return peer && addr;
+}
+
+// Whether `msg` carries an operation sequence number ("#12").
+inline bool namesSequence(const std::string& msg) {
+  for (size_t i = msg.find('#'); i != std::string::npos; i = msg.find('#', i + 1))
+    if (i + 1 < msg.size() && isdigit(static_cast<unsigned char>(msg[i + 1]))) return true;
+  return false;
 }
 
 }  // namespace loomtest::fault

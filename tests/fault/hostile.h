@@ -12,9 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,48 +33,30 @@ struct Endpoint {
 
 // TCP listeners of process `pid` with the address each is bound to.
 inline std::vector<Endpoint> listenersOf(pid_t pid) {
-  std::set<std::string> inodes;
-  std::string fdDir = "/proc/" + std::to_string(pid) + "/fd";
-  for (const auto& e : dirEntries(fdDir)) {
-    char target[128] = {};
-    ssize_t n = readlink((fdDir + "/" + e).c_str(), target, sizeof(target) - 1);
-    if (n > 9 && strncmp(target, "socket:[", 8) == 0)
-      inodes.insert(std::string(target + 8, target + n - 1));
-  }
   std::vector<Endpoint> out;
-  for (int v6 = 0; v6 < 2; ++v6) {
-    std::ifstream in("/proc/" + std::to_string(pid) + "/net/" + (v6 ? "tcp6" : "tcp"));
-    std::string line;
-    std::getline(in, line);
-    while (std::getline(in, line)) {
-      std::istringstream ss(line);
-      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
-      ss >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
-      size_t colon = local.find(':');
-      if (st != "0A" || !inodes.count(inode) || colon == std::string::npos) continue;
-      Endpoint ep;
-      ep.port = static_cast<int>(strtol(local.c_str() + colon + 1, nullptr, 16));
-      std::string hex = local.substr(0, colon);
-      // The kernel prints each 32-bit word of the address as the CPU reads it.
-      if (!v6) {
-        auto* a = reinterpret_cast<sockaddr_in*>(&ep.addr);
-        a->sin_family = AF_INET;
-        a->sin_port = htons(static_cast<uint16_t>(ep.port));
-        a->sin_addr.s_addr = static_cast<uint32_t>(strtoul(hex.c_str(), nullptr, 16));
-        if (a->sin_addr.s_addr == 0) a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        ep.len = sizeof(*a);
-      } else {
-        auto* a = reinterpret_cast<sockaddr_in6*>(&ep.addr);
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons(static_cast<uint16_t>(ep.port));
-        for (int w = 0; w < 4; ++w) {
-          uint32_t word = static_cast<uint32_t>(strtoul(hex.substr(w * 8, 8).c_str(), nullptr, 16));
-          memcpy(reinterpret_cast<uint8_t*>(&a->sin6_addr) + 4 * w, &word, 4);
-        }
-        ep.len = sizeof(*a);
+  for (const TcpSocket& t : tcpSocketsOf(pid)) {
+    if (t.state != 0x0A) continue;
+    Endpoint ep;
+    ep.port = t.localPort;
+    // The kernel prints each 32-bit word of the address as the CPU reads it.
+    if (!t.v6) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ep.addr);
+      a->sin_family = AF_INET;
+      a->sin_port = htons(static_cast<uint16_t>(ep.port));
+      a->sin_addr.s_addr = static_cast<uint32_t>(strtoul(t.localHex.c_str(), nullptr, 16));
+      if (a->sin_addr.s_addr == 0) a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ep.len = sizeof(*a);
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ep.addr);
+      a->sin6_family = AF_INET6;
+      a->sin6_port = htons(static_cast<uint16_t>(ep.port));
+      for (int w = 0; w < 4; ++w) {
+        uint32_t word = static_cast<uint32_t>(strtoul(t.localHex.substr(w * 8, 8).c_str(), nullptr, 16));
+        memcpy(reinterpret_cast<uint8_t*>(&a->sin6_addr) + 4 * w, &word, 4);
       }
-      out.push_back(ep);
+      ep.len = sizeof(*a);
     }
+    out.push_back(ep);
   }
   return out;
 }
