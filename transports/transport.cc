@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/host.h"
 #include "base/log.h"
+#include "bootstrap/hello_acceptor.h"
 #include "bootstrap/wire.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/socket/socket_transport.h"
@@ -54,6 +55,7 @@ struct TransportManager::Impl {
   std::vector<PeerInfo> peers;
   FifoShape shape;
   Socket listener;
+  std::unique_ptr<HelloAcceptor> acceptor;  // strangers on the listener never block us
   uint64_t nextConnId = 1;
   // Authenticated streams that arrived before we looked for them: (from, connId, stream).
   std::map<std::tuple<int, uint64_t, uint32_t>, Socket> early;
@@ -72,23 +74,17 @@ struct TransportManager::Impl {
         LOOM_THROW(kRemoteError,
                    "rank %d: timed out waiting for rank %d to open its TCP streams to %s", me,
                    from, listener.localAddr().str().c_str());
-      Socket sock = listener.accept(Deadline::in(0.1));
-      if (!sock.isOpen()) continue;
-      PeerHello h;
-      try {
-        sock.recvAll(&h, sizeof(h), Deadline::in(2), "transport stream hello");
-      } catch (const Error& e) {
-        LOOM_WARN("rank %d: dropped transport connection from %s: %s", me,
-                  sock.peer().str().c_str(), e.what());
-        continue;
+      if (!acceptor) acceptor = std::make_unique<HelloAcceptor>(&listener);
+      for (auto& [h, sock] : acceptor->poll(100, "transport")) {
+        if (!verifyPeerHello(bootstrap.job(), h, kKindStream, me) || h.fromRank < 0 ||
+            h.fromRank >= bootstrap.nranks()) {
+          LOOM_WARN("rank %d: dropped unauthenticated transport connection from %s", me,
+                    sock.peer().str().c_str());
+          continue;
+        }
+        early[{h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff)}] =
+            std::move(sock);
       }
-      if (!verifyPeerHello(bootstrap.job(), h, kKindStream, me) || h.fromRank < 0 ||
-          h.fromRank >= bootstrap.nranks()) {
-        LOOM_WARN("rank %d: dropped unauthenticated transport connection from %s", me,
-                  sock.peer().str().c_str());
-        continue;
-      }
-      early[{h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff)}] = std::move(sock);
     }
     std::vector<Socket> out;
     for (uint32_t s = 0; s < n; ++s) {
@@ -128,7 +124,10 @@ SocketAddr TransportManager::makeNetListener(Bootstrap& bootstrap, Socket* out) 
   return a;
 }
 
-void TransportManager::adoptNetListener(Socket listener) { impl_->listener = std::move(listener); }
+void TransportManager::adoptNetListener(Socket listener) {
+  listener.setNonBlocking(true);
+  impl_->listener = std::move(listener);
+}
 
 TransportKind TransportManager::kindFor(int peer) const {
   const PeerInfo& me = impl_->peers[impl_->bootstrap.rank()];

@@ -63,6 +63,18 @@ void checkComm(ncclComm_t comm, const char* fn) {
     LOOM_THROW(kInvalidUsage, "%s: communicator (rank %d) has been finalized", fn, comm->rank);
 }
 
+void checkCommForManagement(ncclComm_t comm, const char* fn) {
+  if (!comm) LOOM_THROW(kInvalidArgument, "%s: comm is NULL", fn);
+  if (!isLiveComm(comm))
+    LOOM_THROW(kInvalidArgument, "%s: comm %p is not a live communicator", fn,
+               static_cast<void*>(comm));
+  comm->waitInit();
+  LOOM_CHECK_USAGE(comm->core != nullptr, "%s: the communicator (rank %d) never initialized", fn,
+                   comm->rank);
+  LOOM_CHECK_USAGE(!comm->abortFlag.load(), "%s: communicator (rank %d) has been aborted", fn,
+                   comm->rank);
+}
+
 void destroyComm(ncclComm_t comm) {
   unregisterComm(comm);
   if (comm->initThread.joinable()) comm->initThread.join();

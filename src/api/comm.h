@@ -62,6 +62,9 @@ bool isLiveComm(ncclComm_t comm);
 // Validates `comm` for an operation: live, initialized (waits for a non-blocking init),
 // not aborted or failed. Throws with a message naming `fn`.
 void checkComm(ncclComm_t comm, const char* fn);
+// For management calls (split, shrink) that stay allowed on a revoked or failed
+// communicator: live, initialized and not aborted.
+void checkCommForManagement(ncclComm_t comm, const char* fn);
 
 // Holds comm->activeCalls for the duration of a call.
 class CallScope {

@@ -199,7 +199,8 @@ LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key,
   return guard("ncclCommSplit", comm, [&] {
     LOOM_CHECK_ARG(newcomm != nullptr, "ncclCommSplit: newcomm is NULL");
     *newcomm = nullptr;
-    loom::api::checkComm(comm, "ncclCommSplit");
+    // Allowed after ncclCommRevoke or a failure: splitting is how survivors carry on.
+    loom::api::checkCommForManagement(comm, "ncclCommSplit");
     // The split exchanges colors right away; one thread driving several ranks inside a
     // group would wait on itself.
     LOOM_CHECK_USAGE(!loom::api::inGroup(),

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/hmac.h"
 #include "base/log.h"
+#include "bootstrap/hello_acceptor.h"
 #include "bootstrap/root.h"
 #include "bootstrap/wire.h"
 
@@ -39,6 +40,8 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
   SocketAddr me = iface_.addr;
   me.setPort(0);
   listener_ = Socket::listen(me);
+  listener_.setNonBlocking(true);
+  acceptor_ = std::make_unique<HelloAcceptor>(&listener_);
   peers_.resize(nranks);
   out_.resize(nranks);
   in_.resize(nranks);
@@ -112,7 +115,6 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
 Bootstrap::~Bootstrap() = default;
 
 void Bootstrap::checkAbort(const char* what, int peer) const {
-  if (peer >= 0 && liveness_) liveness_(peer);
   if (abort_ && abort_->load(std::memory_order_relaxed)) {
     if (peer >= 0)
       LOOM_THROW(kInvalidUsage, "rank %d: %s with rank %d interrupted: communicator aborted", rank_,
@@ -147,32 +149,23 @@ void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t len) {
   if (len) s.sendAll(data, len, d, what.c_str());
 }
 
-void Bootstrap::acceptOne(Deadline deadline) {
-  Socket s = listener_.accept(Deadline::in(kSliceSec));
-  if (!s.isOpen()) return;
-  PeerHello h;
-  try {
-    // A peer sends its hello right after connecting; a silent or slow stranger is dropped.
-    s.recvAll(&h, sizeof(h), Deadline::in(2), "bootstrap hello");
-  } catch (const Error& e) {
-    LOOM_WARN("rank %d: dropped bootstrap connection from %s: %s", rank_, s.peer().str().c_str(),
-              e.what());
-    return;
+void Bootstrap::acceptSome(int waitMs) {
+  for (auto& [h, s] : acceptor_->poll(waitMs, "bootstrap")) {
+    std::string nonce(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce));
+    if (!verifyPeerHello(job_, h, kKindBootstrapPeer, rank_) || h.fromRank < 0 ||
+        h.fromRank >= nranks_ || seenNonces_.count(nonce)) {
+      LOOM_WARN("rank %d: dropped unauthenticated bootstrap connection from %s", rank_,
+                s.peer().str().c_str());
+      continue;
+    }
+    seenNonces_.insert(nonce);
+    if (in_[h.fromRank].isOpen()) {
+      LOOM_WARN("rank %d: dropped a second bootstrap connection claiming rank %d from %s",
+                rank_, h.fromRank, s.peer().str().c_str());
+      continue;
+    }
+    in_[h.fromRank] = std::move(s);
   }
-  std::string nonce(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce));
-  if (!verifyPeerHello(job_, h, kKindBootstrapPeer, rank_) || h.fromRank < 0 ||
-      h.fromRank >= nranks_ || seenNonces_.count(nonce)) {
-    LOOM_WARN("rank %d: dropped unauthenticated bootstrap connection from %s", rank_,
-              s.peer().str().c_str());
-    return;
-  }
-  seenNonces_.insert(nonce);
-  if (in_[h.fromRank].isOpen()) {
-    LOOM_WARN("rank %d: dropped a second bootstrap connection claiming rank %d from %s", rank_,
-              h.fromRank, s.peer().str().c_str());
-    return;
-  }
-  in_[h.fromRank] = std::move(s);
 }
 
 Socket& Bootstrap::recvSocket(int peer, Deadline deadline) {
@@ -183,7 +176,9 @@ Socket& Bootstrap::recvSocket(int peer, Deadline deadline) {
                  "rank %d: timed out after %.0f s waiting for rank %d (%s) to connect for an "
                  "out-of-band message",
                  rank_, timeoutSec_, peer, peers_[peer].str().c_str());
-    acceptOne(deadline);
+    acceptSome(static_cast<int>(kSliceSec * 1000));
+    // Only once nothing is pending: a peer may connect, send and exit before we look.
+    if (!in_[peer].isOpen() && liveness_) liveness_(peer);
   }
   return in_[peer];
 }
@@ -195,10 +190,12 @@ void Bootstrap::readMsg(int peer, Deadline deadline) {
   for (;;) {
     checkAbort("bootstrap receive", peer);
     // Accept other peers meanwhile so their connects never wait on us.
-    pollfd p[2] = {{s.fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}};
-    if (::poll(p, 2, static_cast<int>(kSliceSec * 1000)) > 0) {
-      if (p[1].revents) acceptOne(deadline);
-      if (p[0].revents) break;
+    acceptSome(0);
+    pollfd p{s.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 20) > 0) {
+      break;
+    } else if (liveness_) {
+      liveness_(peer);  // nothing to read: is the peer still there to send it?
     }
     if (deadline.expired())
       LOOM_THROW(kRemoteError, "%s: timed out after %.0f s", what.c_str(), timeoutSec_);

@@ -55,7 +55,7 @@ class Bootstrap {
   };
   Socket& sendSocket(int peer);
   Socket& recvSocket(int peer, Deadline deadline);
-  void acceptOne(Deadline deadline);
+  void acceptSome(int waitMs);
   void readMsg(int peer, Deadline deadline);
   void checkAbort(const char* what, int peer) const;
   Deadline opDeadline() const;
@@ -66,6 +66,7 @@ class Bootstrap {
   const std::atomic<bool>* abort_;
   NetInterface iface_;
   Socket listener_;
+  std::unique_ptr<class HelloAcceptor> acceptor_;
   std::vector<SocketAddr> peers_;
   std::vector<Socket> out_;
   std::vector<Socket> in_;

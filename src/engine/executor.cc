@@ -289,7 +289,13 @@ struct CommQueue {
       for (Connection* c : t->transports->active())
         if (!c->fifo().drained()) waits.push_back(c);
     for (Connection* c : waits) {
-      c->checkPeer();
+      try {
+        c->checkPeer();
+      } catch (const Error& e) {
+        // Name the operation the failure interrupted.
+        throw Error(e.code(), strprintf("rank %d: %s #%llu: %s", t->rank, t->name,
+                                        static_cast<unsigned long long>(t->seq), e.what()));
+      }
       if (timeoutSec > 0 && idleSec > timeoutSec)
         LOOM_THROW(kRemoteError,
                    "rank %d: %s #%llu made no progress for %.0f s waiting on %s (LOOM_TIMEOUT)",

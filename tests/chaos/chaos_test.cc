@@ -165,7 +165,16 @@ TEST(Chaos, RandomVictimKilledAtRandomMoment) {
     }
     // Names are unlinked as soon as both ends map them: none may outlive the job. Other
     // suites create short-lived names too, so only names that persist count.
-    std::set<std::string> after = shmNames();
+    // Only this trial's names count (they carry their creator's pid): other suites may
+    // run alongside.
+    auto ours = [&](const std::string& name) {
+      for (pid_t p : pids)
+        if (name.find("-" + std::to_string(p) + "-") != std::string::npos) return true;
+      return false;
+    };
+    std::set<std::string> after;
+    for (const auto& name : shmNames())
+      if (ours(name)) after.insert(name);
     if (!after.empty()) {
       usleep(1500000);
       for (const auto& name : shmNames())
