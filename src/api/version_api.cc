@@ -17,8 +17,8 @@
 
 namespace {
 
-// TODO(fallback): move to the NCCL-fallback dispatcher once it exists; it must read the
-// same knob, and the registry wants each knob declared once.
+// Declared here until the NCCL-fallback dispatcher exists; it will own this knob (the
+// registry wants each knob declared once).
 loom::StringKnob kNcclLibrary("LOOM_NCCL_LIBRARY", "", "",
                               "Path of the stock libnccl.so.2 that Loom may hand calls to "
                               "(default: /usr/local/cuda/lib/libnccl.so.2, then the loader's "
