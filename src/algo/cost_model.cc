@@ -59,6 +59,13 @@ constexpr double kRdmaEfficiency = 0.94;
 constexpr double kSocketEfficiency = 0.9;
 // One CPU thread copying (and reducing) through shared memory (Loom estimate).
 constexpr double kShmChannelBw = 6.0;
+// CPU executor specifics, fitted to the crossovers measured with all_reduce_perf on 2-8
+// ranks of one host (one-shot up to ~32 KiB, halving-doubling up to ~512 KiB, then the
+// ring): a one-shot step copies its data into the FIFO and reduces it out again (a quarter
+// more time per byte than a pipelined exchange), and a ring step that lets the peer read
+// this rank's memory (process_vm_readv) costs a system call and a completion hand-off.
+constexpr double kHostDirectPasses = 1.25;
+constexpr double kHostShareStepUs = 10.0;
 
 bool gpuExec(const NodeModel& m) { return !m.hostMemory; }
 
@@ -249,9 +256,9 @@ NodeModel buildNodeModel(const System& sys, int localRanks, bool hostMemory) {
     m.maxChannels = std::clamp(static_cast<int>(std::ceil(std::min(m.ringBw, 1000.0) / m.perChannelBw)), 1,
                                kMaxChannels);
   } else {
-    int cores = std::max(1, sys.totalCores());
+    // The CPU executor runs one pipeline per rank: one channel, whatever the core count.
     m.intra = LinkClass::kShm;
-    m.maxChannels = std::clamp(cores / localRanks, 1, 4);
+    m.maxChannels = 1;
     m.perChannelBw = kShmChannelBw;
     m.ringBw = m.portBw = m.allToAllBw = m.maxChannels * kShmChannelBw;
     for (int d = 1; d < localRanks; d *= 2) m.hdBw.push_back(m.ringBw);
@@ -298,6 +305,7 @@ Estimate estimate(const NodeModel& m, Collective coll, Algorithm algo, Protocol 
       int inter = N == 1 ? 0 : (ar ? 2 * (N - 1) : N - 1);
       double intraLat = N > 1 ? std::max(intraStep, kNetOverheadUs * (proto == Protocol::kSimple ? 3 : 1)) : intraStep;
       lat += (steps - inter) * intraLat + inter * netStep;
+      if (m.hostMemory && G > 1 && (ar || ag || bc)) lat += (G - 1) * kHostShareStepUs;
       double linkBw = N > 1 ? std::min(m.ringBw, m.netBw) : m.ringBw;
       double factor = (bc || rd) ? 1.0 : busBwFactor(coll, n);
       xfer = toUs(factor * S, protoBw(m, proto, linkBw, ch, N, false));
@@ -305,6 +313,9 @@ Estimate estimate(const NodeModel& m, Collective coll, Algorithm algo, Protocol 
     }
     case Algorithm::kTree: {
       if (!(ar || bc || rd)) return no("Tree implements AllReduce, Broadcast and Reduce");
+      if (m.hostMemory && N > 1)
+        return no("the CPU executor's double binary tree spans ranks, not hosts (NCCL's trees chain "
+                  "each host's GPUs under one tree node); across hosts Hierarchical does that job");
       int levels = ceilLog2(N);
       double intraBw = G > 1 ? m.ringBw : kInf;
       if (ar) {
@@ -352,7 +363,7 @@ Estimate estimate(const NodeModel& m, Collective coll, Algorithm algo, Protocol 
                   "copies per rank over the network");
       lat += (N > 1 ? netTreeStep : intraTreeStep);
       if (coll != Collective::kSendRecv) lat += (n - 1) * poll;
-      double a2a = protoBw(m, proto, m.allToAllBw, ch, N, false);
+      double a2a = protoBw(m, proto, m.allToAllBw, ch, N, false) / (m.hostMemory ? kHostDirectPasses : 1.0);
       double port = protoBw(m, proto, m.portBw, ch, N, false);
       double net = protoBw(m, proto, m.netBw, ch, N, false);
       switch (coll) {

@@ -1,13 +1,25 @@
 #include "algo/select.h"
 
+#include <algorithm>
+
 #include "algo/direct.h"
 #include "algo/halving_doubling.h"
+#include "algo/hierarchical.h"
 #include "algo/tree.h"
 #include "algo/tuner.h"
 #include "base/error.h"
 #include "base/log.h"
 
 namespace loom {
+
+PlanContext::PlanContext() {
+  for (auto& a : allowed) a.fill(true);
+  for (auto& perSize : ranking)
+    for (Ranking& r : perSize) {
+      for (int a = 0; a < kAlgoCount; ++a) r.order[a] = static_cast<Algorithm>(a);
+      r.us.fill(-1);
+    }
+}
 
 void PlanContext::loadAlgoFilter() {
   for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
@@ -16,8 +28,55 @@ void PlanContext::loadAlgoFilter() {
   }
 }
 
+namespace {
+
+// nccl-tests' "size" of a request, which the cost model takes (see cost_model.h).
+size_t modelBytes(Collective coll, size_t bytes, int nranks) {
+  switch (coll) {
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAlltoAll:
+    case Collective::kGather:
+    case Collective::kScatter: return bytes * nranks;
+    default: return bytes;
+  }
+}
+
+int bucketOf(size_t bytes) {
+  int k = 0;
+  while (k + 1 < kSizeBuckets && (size_t{1} << k) < bytes) ++k;
+  return k;
+}
+
+}  // namespace
+
+void PlanContext::loadTuning(const algo::NodeModel& node) {
+  modelNotes = strprintf("host memory, %d rank(s) per host over %s at %.1f GB/s, hosts joined by %s at %.2f GB/s",
+                         node.localRanks, algo::linkClassName(node.intra), node.ringBw,
+                         algo::linkClassName(node.inter), node.netBw);
+  if (!node.notes.empty()) modelNotes += "; " + node.notes;
+  int nnodes = layout.nhosts();
+  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c)
+    for (int k = 0; k < kSizeBuckets; ++k) {
+      Ranking& r = ranking[c][k];
+      size_t bytes = modelBytes(static_cast<Collective>(c), size_t{1} << k, nranks);
+      for (int a = 0; a < kAlgoCount; ++a) {
+        // The CPU executor moves data in Simple-protocol slots only.
+        algo::Estimate e = algo::estimate(node, static_cast<Collective>(c), static_cast<Algorithm>(a),
+                                          Protocol::kSimple, bytes, nranks, nnodes);
+        r.us[a] = e.feasible ? e.us : -1;
+      }
+      std::stable_sort(r.order.begin(), r.order.end(), [&](Algorithm x, Algorithm y) {
+        double ux = r.us[static_cast<int>(x)], uy = r.us[static_cast<int>(y)];
+        if ((ux < 0) != (uy < 0)) return uy < 0;  // ruled out last
+        return ux < uy;
+      });
+    }
+}
+
 bool canServe(Algorithm algo, const CollRequest& req, const PlanContext& ctx) {
   size_t bytes = req.count * req.eltSize;
+  bool multiHost = ctx.layout.nhosts() > 1;
   switch (req.coll) {
     case Collective::kAllReduce:
       switch (algo) {
@@ -26,10 +85,13 @@ bool canServe(Algorithm algo, const CollRequest& req, const PlanContext& ctx) {
         case Algorithm::kHalvingDoubling: return true;
         // One-shot sends everything before receiving: it must fit in a FIFO.
         case Algorithm::kDirect: return bytes <= ctx.slotBytes * ctx.depth;
+        case Algorithm::kHierarchical: return multiHost;
         default: return false;
       }
     case Collective::kAllGather:
     case Collective::kReduceScatter:
+      return algo == Algorithm::kRing ||
+             (algo == Algorithm::kHierarchical && multiHost && ctx.layout.even());
     case Collective::kBroadcast:
     case Collective::kReduce: return algo == Algorithm::kRing;
     default: return algo == Algorithm::kDirect;
@@ -38,30 +100,41 @@ bool canServe(Algorithm algo, const CollRequest& req, const PlanContext& ctx) {
 
 Algorithm selectAlgorithm(const CollRequest& req, const PlanContext& ctx) {
   size_t bytes = req.count * req.eltSize;
-  Algorithm order[4] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kHalvingDoubling,
-                        Algorithm::kDirect};
-  // The size rule: one-shot for tiny messages, halving-doubling while latency dominates,
-  // trees for mid sizes on many ranks, the bandwidth-optimal ring for the rest.
-  Algorithm pref = Algorithm::kRing;
-  if (req.coll == Collective::kAllReduce && ctx.nranks > 1) {
-    if (bytes <= (32u << 10)) pref = Algorithm::kDirect;
-    else if (bytes <= (512u << 10)) pref = Algorithm::kHalvingDoubling;
-    else if (ctx.nranks >= 8 && bytes <= (4u << 20)) pref = Algorithm::kTree;
-  }
-  const auto& allowed = ctx.allowed[static_cast<size_t>(req.coll)];
+  const int c = static_cast<int>(req.coll);
+  const PlanContext::Ranking& r = ctx.ranking[c][bucketOf(modelBytes(req.coll, bytes, ctx.nranks))];
+  const auto& allowed = ctx.allowed[c];
   auto ok = [&](Algorithm a) { return allowed[static_cast<size_t>(a)] && canServe(a, req, ctx); };
-  if (ok(pref)) return pref;
-  for (Algorithm a : order)
-    if (ok(a)) return a;
-  // NCCL_ALGO left nothing that can serve: run correctly anyway and say so.
-  for (Algorithm a : order)
-    if (canServe(a, req, ctx)) {
-      LOOM_INFO(kLogTuning, "%s of %zu bytes: no allowed algorithm can serve it; using %s",
-                collectiveName(req.coll), bytes, algorithmName(a));
-      return a;
+  Algorithm chosen = Algorithm::kCount;
+  for (Algorithm a : r.order)
+    if (ok(a)) {
+      chosen = a;
+      break;
     }
-  if (canServe(Algorithm::kDirect, req, ctx)) return Algorithm::kDirect;
-  LOOM_THROW(kInternalError, "no algorithm serves %s", collectiveName(req.coll));
+  if (chosen == Algorithm::kCount) {
+    // NCCL_ALGO left nothing that can serve: run correctly anyway and say so.
+    for (Algorithm a : r.order)
+      if (canServe(a, req, ctx)) {
+        LOOM_INFO(kLogTuning, "%s of %zu bytes: no allowed algorithm can serve it; using %s",
+                  collectiveName(req.coll), bytes, algorithmName(a));
+        return a;
+      }
+    LOOM_THROW(kInternalError, "no algorithm serves %s", collectiveName(req.coll));
+  }
+  if (logEnabled(LogLevel::kInfo, kLogTuning)) {
+    std::string why;
+    for (Algorithm a : r.order) {
+      double us = r.us[static_cast<int>(a)];
+      const char* note = !allowed[static_cast<size_t>(a)] ? " (excluded by NCCL_ALGO)"
+                         : !canServe(a, req, ctx)        ? " (cannot serve this call)"
+                                                         : "";
+      if (us < 0) why += strprintf(", %s ruled out by the model%s", algorithmName(a), note);
+      else why += strprintf(", %s %.1f us%s", algorithmName(a), us, note);
+    }
+    LOOM_INFO(kLogTuning, "%s of %zu bytes per rank, %d ranks on %d host(s) -> %s; predicted: %s; model: %s",
+              collectiveName(req.coll), bytes, ctx.nranks, ctx.layout.nhosts(), algorithmName(chosen),
+              why.c_str() + 2, ctx.modelNotes.c_str());
+  }
+  return chosen;
 }
 
 Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
@@ -70,6 +143,14 @@ Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
   // Exchanges and tree chunks stay within half a FIFO so the two ends of a link never
   // wait on each other.
   size_t half = ctx.slotBytes * ctx.depth / 2;
+  if (algo == Algorithm::kHierarchical) {
+    switch (req.coll) {
+      case Collective::kAllReduce: return hierarchicalAllReduce(ctx.layout, n, e, half);
+      case Collective::kAllGather: return hierarchicalAllGather(ctx.layout, n, e, half);
+      case Collective::kReduceScatter: return hierarchicalReduceScatter(ctx.layout, n, e, half);
+      default: break;
+    }
+  }
   switch (req.coll) {
     case Collective::kAllReduce:
       switch (algo) {

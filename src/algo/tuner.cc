@@ -182,6 +182,12 @@ TuningChoice tune(const NodeModel& node, const TuningRequest& req, const AlgoFil
     for (int p = 0; p < kProtoCount; ++p) {
       Protocol proto = static_cast<Protocol>(p);
       if (!allowed.allows(proto)) continue;
+      if (node.hostMemory && proto != Protocol::kSimple) {
+        std::string line = strprintf("%s: the CPU executor (host memory) moves data in Simple slots only",
+                                     protocolName(proto));
+        if (std::find(rejected.begin(), rejected.end(), line) == rejected.end()) rejected.push_back(line);
+        continue;
+      }
       Estimate e = estimate(node, req.coll, algo, proto, req.bytes, req.nranks, req.nnodes);
       if (e.feasible) {
         feasible.push_back({algo, proto, e});

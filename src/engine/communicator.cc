@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/config.h"
@@ -11,6 +12,7 @@
 #include "base/hmac.h"
 #include "base/log.h"
 #include "base/shm.h"
+#include "topo/load.h"
 
 namespace loom {
 namespace {
@@ -31,7 +33,39 @@ FifoShape fifoShape() {
   return {static_cast<size_t>(slot), static_cast<int>(depth)};
 }
 
+HostLayout hostLayout(const std::vector<PeerInfo>& peers, int rank) {
+  HostLayout l;
+  std::vector<uint64_t> hashes;
+  for (const PeerInfo& p : peers) {
+    size_t h = 0;
+    while (h < hashes.size() && hashes[h] != p.hostHash) ++h;
+    if (h == hashes.size()) {
+      hashes.push_back(p.hostHash);
+      l.hosts.emplace_back();
+    }
+    if (p.rank == rank) {
+      l.host = static_cast<int>(h);
+      l.local = static_cast<int>(l.hosts[h].size());
+    }
+    l.hosts[h].push_back(p.rank);
+  }
+  return l;
+}
+
 }  // namespace
+
+// The cost model of the hosts, the same on every rank: each rank models its own host, and
+// the ranks agree on the slowest network any of them reported.
+algo::NodeModel Communicator::tuningModel() {
+  int perHost = planCtx_.layout.minLocal();
+  for (const auto& h : planCtx_.layout.hosts) perHost = std::max(perHost, static_cast<int>(h.size()));
+  algo::NodeModel node = algo::buildNodeModel(topo::loadLocalSystem(), perHost, true);
+  std::vector<double> netBw(nranks_);
+  netBw[rank_] = node.netBw;
+  bootstrap_->allGather(netBw.data(), sizeof(double));
+  for (double bw : netBw) node.netBw = std::min(node.netBw, bw);
+  return node;
+}
 
 Communicator::Communicator(const JobId& job, int rank, int nranks,
                            const std::atomic<bool>* abortFlag)
@@ -64,13 +98,20 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   });
   transports_ = std::make_unique<TransportManager>(*bootstrap_, peers_, shape);
   transports_->adoptNetListener(std::move(netListener));
-  ring_ = Ring::identity(nranks, rank);
   planCtx_.rank = rank;
   planCtx_.nranks = nranks;
+  planCtx_.layout = hostLayout(peers_, rank);
+  // The flat ring visits each host's ranks in a row, so it crosses between hosts only
+  // once per host.
+  ring_.order.clear();
+  for (const auto& h : planCtx_.layout.hosts) ring_.order.insert(ring_.order.end(), h.begin(), h.end());
+  for (int i = 0; i < nranks; ++i)
+    if (ring_.order[i] == rank) ring_.pos = i;
   planCtx_.ring = &ring_;
   planCtx_.slotBytes = shape.slotBytes;
   planCtx_.depth = shape.depth;
   planCtx_.loadAlgoFilter();
+  planCtx_.loadTuning(tuningModel());
   if (nranks > 1) connect({{ring_.next(), 0}}, {{ring_.prev(), 0}});
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "algo/cost_model.h"
 #include "algo/ring.h"
 #include "algo/select.h"
 #include "bootstrap/bootstrap.h"
@@ -50,6 +51,8 @@ class Communicator {
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   uint64_t seq_ = 0;
+
+  algo::NodeModel tuningModel();
 };
 
 }  // namespace loom

@@ -1,0 +1,42 @@
+// Hierarchical collectives for communicators that span hosts: the fast intra-host links
+// do the bulk of the work and each host's network traffic is split across its local ranks
+// (one rail per local rank), so every host sends 2(N-1)/N of the buffer over the network
+// for an all-reduce on N hosts instead of the flat ring's 2(n-1)/n on n ranks.
+//
+//   AllReduce      intra-host reduce-scatter -> inter-host all-reduce per rail ->
+//                  intra-host all-gather. Hosts may hold different numbers of ranks: the
+//                  buffer is cut into R = min(ranks per host) parts, local rank j < R owns
+//                  part j, and local ranks >= R only relay inside their host.
+//   ReduceScatter  intra-host reduce-scatter of every rail's blocks -> inter-host
+//                  reduce-scatter per rail (same number of ranks on every host).
+//   AllGather      inter-host all-gather per rail -> intra-host all-gather (same number
+//                  of ranks on every host).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "algo/plan.h"
+
+namespace loom {
+
+// Which ranks share a host. hosts[h] lists host h's ranks in rank order; hosts are
+// ordered by their lowest rank. Every rank of the communicator appears exactly once.
+struct HostLayout {
+  std::vector<std::vector<int>> hosts;
+  int host = 0;   // this rank's host
+  int local = 0;  // this rank's index within hosts[host]
+
+  int nhosts() const { return static_cast<int>(hosts.size()); }
+  int minLocal() const;      // fewest ranks on one host
+  bool even() const;         // the same number of ranks on every host
+  static HostLayout single(int nranks, int rank);
+};
+
+// chunkBytes bounds one pipeline step, as for the ring algorithms.
+Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t eltSize, size_t chunkBytes);
+Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t eltSize,
+                               size_t chunkBytes);
+Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t eltSize, size_t chunkBytes);
+
+}  // namespace loom

@@ -1,0 +1,183 @@
+// The hierarchical plans of every rank, run together by a small interpreter (unbounded
+// in-order queues between ranks, integer-valued doubles summed exactly): each layout of
+// hosts, even or not, and each count must produce the collective's exact result, with
+// both ends of every message agreeing on its size and no rank left waiting.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "algo/hierarchical.h"
+
+namespace loom {
+namespace {
+
+using Msg = std::vector<double>;
+
+struct RankState {
+  Plan plan;
+  std::vector<double> send, recv, scratch;
+  size_t step = 0;
+};
+
+double* at(RankState& r, BufRef b) {
+  size_t i = b.offset / sizeof(double);
+  switch (b.buf) {
+    case Buf::kSend: return r.send.data() + i;
+    case Buf::kRecv: return r.recv.data() + i;
+    case Buf::kScratch: return r.scratch.data() + i;
+    default: return nullptr;
+  }
+}
+
+// Runs the ranks' single-channel plans to completion; returns "" or what went wrong.
+std::string run(std::vector<RankState>& ranks) {
+  std::map<std::pair<int, int>, std::deque<Msg>> q;  // (from, to) -> messages
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int me = 0; me < static_cast<int>(ranks.size()); ++me) {
+      RankState& r = ranks[me];
+      const auto& steps = r.plan.channels[0].steps;
+      while (r.step < steps.size()) {
+        const Step& s = steps[r.step];
+        size_t n = s.bytes / sizeof(double);
+        Msg in;
+        if (stepRecvs(s.op)) {
+          auto& from = q[{s.recvPeer, me}];
+          if (from.empty()) break;
+          in = std::move(from.front());
+          from.pop_front();
+          if (in.size() != n) return "message size mismatch at rank " + std::to_string(me);
+        }
+        Msg out(n);
+        const double* src = s.src.buf == Buf::kNone ? nullptr : at(r, s.src);
+        double* dst = s.dst.buf == Buf::kNone ? nullptr : at(r, s.dst);
+        for (size_t i = 0; i < n; ++i) {
+          switch (s.op) {
+            case StepOp::kSend: out[i] = src[i]; break;
+            case StepOp::kRecv: dst[i] = in[i]; break;
+            case StepOp::kRecvReduceSend: out[i] = in[i] + src[i]; break;
+            case StepOp::kRecvReduceCopy: dst[i] = in[i] + src[i]; break;
+            case StepOp::kRecvReduceCopySend: out[i] = dst[i] = in[i] + src[i]; break;
+            case StepOp::kRecvCopySend: out[i] = dst[i] = in[i]; break;
+            case StepOp::kCopy: dst[i] = src[i]; break;
+            case StepOp::kLocalReduce: dst[i] += src[i]; break;
+          }
+        }
+        if (stepSends(s.op)) q[{me, s.sendPeer}].push_back(std::move(out));
+        ++r.step;
+        progress = true;
+      }
+    }
+  }
+  for (size_t me = 0; me < ranks.size(); ++me)
+    if (ranks[me].step < ranks[me].plan.channels[0].steps.size())
+      return "rank " + std::to_string(me) + " waits forever at step " + std::to_string(ranks[me].step);
+  for (const auto& [k, v] : q)
+    if (!v.empty()) return "unreceived messages from " + std::to_string(k.first);
+  return "";
+}
+
+HostLayout layoutOf(const std::vector<int>& hostOf, int rank) {
+  HostLayout l;
+  std::map<int, int> index;
+  for (int r = 0; r < static_cast<int>(hostOf.size()); ++r) {
+    auto [it, fresh] = index.emplace(hostOf[r], static_cast<int>(l.hosts.size()));
+    if (fresh) l.hosts.emplace_back();
+    if (r == rank) {
+      l.host = it->second;
+      l.local = static_cast<int>(l.hosts[it->second].size());
+    }
+    l.hosts[it->second].push_back(r);
+  }
+  return l;
+}
+
+double input(int rank, size_t i) { return static_cast<double>((rank + 1) * 1000 + i % 997); }
+
+const std::vector<std::vector<int>> kLayouts = {
+    {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 1, 2, 2, 2}, {0, 1, 0, 0}, {0, 0, 0, 1, 1, 1, 2, 2, 2},
+    {0, 1}, {0, 0, 1}, {0, 1, 2, 0, 1, 2, 0, 1}};
+const size_t kCounts[] = {0, 1, 5, 1000, 40000};
+constexpr size_t kChunk = 4096;  // bytes per step: many slices for the larger counts
+
+TEST(HierPlan, AllReduceEveryLayout) {
+  for (const auto& hostOf : kLayouts)
+    for (size_t count : kCounts) {
+      int n = static_cast<int>(hostOf.size());
+      std::vector<RankState> ranks(n);
+      for (int r = 0; r < n; ++r) {
+        ranks[r].plan = hierarchicalAllReduce(layoutOf(hostOf, r), count, sizeof(double), kChunk);
+        ranks[r].send.resize(count);
+        ranks[r].recv.assign(count, -1);
+        ranks[r].scratch.resize(ranks[r].plan.scratchBytes / sizeof(double));
+        for (size_t i = 0; i < count; ++i) ranks[r].send[i] = input(r, i);
+      }
+      ASSERT_EQ(run(ranks), "") << "layout of " << n << " ranks, count " << count;
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) {
+          double want = 0;
+          for (int q = 0; q < n; ++q) want += input(q, i);
+          ASSERT_EQ(ranks[r].recv[i], want) << "rank " << r << " element " << i << " of " << count;
+        }
+    }
+}
+
+bool even(const std::vector<int>& hostOf) {
+  std::map<int, int> sizes;
+  for (int h : hostOf) ++sizes[h];
+  for (const auto& [h, s] : sizes)
+    if (s != sizes.begin()->second) return false;
+  return true;
+}
+
+TEST(HierPlan, ReduceScatterAndAllGatherEvenLayouts) {
+  for (const auto& hostOf : kLayouts) {
+    if (!even(hostOf)) continue;
+    for (size_t count : kCounts) {
+      int n = static_cast<int>(hostOf.size());
+      std::vector<RankState> rs(n), ag(n);
+      for (int r = 0; r < n; ++r) {
+        HostLayout l = layoutOf(hostOf, r);
+        rs[r].plan = hierarchicalReduceScatter(l, count, sizeof(double), kChunk);
+        rs[r].send.resize(count * n);
+        for (size_t i = 0; i < count * n; ++i) rs[r].send[i] = input(r, i);
+        rs[r].recv.assign(count, -1);
+        rs[r].scratch.resize(rs[r].plan.scratchBytes / sizeof(double));
+        ag[r].plan = hierarchicalAllGather(l, count, sizeof(double), kChunk);
+        ag[r].send.resize(count);
+        for (size_t i = 0; i < count; ++i) ag[r].send[i] = input(r, i);
+        ag[r].recv.assign(count * n, -1);
+      }
+      ASSERT_EQ(run(rs), "") << "reduce-scatter, " << n << " ranks, count " << count;
+      ASSERT_EQ(run(ag), "") << "all-gather, " << n << " ranks, count " << count;
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) {
+          double want = 0;
+          for (int q = 0; q < n; ++q) want += input(q, r * count + i);
+          ASSERT_EQ(rs[r].recv[i], want) << "reduce-scatter rank " << r << " element " << i;
+          for (int q = 0; q < n; ++q)
+            ASSERT_EQ(ag[r].recv[q * count + i], input(q, i)) << "all-gather rank " << r << " block " << q;
+        }
+    }
+  }
+}
+
+// Each host sends 2(N-1)/N of the buffer over the network for an all-reduce, split over
+// its local ranks; the flat ring would send 2(n-1)/n from its one crossing rank.
+TEST(HierPlan, NetworkBytesPerHost) {
+  std::vector<int> hostOf = {0, 0, 1, 1};
+  size_t count = 1 << 16, bytes = count * sizeof(double);
+  size_t crossing = 0;
+  for (int r = 0; r < 4; ++r) {
+    Plan p = hierarchicalAllReduce(layoutOf(hostOf, r), count, sizeof(double), 1 << 20);
+    for (const Step& s : p.channels[0].steps)
+      if (stepSends(s.op) && hostOf[s.sendPeer] != hostOf[r]) crossing += s.bytes;
+  }
+  EXPECT_EQ(crossing, 2 * bytes);  // 2 hosts x 2(N-1)/N x bytes
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,95 @@
+// Communicators spanning "hosts" (LOOM_HOSTID per rank, so the ranks of different hosts
+// talk over TCP and those of one host over shared memory): the collectives matrix with the
+// hierarchical algorithm forced and with the tuner's own choice, on even, interleaved and
+// uneven layouts; and the tuner's choice itself.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "algo/select.h"
+#include "api/comm.h"
+#include "collectives/coll_env.h"
+#include "collectives/coll_matrix.h"
+
+namespace colltest {
+namespace {
+
+using loomtest::Mode;
+
+struct HierConfig {
+  std::string name;
+  std::vector<std::string> hosts;  // LOOM_HOSTID of each rank
+  const char* algo;                // NCCL_ALGO, or nullptr for the tuner's choice
+};
+
+std::vector<HierConfig> configs() {
+  return {
+      {"2x2_hier", {"a", "a", "b", "b"}, "hierarchical"},
+      {"2x2_default", {"a", "a", "b", "b"}, nullptr},
+      {"interleaved_2x2_hier", {"a", "b", "a", "b"}, "allreduce:hier;allgather:hier;reducescatter:hier"},
+      {"uneven_2_1_3_hier", {"a", "a", "b", "c", "c", "c"}, "hierarchical"},
+      {"uneven_3_1_default", {"a", "b", "a", "a"}, nullptr},
+      {"3x2_hier", {"a", "a", "b", "b", "c", "c"}, "hierarchical"},
+  };
+}
+
+// The host layout the communicator must have derived from the host ids.
+std::string checkLayout(const HierConfig& cfg, int rank, ncclComm_t comm) {
+  const loom::HostLayout& l = comm->core->planContext().layout;
+  std::map<std::string, std::vector<int>> byId;
+  for (size_t r = 0; r < cfg.hosts.size(); ++r) byId[cfg.hosts[r]].push_back(static_cast<int>(r));
+  if (static_cast<size_t>(l.nhosts()) != byId.size())
+    return "layout has " + std::to_string(l.nhosts()) + " hosts, expected " + std::to_string(byId.size());
+  const std::vector<int>& mine = byId[cfg.hosts[rank]];
+  if (l.hosts[l.host] != mine || l.hosts[l.host][l.local] != rank) return "wrong host or local index";
+  return "";
+}
+
+// Where the hierarchical algorithm can serve, the tuner must take it for large messages
+// (the network is the bottleneck; the flat ring sends 2(n-1)/n of the buffer per host,
+// the hierarchical composition 2(N-1)/N), unless NCCL_ALGO forbids it.
+std::string checkTuner(ncclComm_t comm) {
+  const loom::PlanContext& ctx = comm->core->planContext();
+  for (loom::Collective coll : {loom::Collective::kAllReduce, loom::Collective::kAllGather,
+                                loom::Collective::kReduceScatter}) {
+    loom::CollRequest req{coll, size_t{16} << 20, 4, 0};
+    if (!loom::canServe(loom::Algorithm::kHierarchical, req, ctx)) continue;
+    loom::Algorithm got = loom::selectAlgorithm(req, ctx);
+    if (got != loom::Algorithm::kHierarchical)
+      return std::string("tuner picks ") + loom::algorithmName(got) + " for 64 MiB " +
+             loom::collectiveName(coll);
+  }
+  return "";
+}
+
+class Hier : public testing::TestWithParam<HierConfig> {};
+
+TEST_P(Hier, EveryCase) {
+  const HierConfig& cfg = GetParam();
+  int n = static_cast<int>(cfg.hosts.size());
+  ScopedEnv algo("NCCL_ALGO", cfg.algo);
+  ScopedEnv timeout("LOOM_TIMEOUT", "60");
+  const std::vector<Case> cases = buildCases({Mode::kProcesses, n, Algo::kDefault, false});
+  loomtest::RankOptions opt;
+  opt.timeoutSec = 280;
+  opt.beforeInit = [&](int rank) { setenv("LOOM_HOSTID", cfg.hosts[rank].c_str(), 1); };
+  auto failures = loomtest::runRanks(
+      Mode::kProcesses, n,
+      [&](int rank, int nranks, ncclComm_t comm) {
+        std::string err = checkLayout(cfg, rank, comm);
+        if (err.empty() && !cfg.algo) err = checkTuner(comm);
+        if (err.empty()) err = runCases(rank, nranks, comm, Algo::kDefault, cases);
+        return err;
+      },
+      opt);
+  EXPECT_TRUE(failures.empty()) << cfg.name << " (" << cases.size() << " cases):\n"
+                                << loomtest::joinFailures(failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Hier, testing::ValuesIn(configs()),
+                         [](const testing::TestParamInfo<HierConfig>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace colltest
