@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
+#include <utility>
 
 #include "base/error.h"
 
@@ -114,6 +116,41 @@ void ringAllGather(PlanBuilder& b, const SubRing& r, const PieceFn& piece, Buf b
   }
 }
 
+// Ring all-reduce of buf[off, off + bytes) in place, reading this rank's contribution from
+// srcBuf at the same offsets (srcFlags: kSrcPartial when it already holds partial sums).
+// As the flat ring does, the step that completes a chunk also starts it on its way round.
+void ringAllReduce(PlanBuilder& b, const SubRing& r, size_t off, size_t bytes, size_t elt,
+                   Buf srcBuf, uint8_t srcFlags, size_t chunk) {
+  int n = r.size();
+  if (n == 1) {
+    if (srcBuf != Buf::kRecv) b.copy({srcBuf, off}, recvBuf(off), bytes, srcFlags);
+    return;
+  }
+  b.setPeers(r.group[r.wrap(r.pos + 1)], r.group[r.wrap(r.pos - 1)]);
+  const size_t count = bytes / elt, perLoop = n * std::max<size_t>(1, chunk / elt);
+  for (size_t base = 0; base < count; base += perLoop) {
+    size_t loop = std::min(perLoop, count - base);
+    auto at = [&](int k) {  // chunk k of this loop: byte offset and length
+      size_t i = r.wrap(k), lo = loop * i / n, hi = loop * (i + 1) / n;
+      return std::make_pair(off + (base + lo) * elt, (hi - lo) * elt);
+    };
+    auto [o, len] = at(r.pos - 1);
+    b.add(StepOp::kSend, {srcBuf, o}, {}, len, srcFlags);
+    for (int j = 2; j < n; ++j) {
+      std::tie(o, len) = at(r.pos - j);
+      b.add(StepOp::kRecvReduceSend, {srcBuf, o}, {}, len, srcFlags);
+    }
+    std::tie(o, len) = at(r.pos);
+    b.add(StepOp::kRecvReduceCopySend, {srcBuf, o}, recvBuf(o), len, srcFlags);
+    for (int j = 1; j < n - 1; ++j) {
+      std::tie(o, len) = at(r.pos - j);
+      b.add(StepOp::kRecvCopySend, {}, recvBuf(o), len);
+    }
+    std::tie(o, len) = at(r.pos + 1);
+    b.add(StepOp::kRecv, {}, recvBuf(o), len);
+  }
+}
+
 // Part i of `bytes` split into n nearly equal parts on element boundaries.
 Seg part(size_t base, size_t bytes, size_t elt, int n, int i) {
   size_t count = bytes / elt;
@@ -149,18 +186,19 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
   Plan plan = start(Collective::kAllReduce);
   PlanBuilder b(plan.channels[0], -1, -1);
   const size_t bytes = count * elt;
-  const int R = l.minLocal(), N = l.nhosts();
+  const int R = l.minLocal();
   SubRing host{l.hosts[l.host], l.local};
   // Part k < R of the buffer belongs to local rank k; local ranks >= R own nothing.
+  // A rank alone on its host has nothing to combine locally: its rail reads the input.
+  const bool alone = host.size() == 1;
   PieceFn owned = [&](int k) { return k < R ? Piece{part(0, bytes, elt, R, k)} : Piece{}; };
-  ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, 0, kDstPartial, chunk);
+  if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, 0, kDstPartial, chunk);
   if (l.local < R) {
     std::vector<int> group = rail(l, l.local);
     SubRing net{group, l.host};
     Seg mine = part(0, bytes, elt, R, l.local);
-    PieceFn sub = [&](int m) { return Piece{part(mine.dst, mine.len, elt, N, m)}; };
-    ringReduceScatter(b, net, sub, Buf::kRecv, Buf::kRecv, kSrcPartial, 0, chunk);
-    ringAllGather(b, net, sub, Buf::kRecv, false, chunk);
+    ringAllReduce(b, net, mine.dst, mine.len, elt, alone ? Buf::kSend : Buf::kRecv,
+                  alone ? 0 : kSrcPartial, chunk);
   }
   ringAllGather(b, host, owned, Buf::kRecv, true, chunk);
   return plan;
