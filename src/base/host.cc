@@ -1,5 +1,6 @@
 #include "base/host.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
@@ -12,8 +13,9 @@ namespace loom {
 namespace {
 
 StringKnob kHostId("LOOM_HOSTID", "", "",
-                   "Override the host identity (which ranks share memory); lets one machine "
-                   "pose as several hosts for testing");
+                   "Override the host identity (which ranks share memory; default: hostname, "
+                   "boot id, and the network and pid namespaces unless they are the "
+                   "machine's own); lets one machine pose as several hosts for testing");
 
 // Changes on every boot, so two containers that share a hostname but not a kernel, or a
 // machine reusing a hostname after reinstall, are still told apart.
@@ -23,6 +25,29 @@ std::string bootId() {
   std::getline(f, id);
   while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
   return id;
+}
+
+// The inode of a namespace file: it names the namespace for as long as the namespace lives.
+ino_t namespaceInode(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+// The kernel gives the initial namespaces fixed inodes (PROC_PID_INIT_INO since Linux 3.8,
+// PROC_NET_INIT_INO in recent kernels).
+constexpr ino_t kInitPidNsInode = 0xEFFFFFFCu;
+constexpr ino_t kInitNetNsInode = 0xEFFFFFF9u;
+
+// "/<tag>:<inode>", or "" for the namespace the machine (or the container, whose own
+// hostname already sets it apart) started in: the kernel's initial one, or PID 1's where
+// we may look at PID 1 (root usually may). Where we may not, the inode is shown: longer,
+// and still the same for every rank of that namespace running as the same user.
+std::string namespacePart(const char* tag, const char* selfPath, ino_t initInode,
+                          const char* pid1Path) {
+  ino_t self = namespaceInode(selfPath);
+  if (self == 0 || self == initInode) return "";
+  if (pid1Path && namespaceInode(pid1Path) == self) return "";
+  return "/" + std::string(tag) + ":" + std::to_string(static_cast<unsigned long long>(self));
 }
 
 }  // namespace
@@ -35,7 +60,12 @@ std::string hostName() {
 
 std::string hostIdString() {
   if (kHostId.isSet()) return kHostId.get();
-  return hostName() + ":" + bootId();
+  // Ranks started with `ip netns exec` or in containers keep the hostname and boot id of
+  // the machine; their namespaces are what sets them apart. No pid-1 fallback for pid
+  // namespaces: /proc/1 is always in our own pid namespace when /proc is mounted for it.
+  return hostName() + ":" + bootId() +
+         namespacePart("netns", "/proc/self/ns/net", kInitNetNsInode, "/proc/1/ns/net") +
+         namespacePart("pidns", "/proc/self/ns/pid", kInitPidNsInode, nullptr);
 }
 
 uint64_t hostHash() {

@@ -1,5 +1,11 @@
 // Host identity: which ranks share a machine (and so can use shared memory). The
 // LOOM_HOSTID knob lets one machine pose as several hosts for testing.
+//
+// Ranks are on one host when they see the same hostname, boot id, network namespace and
+// pid namespace (docs/multihost.md). The namespaces count because shared memory between
+// them is not what a user who separated them expects, and because the shm transport
+// reaches its peer by pid (pidfd, cross-memory reads), which means nothing across pid
+// namespaces. LOOM_HOSTID, when set, is the whole identity.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +14,10 @@
 namespace loom {
 
 std::string hostName();
-// Hash of hostname + boot id (or LOOM_HOSTID when set); equal on ranks of one host.
+// FNV-1a of hostIdString(); equal on ranks of one host, stable across processes and builds.
 uint64_t hostHash();
+// LOOM_HOSTID when set; else "<hostname>:<boot id>", followed by "/netns:<inode>" and
+// "/pidns:<inode>" for namespaces other than the machine's initial ones.
 std::string hostIdString();
 
 }  // namespace loom
