@@ -21,6 +21,7 @@ import argparse
 import datetime
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -109,13 +110,15 @@ def ensure_loom_tools(args):
     missing = [t for t in tools if not os.access(os.path.join(bin_dir, t), os.X_OK)]
     if missing and args.loom_bin:
         sys.exit(f"[compare] {', '.join(missing)} not found in --loom-bin {bin_dir}")
-    if missing:
-        log(f"building {' '.join(missing)} in {args.build_dir}")
+    if not args.loom_bin:
+        # Always: a tool left from an older checkout would measure old code (the build is
+        # a no-op when it is up to date).
+        log(f"building {' '.join(tools)} in {args.build_dir}")
         if not os.path.exists(os.path.join(args.build_dir, "CMakeCache.txt")):
             subprocess.run(["cmake", "-S", REPO, "-B", args.build_dir,
                             "-DCMAKE_BUILD_TYPE=RelWithDebInfo"], check=True)
-        subprocess.run(["cmake", "--build", args.build_dir, "-j2", "--target"] + missing,
-                       check=True)
+        subprocess.run(["cmake", "--build", args.build_dir, "-j2", "--target"] + tools,
+                       check=True, stdout=subprocess.DEVNULL)
     return bin_dir
 
 
@@ -174,19 +177,43 @@ def versions(torch_py):
     return out
 
 
+def _cpu_ticks():
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(x) for x in f.readline().split()[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return sum(vals) - idle, sum(vals)
+
+
 def cpu_busy(seconds=2.0):
-    """Fraction of all CPUs busy over `seconds` (from /proc/stat): between rounds our own
-    ranks are idle, so this is the others' load, which the load average (still counting our
-    last round) is not."""
-    def sample():
-        with open("/proc/stat") as f:
-            vals = [int(x) for x in f.readline().split()[1:]]
-        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-        return sum(vals), idle
-    t0, i0 = sample()
+    """Fraction of all CPUs busy over `seconds`: between rounds our own ranks are idle, so
+    this is the others' load, which the load average (still counting our last round) is not."""
+    b0, t0 = _cpu_ticks()
     time.sleep(seconds)
-    t1, i1 = sample()
-    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+    b1, t1 = _cpu_ticks()
+    return (b1 - b0) / max(1, t1 - t0)
+
+
+class OthersMeter:
+    """CPU time the rest of the machine used while our runs ran: all CPUs' busy time minus
+    our children's (resource.getrusage counts the ranks mpirun or the launcher waited for),
+    as a fraction of the machine's capacity over that time."""
+
+    def __enter__(self):
+        self.busy0, self.total0 = _cpu_ticks()
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.ours0 = ru.ru_utime + ru.ru_stime
+        return self
+
+    def __exit__(self, *exc):
+        busy1, total1 = _cpu_ticks()
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        hz = os.sysconf("SC_CLK_TCK")
+        busy = (busy1 - self.busy0) / hz
+        ours = ru.ru_utime + ru.ru_stime - self.ours0
+        capacity = max(1e-9, (total1 - self.total0) / hz)
+        self.others = max(0.0, busy - ours) / capacity
+        return False
 
 
 def wait_until_quiet(max_load, max_busy, wait_s, first):
@@ -204,8 +231,8 @@ def wait_until_quiet(max_load, max_busy, wait_s, first):
             log(f"WARNING: load average {load:.2f}, CPUs {busy:.0%} busy; measuring anyway "
                 "(figures will be noisy)")
             return load, busy
-        log(f"load average {load:.2f} (max {max_load}), CPUs {busy:.0%} busy (max "
-            f"{max_busy:.0%}); waiting 30 s")
+        why = f"load average {load:.2f} (max {max_load}), " if first and max_load > 0 else ""
+        log(f"{why}CPUs {busy:.0%} busy (max {max_busy:.0%}); waiting 30 s")
         time.sleep(30)
 
 
@@ -270,13 +297,22 @@ def run_round(args, rnd, plans, bin_dir, mpi_exe, torch_py, loom_env):
             if op not in lib_ops(args, lib):
                 continue
             plan = plans[lib][op] if lib in plans else plans["*"][op]
-            t0 = time.time()
-            got = run_lib(args, lib, op, plan, bin_dir, mpi_exe, torch_py, loom_env)
+            for attempt in range(args.retries + 1):
+                t0 = time.time()
+                with OthersMeter() as meter:
+                    got = run_lib(args, lib, op, plan, bin_dir, mpi_exe, torch_py, loom_env)
+                log(f"{label} {op:13s} {lib:4s} {time.time() - t0:6.1f} s, others kept the "
+                    f"CPUs {meter.others:4.0%} busy")
+                if rnd < 0 or args.max_busy <= 0 or meter.others < args.max_busy:
+                    break
+                if attempt < args.retries:  # disturbed: wait for quiet, then run it again
+                    log(f"{label} {op} {lib}: disturbed, running it again")
+                    wait_until_quiet(0, args.max_busy, args.wait, False)
             for s in got:
                 s.round = rnd
+                s.others_busy = round(meter.others, 3)
                 if s.wrong:
                     log(f"WARNING: {lib} {op} {s.size} B: {s.wrong} wrong elements")
-            log(f"{label} {op:13s} {lib:4s} {time.time() - t0:6.1f} s")
             samples += got
     return samples
 
@@ -370,6 +406,9 @@ def parse_args(argv):
                    help="before each round, wait until others keep the CPUs less than this "
                    "fraction busy (0: don't)")
     p.add_argument("--wait", type=int, default=1800, help="longest wait for a quiet machine (s)")
+    p.add_argument("--retries", type=int, default=3,
+                   help="run a library's sweep again (after waiting for quiet) when others "
+                   "kept the CPUs more than --max-busy busy during it; the last try counts")
     args = p.parse_args(argv)
     if args.quick:
         args.sizes, args.rounds, args.row_seconds = args.sizes or QUICK_SIZES, 1, 0.02

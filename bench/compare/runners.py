@@ -30,6 +30,7 @@ class Sample:
     busbw: float
     wrong: int
     round: int = -1
+    others_busy: float = -1.0  # CPU share other processes used during the sweep
 
 
 class RunError(RuntimeError):

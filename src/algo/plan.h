@@ -3,7 +3,8 @@
 // executors (CPU now, CUDA later) run plans; they know nothing about algorithms.
 //
 // Step semantics (R = the reduction; pre/post are R's local scaling and final division):
-//   send               peer <- pre(src)
+//   send               peer <- pre(src); with dst set also dst <- post(pre(src)) (skipped
+//                      when dst == src): all-gather's own block, read once for both
 //   recv               dst  <- post(in)
 //   recvReduceSend     peer <- in R pre(src)
 //   recvReduceCopy     dst  <- post(in R pre(src))

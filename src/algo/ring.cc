@@ -86,14 +86,16 @@ Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt, size_t 
   int n = ring.size();
   size_t bytes = count * elt;
   PlanBuilder b(plan.channels[0], ring.next(), ring.prev());
-  // Our own block: into place (skipped by the executor when in-place), then around the ring.
-  b.copy(sendBuf(0), recvBuf(rank * bytes), bytes);
-  if (n == 1) return plan;
+  if (n == 1) {
+    b.copy(sendBuf(0), recvBuf(rank * bytes), bytes);
+    return plan;
+  }
   const size_t step = sliceElems(chunkBytes, elt);
   for (size_t base = 0; base < count; base += step) {
     size_t off = base * elt, len = (std::min(step, count - base)) * elt;
-    b.send(sendBuf(off), len);
-    b.last().flags |= kShare;
+    // Our own block goes around the ring and, in the same pass over it, into place (a
+    // send with a dst copies there too; nothing to copy when in-place).
+    b.add(StepOp::kSend, sendBuf(off), recvBuf(rank * bytes + off), len, kShare);
     for (int j = 1; j < n - 1; ++j) {
       b.recvCopySend(recvBuf(ring.at(ring.pos - j) * bytes + off), len);
       b.last().flags |= kShare;

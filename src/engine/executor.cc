@@ -10,12 +10,17 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "kernels/copy.h"
 
 namespace loom {
 namespace {
 
 IntKnob kSpin("LOOM_SPIN_COUNT", "", 2000,
               "Polls a waiting rank makes before it starts yielding the CPU");
+SizeKnob kStreamMin("LOOM_STREAM_MIN_BYTES", "", "16M",
+                    "Channels moving at least this many bytes in one operation write final "
+                    "results with streaming (non-temporal) stores: such operations overflow "
+                    "the caches anyway (0: never)");
 IntKnob kTimeout("LOOM_TIMEOUT", "", 1800,
                  "Seconds an operation may wait without any progress on a live peer before "
                  "failing (0: no limit). Dead or failed peers are detected within a second "
@@ -23,6 +28,25 @@ IntKnob kTimeout("LOOM_TIMEOUT", "", 1800,
 
 // Below this, posting an address (a cross-process read per step) costs more than copying.
 constexpr size_t kShareMinBytes = 64 << 10;
+
+// Steps that write one input to two places do it in blocks this size, so the second
+// copy reads from L1 (48 KiB and more on current x86 cores).
+constexpr size_t kBlock = 16 << 10;
+
+// dst <- src; dst is final data this rank will not read again in this operation.
+void copyOut(char* dst, const char* src, size_t n, bool stream) {
+  if (stream) copyStreaming(dst, src, n);
+  else memcpy(dst, src, n);
+}
+
+// a <- src and b <- src (b final, see copyOut), reading src from memory once.
+void copy2(char* a, char* b, const char* src, size_t n, bool stream) {
+  for (size_t off = 0; off < n; off += kBlock) {
+    size_t m = n - off < kBlock ? n - off : kBlock;
+    memcpy(a + off, src + off, m);
+    copyOut(b + off, a + off, m, stream);
+  }
+}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,6 +60,14 @@ class ChannelRun {
   ChannelRun(const Task& t, size_t ch) : t_(t), steps_(t.plan->channels[ch].steps) {
     sendbuf_ = ch < t.chanSend.size() ? t.chanSend[ch] : t.sendbuf;
     recvbuf_ = ch < t.chanRecv.size() ? t.chanRecv[ch] : t.recvbuf;
+    size_t total = 0;
+    for (const Step& s : steps_) total += s.bytes;
+    // Read per operation (tests change it), but only where a getenv costs nothing in
+    // comparison.
+    if (total >= (1u << 20)) {
+      uint64_t streamMin = kStreamMin.get();
+      stream_ = streamMin > 0 && total >= streamMin;
+    }
   }
 
   bool done() const { return cur_ >= steps_.size(); }
@@ -140,13 +172,29 @@ class ChannelRun {
       case StepOp::kSend: {
         const char* src = ptr(s.src, off_);
         if (share && (srcPartial || !red.hasPre())) remote = reinterpret_cast<uint64_t>(src);
-        else scaled(out, src);
+        // A send with a dst also copies src there (all-gather's own block): one read of src
+        // feeds both, a block at a time while it is in L1.
+        char* dst = s.dst.buf != Buf::kNone ? mptr(s.dst, off_) : nullptr;
+        if (dst == src) dst = nullptr;
+        if (dst && !srcPartial && red.hasPre()) {
+          scaled(out, src);
+          if (finalDst) red.post(dst, out, elems);
+          else memcpy(dst, out, n);
+        } else if (dst && finalDst) {
+          if (!remote) scaled(out, src);
+          red.post(dst, src, elems);
+        } else if (dst) {
+          if (remote) copyOut(dst, src, n, stream_);
+          else copy2(out, dst, src, n, stream_);
+        } else if (!remote) {
+          scaled(out, src);
+        }
         break;
       }
       case StepOp::kRecv: {
         char* dst = mptr(s.dst, off_);
         if (finalDst) red.post(dst, in, elems);
-        else if (!inIsDst) memcpy(dst, in, n);
+        else if (!inIsDst) copyOut(dst, in, n, stream_);
         break;
       }
       case StepOp::kRecvReduceSend:
@@ -164,9 +212,17 @@ class ChannelRun {
           combine(dst, in, ptr(s.src, off_));
           remote = reinterpret_cast<uint64_t>(dst);
         } else {
-          combine(out, in, ptr(s.src, off_));
-          if (finalDst) red.post(dst, out, elems);
-          else memcpy(dst, out, n);
+          // Block by block, so the copy into dst reads what the reduction just wrote to
+          // the slot from L1 instead of memory.
+          const char* src = ptr(s.src, off_);
+          for (size_t b = 0; b < n; b += kBlock) {
+            size_t m = n - b < kBlock ? n - b : kBlock;
+            size_t e = m / t_.eltSize;
+            if (srcPartial) red.reduce2(out + b, in + b, src + b, e);
+            else red.reduce(out + b, in + b, src + b, e);
+            if (finalDst) red.post(dst + b, out + b, e);
+            else copyOut(dst + b, out + b, m, stream_);
+          }
         }
         break;
       }
@@ -174,12 +230,17 @@ class ChannelRun {
         char* dst = mptr(s.dst, off_);
         // Peers get the data as received (before post()).
         if (share && !finalDst) {
-          if (!inIsDst) memcpy(dst, in, n);
+          if (!inIsDst) copyOut(dst, in, n, stream_);
           remote = reinterpret_cast<uint64_t>(dst);
         } else {
-          memcpy(out, in, n);
-          if (finalDst) red.post(dst, in, elems);
-          else if (!inIsDst) memcpy(dst, in, n);
+          if (finalDst) {
+            memcpy(out, in, n);
+            red.post(dst, in, elems);
+          } else if (inIsDst) {
+            memcpy(out, in, n);
+          } else {
+            copy2(out, dst, in, n, stream_);
+          }
         }
         break;
       }
@@ -203,6 +264,8 @@ class ChannelRun {
         break;
       }
     }
+    // Streaming stores are weakly ordered: they must land before we post or finish.
+    if (stream_) streamFence();
     if (remote) noteShared(sc);
     if (rc) rc->fifo().release();
     if (sc) sc->fifo().post(n, remote);
@@ -228,6 +291,7 @@ class ChannelRun {
   void* recvbuf_;
   size_t cur_ = 0;
   size_t off_ = 0;
+  bool stream_ = false;  // final results go out with streaming stores (LOOM_STREAM_MIN_BYTES)
 };
 
 // The tasks of one communicator, run in order.

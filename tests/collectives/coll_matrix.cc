@@ -31,7 +31,8 @@ const char* algoName(Algo a) {
 
 std::string configName(const MatrixConfig& cfg) {
   return std::string(loomtest::modeName(cfg.mode)) + "_" + std::to_string(cfg.nranks) + "_" +
-         algoName(cfg.algo) + (cfg.socket ? "_socket" : "");
+         algoName(cfg.algo) + (cfg.socket ? "_socket" : "") +
+         (*cfg.cma ? std::string("_cma") + cfg.cma : "") + (*cfg.streamMin ? "_stream" : "");
 }
 
 std::string describe(const Case& c, int nranks, Algo algo, int rank) {

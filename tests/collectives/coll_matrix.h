@@ -52,6 +52,12 @@ struct MatrixConfig {
   Algo algo;
   bool allTypes;        // false: float32, bfloat16 and int8 only
   bool socket = false;  // NCCL_SHM_DISABLE=1: TCP between the ranks of this host
+  // LOOM_SHM_CMA for the run ("" leaves Loom's choice): both shared-memory data paths
+  // (peers reading the sender's buffer, copies through the FIFO) run on every machine.
+  const char* cma = "";
+  // LOOM_STREAM_MIN_BYTES for the run: "1M" makes the large cases write their results
+  // with streaming stores.
+  const char* streamMin = "";
 };
 std::string configName(const MatrixConfig& cfg);
 

@@ -3,7 +3,8 @@
 // > 2 MiB}, ranks as threads (every type) and as processes (float32, bfloat16, int8 on 2,
 // 3 and 8 ranks). One communicator per test; every case is checked against the reference
 // in coll_reference.h. A test per (mode, nranks, algorithm) lets CTest run them in
-// parallel; "default" runs the collectives other than all-reduce, whose algorithms are
+// parallel; "_cma0"/"_cma1" force either shared-memory data path
+// ("_stream": streaming stores); "default" runs the collectives other than all-reduce, whose algorithms are
 // not selectable, plus all-reduce under the size rule.
 #include <gtest/gtest.h>
 
@@ -27,6 +28,15 @@ std::vector<MatrixConfig> configs() {
     for (Algo a : kAlgos) v.push_back({Mode::kProcesses, n, a, false});
   // The same over TCP instead of shared memory.
   for (Algo a : {Algo::kDefault, Algo::kRing}) v.push_back({Mode::kProcesses, 3, a, false, true});
+  // Both shared-memory data paths whatever LOOM_SHM_CMA=auto picks on this machine:
+  // processes reading each other's buffers (cross-memory attach), threads copying
+  // through the FIFO; on 2 ranks with results written by streaming stores.
+  for (Algo a : {Algo::kDefault, Algo::kRing}) {
+    v.push_back({Mode::kProcesses, 2, a, false, false, "1", "1M"});
+    v.push_back({Mode::kProcesses, 3, a, false, false, "1"});
+    v.push_back({Mode::kThreads, 2, a, true, false, "0", "1M"});
+    v.push_back({Mode::kThreads, 3, a, true, false, "0"});
+  }
   return v;
 }
 
@@ -37,6 +47,10 @@ TEST_P(Matrix, EveryCase) {
   AlgoEnv env(cfg.algo);
   std::optional<ScopedEnv> noShm;
   if (cfg.socket) noShm.emplace("NCCL_SHM_DISABLE", "1");
+  std::optional<ScopedEnv> cma;
+  if (*cfg.cma) cma.emplace("LOOM_SHM_CMA", cfg.cma);
+  std::optional<ScopedEnv> stream;
+  if (*cfg.streamMin) stream.emplace("LOOM_STREAM_MIN_BYTES", cfg.streamMin);
   const std::vector<Case> cases = buildCases(cfg);
   auto failures = loomtest::runRanks(
       cfg.mode, cfg.nranks,

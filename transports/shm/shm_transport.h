@@ -34,6 +34,7 @@ class ShmConnection : public Connection {
   ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape, bool sender);
   ShmSegment seg_;
   int pidfd_ = -1;
+  bool cma_ = false;  // post addresses for the peer to read (LOOM_SHM_CMA)
   bool sender_;  // the peer process, when it is another process: readable once it exits
 };
 
