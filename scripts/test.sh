@@ -1,9 +1,32 @@
 #!/usr/bin/env bash
-# Builds Loom and runs the whole test suite (CTest).
+# Builds Loom and runs the whole test suite (CTest), then the multi-rank suites again under
+# AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer
+# (scripts/sanitize.sh: each its own build of just what those tests need, in build-asan and
+# build-tsan; about 4 minutes each on 2 cores). Fails if any stage fails.
+#
+#   LOOM_SKIP_SANITIZE=1 scripts/test.sh      skip the sanitizer stages (quicker local runs)
+#   LOOM_SANITIZERS="address" scripts/test.sh   run only these (default "address thread")
+#   extra arguments go to ctest (e.g. -R core)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 "$repo/scripts/deps.sh"
 "$repo/scripts/build.sh"
 build="${LOOM_BUILD_DIR:-$repo/build}"
-cd "$build"
-ctest --output-on-failure -j "${LOOM_TEST_JOBS:-2}" --timeout 600 "$@"
+ctest_rc=0
+(cd "$build" && ctest --output-on-failure -j "${LOOM_TEST_JOBS:-2}" --timeout 600 "$@") || ctest_rc=$?
+san_failed=()
+if [ -z "${LOOM_SKIP_SANITIZE:-}" ]; then
+  for kind in ${LOOM_SANITIZERS:-address thread}; do
+    dir="$repo/build-asan"
+    [ "$kind" = thread ] && dir="$repo/build-tsan"
+    LOOM_SANITIZER="$kind" LOOM_SANITIZE_DIR="$dir" "$repo/scripts/sanitize.sh" ||
+      san_failed+=("$kind")
+  done
+else
+  echo "test: sanitizer stages skipped (LOOM_SKIP_SANITIZE is set)"
+fi
+if [ "$ctest_rc" -ne 0 ] || [ ${#san_failed[@]} -ne 0 ]; then
+  echo "test: FAILED (ctest exit $ctest_rc; sanitizer runs failed: ${san_failed[*]:-none})"
+  exit 1
+fi
+echo "test: all stages passed"

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
+#include <string>
 #include <tuple>
 
 #include "base/config.h"
@@ -70,20 +72,22 @@ struct TransportManager::Impl {
       bool all = true;
       for (uint32_t s = 0; s < n; ++s) all &= early.count({from, connId, s}) > 0;
       if (all) break;
+      bootstrap.checkPeer(from, "transport setup");  // aborted, or the peer died
       if (deadline.expired())
         LOOM_THROW(kRemoteError,
                    "rank %d: timed out waiting for rank %d to open its TCP streams to %s", me,
                    from, listener.localAddr().str().c_str());
-      if (!acceptor) acceptor = std::make_unique<HelloAcceptor>(&listener);
-      for (auto& [h, sock] : acceptor->poll(100, "transport")) {
-        if (!verifyPeerHello(bootstrap.job(), h, kKindStream, me) || h.fromRank < 0 ||
-            h.fromRank >= bootstrap.nranks()) {
-          LOOM_WARN("rank %d: dropped unauthenticated transport connection from %s", me,
-                    sock.peer().str().c_str());
+      if (!acceptor)
+        LOOM_THROW(kInternalError, "rank %d: the transport listener was never adopted", me);
+      for (auto& [h, sock] : acceptor->take(100)) {
+        auto key = std::make_tuple(h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff));
+        if (early.count(key)) {
+          LOOM_WARN("rank %d: dropped a second TCP stream claiming to be %llu/%u of rank %d from %s",
+                    me, static_cast<unsigned long long>(h.connId >> 8),
+                    static_cast<unsigned>(h.connId & 0xff), h.fromRank, sock.peer().str().c_str());
           continue;
         }
-        early[{h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff)}] =
-            std::move(sock);
+        early[key] = std::move(sock);
       }
     }
     std::vector<Socket> out;
@@ -125,8 +129,21 @@ SocketAddr TransportManager::makeNetListener(Bootstrap& bootstrap, Socket* out) 
 }
 
 void TransportManager::adoptNetListener(Socket listener) {
-  listener.setNonBlocking(true);
-  impl_->listener = std::move(listener);
+  Impl& im = *impl_;
+  im.listener = std::move(listener);
+  JobId job = im.bootstrap.job();
+  int me = im.bootstrap.rank(), nranks = im.bootstrap.nranks();
+  // From here on strangers on the listener are dropped by the acceptor's thread even
+  // while no connection is being made; a replayed stream hello counts as a stranger.
+  im.acceptor = std::make_unique<HelloAcceptor>(
+      &im.listener,
+      strprintf("rank %d transport listener %s", me, im.listener.localAddr().str().c_str()),
+      [job, me, nranks, seen = std::set<std::string>()](const PeerHello& h) mutable {
+        if (!verifyPeerHello(job, h, kKindStream, me) || h.fromRank < 0 || h.fromRank >= nranks)
+          return false;
+        return seen.insert(std::string(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce)))
+            .second;
+      });
 }
 
 TransportKind TransportManager::kindFor(int peer) const {
@@ -191,7 +208,8 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
       std::vector<Socket> streams;
       std::string what = strprintf("rank %d transport connect to rank %d", me, p);
       for (uint32_t s = 0; s < ci.nstreams; ++s) {
-        Socket sock = Socket::connect(a, Deadline::in(60), what.c_str());
+        // The listener was up before its address was published: refused means gone.
+        Socket sock = Socket::connect(a, Deadline::in(60), what.c_str(), false);
         PeerHello h = makePeerHello(bs.job(), kKindStream, me, p, (ci.connId << 8) | s);
         sock.sendAll(&h, sizeof(h), Deadline::in(60), what.c_str());
         streams.push_back(std::move(sock));

@@ -33,6 +33,9 @@ struct ncclComm {
   std::condition_variable initCv;
 
   std::atomic<int> activeCalls{0};  // API calls running on this comm (abort waits for them)
+  // Set by the one call that frees the comm (destroy, abort, or a blocking init that
+  // failed), so that two of them racing never free it twice. Read under a CallScope.
+  std::atomic<bool> teardown{false};
   bool finalized = false;
 
   struct UserOp {

@@ -2,6 +2,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -64,7 +65,8 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int 
   comm->asyncError.store(ncclInProgress);
   ncclComm_t c = comm.release();
   loom::api::registerComm(c);
-  *out = c;
+  // Atomically: another thread may watch *out for the handle, to abort a blocking init.
+  std::atomic_ref<ncclComm_t>(*out).store(c, std::memory_order_release);
   if (loom::api::inGroup()) {
     loom::api::deferInit(c);
     return ncclSuccess;
@@ -73,16 +75,24 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int 
     c->initThread = std::thread([c] { c->runInit(); });
     return ncclInProgress;
   }
-  c->runInit();
-  ncclResult_t rc = static_cast<ncclResult_t>(c->asyncError.load());
-  if (rc != ncclSuccess) {
-    std::string msg;
-    {
+  // The handle is published: another thread may ncclCommAbort it while this one waits in
+  // the init. The scope keeps the comm alive until this thread is done with it.
+  ncclResult_t rc;
+  std::string msg;
+  bool mine = false;
+  {
+    loom::api::CallScope scope(c);
+    c->runInit();
+    rc = static_cast<ncclResult_t>(c->asyncError.load());
+    if (rc != ncclSuccess) {
       std::lock_guard<std::mutex> lock(c->errMu);
       msg = c->lastError;
+      mine = !c->teardown.exchange(true);  // else an abort is freeing it
     }
-    loom::api::destroyComm(c);
-    *out = nullptr;
+  }
+  if (rc != ncclSuccess) {
+    if (mine) loom::api::destroyComm(c);
+    std::atomic_ref<ncclComm_t>(*out).store(nullptr, std::memory_order_release);
     throw loom::Error(static_cast<loom::Code>(rc), msg);
   }
   return ncclSuccess;
@@ -90,7 +100,7 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int 
 
 void checkInitArgs(ncclComm_t* comm, int nranks, int rank, const char* fn) {
   LOOM_CHECK_ARG(comm != nullptr, "%s: comm (output pointer) is NULL", fn);
-  *comm = nullptr;
+  std::atomic_ref<ncclComm_t>(*comm).store(nullptr, std::memory_order_release);
   LOOM_CHECK_ARG(nranks >= 1, "%s: nranks=%d must be at least 1", fn, nranks);
   LOOM_CHECK_ARG(rank >= 0 && rank < nranks, "%s: rank=%d is out of range [0, %d)", fn, rank,
                  nranks);
@@ -326,6 +336,13 @@ LOOM_NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
                    "ncclCommDestroy: comm %p is not a live communicator (destroyed twice?)",
                    static_cast<void*>(comm));
+    bool mine;
+    {
+      loom::api::CallScope hold(comm);
+      mine = !comm->teardown.exchange(true);
+    }
+    LOOM_CHECK_USAGE(mine, "ncclCommDestroy: comm %p is already being destroyed or aborted",
+                     static_cast<void*>(comm));
     loom::api::destroyComm(comm);
     return ncclSuccess;
   });
@@ -337,9 +354,19 @@ LOOM_NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
                    "ncclCommAbort: comm %p is not a live communicator",
                    static_cast<void*>(comm));
-    comm->abortFlag.store(true);
-    comm->initCv.notify_all();
-    loom::api::destroyComm(comm);
+    bool mine;
+    {
+      loom::api::CallScope hold(comm);
+      mine = !comm->teardown.exchange(true);
+      {
+        // Under initMu, so a thread about to wait for the init cannot miss the wake-up.
+        std::lock_guard<std::mutex> lock(comm->initMu);
+        comm->abortFlag.store(true);
+      }
+      comm->initCv.notify_all();
+    }
+    // Otherwise a destroy, or the failing init itself, frees it once its calls are out.
+    if (mine) loom::api::destroyComm(comm);
     return ncclSuccess;
   });
 }

@@ -10,6 +10,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "base/error.h"
 #include "base/hmac.h"
@@ -72,8 +74,43 @@ int ShmSegment::sweepDead() {
   return removed;
 }
 
+namespace {
+
+// Segments this process has mapped, by name. Ranks that are threads of one process open
+// the segment their peer created: they share the creator's mapping instead of mapping the
+// same memory again at another address. Besides a mapping saved, each shared word then has
+// one address, which ThreadSanitizer needs to pair the FIFO's release and acquire.
+struct Mapping {
+  void* data;
+  size_t size;
+  int refs;
+};
+std::mutex& mappingsMu() {
+  static auto* mu = new std::mutex;  // outlives static destruction
+  return *mu;
+}
+std::map<std::string, Mapping>& mappings() {
+  static auto* m = new std::map<std::string, Mapping>;
+  return *m;
+}
+
+void releaseMapping(void* data, size_t size, const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mappingsMu());
+    auto it = mappings().find(name);
+    if (it != mappings().end() && it->second.data == data) {
+      if (--it->second.refs > 0) return;
+      size = it->second.size;
+      mappings().erase(it);
+    }
+  }
+  munmap(data, size);
+}
+
+}  // namespace
+
 ShmSegment::~ShmSegment() {
-  if (data_) munmap(data_, size_);
+  if (data_) releaseMapping(data_, size_, name_);
   if (owner_ && linked_) shm_unlink(name_.c_str());
 }
 
@@ -141,6 +178,8 @@ ShmSegment ShmSegment::create(const std::string& tag, size_t size) {
   if (p == MAP_FAILED) fail("mmap", errno);
   seg.data_ = p;
   seg.size_ = size;
+  std::lock_guard<std::mutex> lock(mappingsMu());
+  mappings()[name] = Mapping{p, size, 1};
   return seg;
 }
 
@@ -158,14 +197,23 @@ ShmSegment ShmSegment::open(const std::string& nameIn, size_t size) {
     LOOM_THROW(kSystemError,
                "shared memory segment /dev/shm%s holds %lld bytes but %zu were expected",
                name.c_str(), static_cast<long long>(st.st_size), size);
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED)
-    throwErrno("mmap of shared memory segment /dev/shm%s (%zu bytes)", name.c_str(), size);
   ShmSegment seg;
-  seg.data_ = p;
   seg.size_ = size;
   seg.name_ = name;
   seg.linked_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mappingsMu());
+    auto it = mappings().find(name);
+    if (it != mappings().end() && it->second.size >= size) {  // created by this process
+      ++it->second.refs;
+      seg.data_ = it->second.data;
+      return seg;
+    }
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    throwErrno("mmap of shared memory segment /dev/shm%s (%zu bytes)", name.c_str(), size);
+  seg.data_ = p;
   return seg;
 }
 

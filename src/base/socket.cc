@@ -167,7 +167,8 @@ Socket Socket::listen(SocketAddr& addr, int backlog) {
   return s;
 }
 
-Socket Socket::connect(const SocketAddr& addr, Deadline deadline, const char* what) {
+Socket Socket::connect(const SocketAddr& addr, Deadline deadline, const char* what,
+                       bool retryRefused) {
   int delayMs = 1;
   for (;;) {
     int fd = ::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -193,7 +194,7 @@ Socket Socket::connect(const SocketAddr& addr, Deadline deadline, const char* wh
       s.setNoDelay();
       return s;
     }
-    bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
+    bool retry = (err == ECONNREFUSED && retryRefused) || err == ETIMEDOUT || err == ENETUNREACH ||
                  err == EHOSTUNREACH || err == ECONNRESET || err == EAGAIN;
     if (!retry || deadline.expired())
       LOOM_THROW(kRemoteError, "%s: connect to %s failed: %s", what, addr.str().c_str(),
@@ -201,6 +202,21 @@ Socket Socket::connect(const SocketAddr& addr, Deadline deadline, const char* wh
     usleep(delayMs * 1000);
     delayMs = delayMs < 100 ? delayMs * 2 : 100;
   }
+}
+
+int Socket::probe(const SocketAddr& addr, int timeoutMs) {
+  int fd = ::socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  Socket s(fd);
+  int err = ::connect(fd, addr.sa(), addr.len) == 0 ? 0 : errno;
+  if (err == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, timeoutMs) <= 0) return -1;
+    socklen_t len = sizeof(err);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  }
+  if (err == 0) return 1;
+  return err == ECONNREFUSED ? 0 : -1;
 }
 
 Socket Socket::accept(Deadline deadline) const {

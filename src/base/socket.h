@@ -58,8 +58,14 @@ class Socket {
 
   // Listening socket bound to `addr` (port 0 = any); `addr` is updated with the real port.
   static Socket listen(SocketAddr& addr, int backlog = 512);
-  // Connects, retrying refused/unreachable attempts until the deadline.
-  static Socket connect(const SocketAddr& addr, Deadline deadline, const char* what);
+  // Connects, retrying refused/unreachable attempts until the deadline. With
+  // retryRefused = false a refusal fails at once: for addresses whose listener is known to
+  // exist (a peer published it), a refusal means the process behind it is gone.
+  static Socket connect(const SocketAddr& addr, Deadline deadline, const char* what,
+                        bool retryRefused = true);
+  // One connection attempt of at most timeoutMs: 1 when something listens at addr, 0 when
+  // it is refused (nothing listens), -1 when it cannot tell (time-out, unreachable).
+  static int probe(const SocketAddr& addr, int timeoutMs);
   // Accepts one connection or returns an unopened Socket when the deadline passes.
   Socket accept(Deadline deadline) const;
 

@@ -24,6 +24,7 @@ constexpr uint16_t kKindBootstrapPeer = 2;
 // The most a single out-of-band message may carry; anything larger is a corrupt stream.
 constexpr uint64_t kMaxMsgBytes = 1ull << 30;
 constexpr double kSliceSec = 0.1;  // wake up this often to notice an abort
+constexpr uint64_t kProbeEveryNs = 500000000;  // how often a peer we wait for is probed
 
 struct MsgHeader {
   uint32_t magic;
@@ -40,8 +41,17 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
   SocketAddr me = iface_.addr;
   me.setPort(0);
   listener_ = Socket::listen(me);
-  listener_.setNonBlocking(true);
-  acceptor_ = std::make_unique<HelloAcceptor>(&listener_);
+  // Strangers are read and dropped by the acceptor's thread from now on, rendezvous
+  // included; replayed hellos (a nonce seen before) count as strangers.
+  acceptor_ = std::make_unique<HelloAcceptor>(
+      &listener_, strprintf("rank %d bootstrap listener %s", rank, me.str().c_str()),
+      [this, seen = std::set<std::string>()](const PeerHello& h) mutable {
+        if (!verifyPeerHello(job_, h, kKindBootstrapPeer, rank_) || h.fromRank < 0 ||
+            h.fromRank >= nranks_)
+          return false;
+        return seen.insert(std::string(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce)))
+            .second;
+      });
   peers_.resize(nranks);
   out_.resize(nranks);
   in_.resize(nranks);
@@ -112,7 +122,7 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
             me.str().c_str(), iface_.name.c_str());
 }
 
-Bootstrap::~Bootstrap() = default;
+Bootstrap::~Bootstrap() = default;  // acceptor_ (declared after listener_) stops first
 
 void Bootstrap::checkAbort(const char* what, int peer) const {
   if (abort_ && abort_->load(std::memory_order_relaxed)) {
@@ -128,7 +138,9 @@ Deadline Bootstrap::opDeadline() const { return Deadline::in(timeoutSec_); }
 Socket& Bootstrap::sendSocket(int peer) {
   if (!out_[peer].isOpen()) {
     std::string what = strprintf("rank %d bootstrap connect to rank %d", rank_, peer);
-    Socket s = Socket::connect(peers_[peer], opDeadline(), what.c_str());
+    // The peer's listener existed before its address was published: a refusal means the
+    // peer is gone, not that it is slow, so it fails at once.
+    Socket s = Socket::connect(peers_[peer], opDeadline(), what.c_str(), false);
     PeerHello h = makePeerHello(job_, kKindBootstrapPeer, rank_, peer, 0);
     s.sendAll(&h, sizeof(h), opDeadline(), what.c_str());
     out_[peer] = std::move(s);
@@ -150,15 +162,7 @@ void Bootstrap::send(int peer, uint32_t tag, const void* data, size_t len) {
 }
 
 void Bootstrap::acceptSome(int waitMs) {
-  for (auto& [h, s] : acceptor_->poll(waitMs, "bootstrap")) {
-    std::string nonce(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce));
-    if (!verifyPeerHello(job_, h, kKindBootstrapPeer, rank_) || h.fromRank < 0 ||
-        h.fromRank >= nranks_ || seenNonces_.count(nonce)) {
-      LOOM_WARN("rank %d: dropped unauthenticated bootstrap connection from %s", rank_,
-                s.peer().str().c_str());
-      continue;
-    }
-    seenNonces_.insert(nonce);
+  for (auto& [h, s] : acceptor_->take(waitMs)) {
     if (in_[h.fromRank].isOpen()) {
       LOOM_WARN("rank %d: dropped a second bootstrap connection claiming rank %d from %s",
                 rank_, h.fromRank, s.peer().str().c_str());
@@ -168,7 +172,21 @@ void Bootstrap::acceptSome(int waitMs) {
   }
 }
 
+void Bootstrap::checkPeer(int peer, const char* what) {
+  checkAbort(what, peer);
+  if (liveness_) liveness_(peer);
+}
+
+void Bootstrap::probePeer(int peer) {
+  if (Socket::probe(peers_[peer], 200) == 0)
+    LOOM_THROW(kRemoteError,
+               "rank %d: rank %d (%s) is gone: nothing listens at its bootstrap address any more "
+               "(the process died or destroyed its communicator)",
+               rank_, peer, peers_[peer].str().c_str());
+}
+
 Socket& Bootstrap::recvSocket(int peer, Deadline deadline) {
+  uint64_t nextProbeNs = nowNs() + kProbeEveryNs;
   while (!in_[peer].isOpen()) {
     checkAbort("bootstrap receive", peer);
     if (deadline.expired())
@@ -177,8 +195,22 @@ Socket& Bootstrap::recvSocket(int peer, Deadline deadline) {
                  "out-of-band message",
                  rank_, timeoutSec_, peer, peers_[peer].str().c_str());
     acceptSome(static_cast<int>(kSliceSec * 1000));
-    // Only once nothing is pending: a peer may connect, send and exit before we look.
-    if (!in_[peer].isOpen() && liveness_) liveness_(peer);
+    if (in_[peer].isOpen()) break;
+    try {
+      if (liveness_) liveness_(peer);
+      // Before the liveness check exists (the first all-gather), and for peers on other
+      // hosts, a peer that died before connecting to us is seen by its closed listener.
+      if (nowNs() >= nextProbeNs) {
+        probePeer(peer);
+        nextProbeNs = nowNs() + kProbeEveryNs;
+      }
+    } catch (const Error&) {
+      // A peer may connect, send and exit before we look: its connection may still be
+      // going through the acceptor. Only once that is empty is the peer really lost.
+      if (acceptor_->busy()) continue;
+      acceptSome(0);
+      if (!in_[peer].isOpen()) throw;
+    }
   }
   return in_[peer];
 }
@@ -192,10 +224,15 @@ void Bootstrap::readMsg(int peer, Deadline deadline) {
     // Accept other peers meanwhile so their connects never wait on us.
     acceptSome(0);
     pollfd p{s.fd(), POLLIN, 0};
-    if (::poll(&p, 1, 20) > 0) {
-      break;
-    } else if (liveness_) {
-      liveness_(peer);  // nothing to read: is the peer still there to send it?
+    if (::poll(&p, 1, 20) > 0) break;
+    if (liveness_) {
+      try {
+        liveness_(peer);  // nothing to read: is the peer still there to send it?
+      } catch (const Error&) {
+        // It may have sent its message and exited since we looked.
+        if (::poll(&p, 1, 0) > 0) break;
+        throw;
+      }
     }
     if (deadline.expired())
       LOOM_THROW(kRemoteError, "%s: timed out after %.0f s", what.c_str(), timeoutSec_);

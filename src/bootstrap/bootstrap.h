@@ -45,6 +45,10 @@ class Bootstrap {
   // it knows the peer is dead, so waits on a dead peer end early rather than time out.
   void setLivenessCheck(std::function<void(int peer)> check) { liveness_ = std::move(check); }
 
+  // Throws if the communicator was aborted or `peer` is known to be dead (the liveness
+  // check): for waits outside the bootstrap that depend on a peer (transport setup).
+  void checkPeer(int peer, const char* what);
+
   // Tags below this are free for callers; the bootstrap's own collectives use the rest.
   static constexpr uint32_t kUserTagLimit = 0x80000000u;
 
@@ -58,6 +62,7 @@ class Bootstrap {
   void acceptSome(int waitMs);
   void readMsg(int peer, Deadline deadline);
   void checkAbort(const char* what, int peer) const;
+  void probePeer(int peer);  // throws when nothing listens at the peer's address any more
   Deadline opDeadline() const;
 
   JobId job_;
@@ -71,7 +76,6 @@ class Bootstrap {
   std::vector<Socket> out_;
   std::vector<Socket> in_;
   std::vector<std::deque<Msg>> stash_;
-  std::set<std::string> seenNonces_;
   uint32_t collSeq_ = 0;
   std::recursive_mutex mu_;
   double timeoutSec_;
