@@ -113,6 +113,7 @@ PeerInfo TransportManager::localInfo(int rank, uint64_t commHash, const SocketAd
   p.rank = rank;
   p.pid = getpid();
   p.hostHash = hostHash();
+  p.pidNs = pidNamespace();
   p.commHash = commHash;
   memcpy(&p.netAddr, &netAddr.storage, sizeof(p.netAddr));
   p.netAddrLen = netAddr.len;
@@ -149,7 +150,10 @@ void TransportManager::adoptNetListener(Socket listener) {
 TransportKind TransportManager::kindFor(int peer) const {
   const PeerInfo& me = impl_->peers[impl_->bootstrap.rank()];
   const PeerInfo& p = impl_->peers[peer];
-  if (p.hostHash == me.hostHash && !kShmDisable.get()) return TransportKind::kShm;
+  // Shared memory relies on pids (liveness, single-copy reads): one pid namespace only,
+  // even when LOOM_HOSTID puts ranks of several namespaces on one "host".
+  if (p.hostHash == me.hostHash && p.pidNs == me.pidNs && !kShmDisable.get())
+    return TransportKind::kShm;
   return TransportKind::kSocket;
 }
 

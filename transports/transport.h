@@ -19,6 +19,7 @@ struct PeerInfo {
   int32_t pid;
   uint64_t hostHash;
   uint64_t commHash;  // distinguishes communicators in shm names and stream hellos
+  uint64_t pidNs;     // pid namespace: pid is meaningful only where these match
   sockaddr_storage netAddr;  // the socket transport's listener
   uint32_t netAddrLen;
   char hostname[64];

@@ -68,6 +68,8 @@ std::string hostIdString() {
          namespacePart("pidns", "/proc/self/ns/pid", kInitPidNsInode, nullptr);
 }
 
+uint64_t pidNamespace() { return namespaceInode("/proc/self/ns/pid"); }
+
 uint64_t hostHash() {
   // 64-bit FNV-1a: stable across processes and builds, which std::hash does not promise.
   uint64_t h = 0xcbf29ce484222325ull;

@@ -19,5 +19,9 @@ uint64_t hostHash();
 // LOOM_HOSTID when set; else "<hostname>:<boot id>", followed by "/netns:<inode>" and
 // "/pidns:<inode>" for namespaces other than the machine's initial ones.
 std::string hostIdString();
+// The inode of this process's pid namespace (0 if unknown). Pids name processes only
+// within one: shared memory's peer checks (pidfd, process_vm_readv, "same process") are
+// only valid between processes whose pid namespaces match.
+uint64_t pidNamespace();
 
 }  // namespace loom

@@ -9,9 +9,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "base/config.h"
 #include "base/error.h"
 
 namespace loom {
@@ -192,6 +194,7 @@ Socket Socket::connect(const SocketAddr& addr, Deadline deadline, const char* wh
     if (err == 0) {
       s.setNonBlocking(false);
       s.setNoDelay();
+      s.setLivenessTimeout();
       return s;
     }
     bool retry = (err == ECONNREFUSED && retryRefused) || err == ETIMEDOUT || err == ENETUNREACH ||
@@ -236,6 +239,7 @@ Socket Socket::accept(Deadline deadline) const {
     Socket s(fd);
     s.peer_ = peer;
     s.setNoDelay();
+    s.setLivenessTimeout();
     return s;
   }
 }
@@ -317,6 +321,31 @@ size_t Socket::tryRecv(void* buf, size_t len, const char* what, bool* eof) const
 void Socket::setNonBlocking(bool on) const {
   int flags = fcntl(fd_, F_GETFL, 0);
   fcntl(fd_, F_SETFL, on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK));
+}
+
+namespace {
+IntKnob kSocketTimeout("LOOM_SOCKET_TIMEOUT", "", 30,
+                       "Seconds a TCP peer may stay unreachable (sent data unacknowledged, "
+                       "keepalive probes unanswered) before its connection fails: a host that "
+                       "crashed or fell off the network sends no reset (0: the kernel's "
+                       "defaults, many minutes)");
+}  // namespace
+
+// A dead process closes its sockets; a dead host or a cut cable does not. Keepalive
+// probes find an idle connection's peer gone, TCP_USER_TIMEOUT one with data in flight;
+// the peer's kernel answers both while the peer process is merely busy.
+void Socket::setLivenessTimeout() const {
+  static const int64_t seconds = kSocketTimeout.get();
+  if (seconds <= 0) return;
+  int one = 1, idle = static_cast<int>(std::max<int64_t>(1, seconds / 3)),
+      intvl = static_cast<int>(std::max<int64_t>(1, seconds / 6)), cnt = 4;
+  unsigned ms = static_cast<unsigned>(seconds * 1000);
+  // Errors are ignored: a socket without these options still works, only detects later.
+  setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd_, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+  setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms));
 }
 
 void Socket::setNoDelay() const {

@@ -81,6 +81,8 @@ class Socket {
 
   void setNonBlocking(bool on) const;
   void setNoDelay() const;
+  // Keepalive and TCP_USER_TIMEOUT from LOOM_SOCKET_TIMEOUT (set on every connected socket).
+  void setLivenessTimeout() const;
   void setBufferSizes(int bytes) const;
   SocketAddr localAddr() const;
 

@@ -87,7 +87,8 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   // Out-of-band waits on a local peer that has died end at once instead of timing out.
   pidfds_.assign(nranks, -1);
   for (int r = 0; r < nranks; ++r)
-    if (r != rank && peers_[r].hostHash == peers_[rank].hostHash && peers_[r].pid != getpid())
+    if (r != rank && peers_[r].hostHash == peers_[rank].hostHash &&
+        peers_[r].pidNs == peers_[rank].pidNs && peers_[r].pid != getpid())
       pidfds_[r] = static_cast<int>(syscall(SYS_pidfd_open, peers_[r].pid, 0));
   bootstrap_->setLivenessCheck([this](int peer) {
     if (pidfds_[peer] < 0) return;

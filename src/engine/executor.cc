@@ -131,9 +131,8 @@ class ChannelRun {
       const FifoSlotInfo& info = rc->fifo().recvInfo();
       if (info.bytes != n)
         LOOM_THROW(kInvalidUsage,
-                   "rank %d: %s #%llu: %s sent %llu bytes where %zu were expected; do all ranks "
-                   "call the same collective with the same count and datatype?",
-                   t_.rank, t_.name, static_cast<unsigned long long>(t_.seq),
+                   "%s sent %llu bytes where %zu were expected; do all ranks call the same "
+                   "collective with the same count and datatype?",
                    rc->describe().c_str(), static_cast<unsigned long long>(info.bytes), n);
       if (info.remote) {
         if (s.op == StepOp::kRecv || s.op == StepOp::kRecvCopySend) {
@@ -303,10 +302,20 @@ struct CommQueue {
 
   bool done() const { return next >= tasks.size(); }
 
+  // Errors a connection or a channel raises name the operation they interrupted.
   bool progress() {
-    bool any = false;
     if (done()) return false;
     Task* t = tasks[next];
+    try {
+      return progressTask(t);
+    } catch (const Error& e) {
+      throw Error(e.code(), strprintf("rank %d: %s #%llu: %s", t->rank, t->name,
+                                      static_cast<unsigned long long>(t->seq), e.what()));
+    }
+  }
+
+  bool progressTask(Task* t) {
+    bool any = false;
     for (Connection* c : t->transports->active()) any |= c->progress();
     if (runs.empty() && !draining) {
       if (t->plan->scratchBytes > 0 && !t->scratch) {

@@ -19,6 +19,8 @@ Cases:
   bad-ifname   NCCL_SOCKET_IFNAME naming no interface: every rank fails with a message
   default-ifname  1 + 2 without NCCL_SOCKET_IFNAME: the default choice (not lo) must work
   partition    2 x 2, host 1's link set down mid all-reduce: every rank errors by LOOM_TIMEOUT
+  partition-default  the same without configuration: every rank errors within 60 s
+               (LOOM_SOCKET_TIMEOUT's keepalive / TCP_USER_TIMEOUT, 30 s)
 
 Exit status: 0 pass, 1 fail, 77 skipped (only with LOOM_SKIP_NETNS=1). Without root, or
 where namespaces cannot be made, the suite fails: CI runs as root and must not pass by
@@ -301,6 +303,15 @@ def case_partition(fab, binary, placement, workdir):
                  expect="LOOM_TIMEOUT")
 
 
+def case_partition_default(fab, binary, placement, workdir):
+    # The same with no configuration at all: TCP keepalive and TCP_USER_TIMEOUT
+    # (LOOM_SOCKET_TIMEOUT, 30 s) find the silent peer, well before LOOM_TIMEOUT's 30 min.
+    def unplug(job):
+        fabric._ip("-n", fab.hosts[1], "link", "set", fabric.IFNAME, "down")
+        return "unplugged host 1 (no time-out configured)"
+    case_failure(fab, binary, placement, workdir, unplug)
+
+
 def case_bad_ifname(fab, binary, placement, workdir):
     job = Job(fab, binary, placement, workdir, env={"NCCL_SOCKET_IFNAME": "=nosuch0"})
     codes = job.wait(timeout=60)
@@ -327,6 +338,7 @@ CASES = {
     "bad-ifname": ([0, 1], case_bad_ifname),
     "default-ifname": ([0, 1, 1], case_default_ifname),
     "partition": ([0, 0, 1, 1], case_partition),
+    "partition-default": ([0, 0, 1, 1], case_partition_default),
 }
 
 
