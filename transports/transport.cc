@@ -68,27 +68,28 @@ struct TransportManager::Impl {
   std::vector<Socket> acceptStreams(int from, uint64_t connId, uint32_t n) {
     Deadline deadline = Deadline::in(60);
     int me = bootstrap.rank();
-    for (;;) {
+    if (!acceptor)
+      LOOM_THROW(kInternalError, "rank %d: the transport listener was never adopted", me);
+    auto arrived = [&] {
       bool all = true;
       for (uint32_t s = 0; s < n; ++s) all &= early.count({from, connId, s}) > 0;
-      if (all) break;
-      bootstrap.checkPeer(from, "transport setup");  // aborted, or the peer died
+      return all;
+    };
+    while (!arrived()) {
+      try {
+        bootstrap.checkPeer(from, "transport setup");  // aborted, or the peer died
+      } catch (const Error&) {
+        // A peer may open its streams, finish its init and exit before we get here: its
+        // streams are then still queued, or their hellos being read. Take those first.
+        while (!arrived() && acceptor->busy()) takeStreams(100);
+        if (!arrived()) throw;
+        break;
+      }
       if (deadline.expired())
         LOOM_THROW(kRemoteError,
                    "rank %d: timed out waiting for rank %d to open its TCP streams to %s", me,
                    from, listener.localAddr().str().c_str());
-      if (!acceptor)
-        LOOM_THROW(kInternalError, "rank %d: the transport listener was never adopted", me);
-      for (auto& [h, sock] : acceptor->take(100)) {
-        auto key = std::make_tuple(h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff));
-        if (early.count(key)) {
-          LOOM_WARN("rank %d: dropped a second TCP stream claiming to be %llu/%u of rank %d from %s",
-                    me, static_cast<unsigned long long>(h.connId >> 8),
-                    static_cast<unsigned>(h.connId & 0xff), h.fromRank, sock.peer().str().c_str());
-          continue;
-        }
-        early[key] = std::move(sock);
-      }
+      takeStreams(100);
     }
     std::vector<Socket> out;
     for (uint32_t s = 0; s < n; ++s) {
@@ -97,6 +98,21 @@ struct TransportManager::Impl {
       early.erase(it);
     }
     return out;
+  }
+
+  // Authenticated streams the acceptor has for us, by (rank, connection, stream).
+  void takeStreams(int waitMs) {
+    int me = bootstrap.rank();
+    for (auto& [h, sock] : acceptor->take(waitMs)) {
+      auto key = std::make_tuple(h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff));
+      if (early.count(key)) {
+        LOOM_WARN("rank %d: dropped a second TCP stream claiming to be %llu/%u of rank %d from %s",
+                  me, static_cast<unsigned long long>(h.connId >> 8),
+                  static_cast<unsigned>(h.connId & 0xff), h.fromRank, sock.peer().str().c_str());
+        continue;
+      }
+      early[key] = std::move(sock);
+    }
   }
 };
 
