@@ -15,7 +15,7 @@ build="${LOOM_BUILD_DIR:-$repo/build}"
 ctest_rc=0
 (cd "$build" && ctest --output-on-failure -j "${LOOM_TEST_JOBS:-2}" --timeout 600 "$@") || ctest_rc=$?
 # The chaos suites' summary lines (CTest keeps passing tests' output only in its log).
-grep -h -E "^(chaos|chaos-tcp|hostile \(|pidns): " "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true
+grep -h -E "^(chaos|chaos-tcp|hostile \(|pidns|cpu): " "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true
 san_failed=()
 if [ -z "${LOOM_SKIP_SANITIZE:-}" ]; then
   for kind in ${LOOM_SANITIZERS:-address thread}; do

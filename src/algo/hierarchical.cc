@@ -181,26 +181,37 @@ void checkLayout(const HostLayout& l, bool needEven) {
 
 }  // namespace
 
+// Large buffers are split over two channels (each on its own connections): while one
+// half crosses the network the other is in its intra-host phases, so the three phases of
+// one half overlap those of the other instead of running one after another.
+constexpr size_t kTwoChannelBytes = 1 << 20;
+
 Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
   checkLayout(l, false);
   Plan plan = start(Collective::kAllReduce);
-  PlanBuilder b(plan.channels[0], -1, -1);
-  const size_t bytes = count * elt;
+  const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
+  plan.channels.resize(channels);
   const int R = l.minLocal();
   SubRing host{l.hosts[l.host], l.local};
-  // Part k < R of the buffer belongs to local rank k; local ranks >= R own nothing.
   // A rank alone on its host has nothing to combine locally: its rail reads the input.
   const bool alone = host.size() == 1;
-  PieceFn owned = [&](int k) { return k < R ? Piece{part(0, bytes, elt, R, k)} : Piece{}; };
-  if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, 0, kDstPartial, chunk);
-  if (l.local < R) {
-    std::vector<int> group = rail(l, l.local);
-    SubRing net{group, l.host};
-    Seg mine = part(0, bytes, elt, R, l.local);
-    ringAllReduce(b, net, mine.dst, mine.len, elt, alone ? Buf::kSend : Buf::kRecv,
-                  alone ? 0 : kSrcPartial, chunk);
+  for (int c = 0; c < channels; ++c) {
+    PlanBuilder b(plan.channels[c], -1, -1);
+    b.setConn(c);
+    const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
+    const size_t base = lo * elt, bytes = (hi - lo) * elt;
+    // Part k < R of this channel's range belongs to local rank k; local ranks >= R own nothing.
+    PieceFn owned = [&](int k) { return k < R ? Piece{part(base, bytes, elt, R, k)} : Piece{}; };
+    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, 0, kDstPartial, chunk);
+    if (l.local < R) {
+      std::vector<int> group = rail(l, l.local);
+      SubRing net{group, l.host};
+      Seg mine = part(base, bytes, elt, R, l.local);
+      ringAllReduce(b, net, mine.dst, mine.len, elt, alone ? Buf::kSend : Buf::kRecv,
+                    alone ? 0 : kSrcPartial, chunk);
+    }
+    ringAllGather(b, host, owned, Buf::kRecv, true, chunk);
   }
-  ringAllGather(b, host, owned, Buf::kRecv, true, chunk);
   return plan;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "algo/hierarchical.h"
@@ -19,7 +20,7 @@ using Msg = std::vector<double>;
 struct RankState {
   Plan plan;
   std::vector<double> send, recv, scratch;
-  size_t step = 0;
+  std::vector<size_t> step;  // per channel
 };
 
 double* at(RankState& r, BufRef b) {
@@ -32,52 +33,73 @@ double* at(RankState& r, BufRef b) {
   }
 }
 
-// Runs the ranks' single-channel plans to completion; returns "" or what went wrong.
+// Runs the ranks' plans, every channel, to completion; messages travel on queues per
+// (from, to, connection), as on the real connections. Returns "" or what went wrong.
 std::string run(std::vector<RankState>& ranks) {
-  std::map<std::pair<int, int>, std::deque<Msg>> q;  // (from, to) -> messages
+  std::map<std::tuple<int, int, int>, std::deque<Msg>> q;
+  for (auto& r : ranks) r.step.assign(r.plan.channels.size(), 0);
   for (bool progress = true; progress;) {
     progress = false;
     for (int me = 0; me < static_cast<int>(ranks.size()); ++me) {
       RankState& r = ranks[me];
-      const auto& steps = r.plan.channels[0].steps;
-      while (r.step < steps.size()) {
-        const Step& s = steps[r.step];
-        size_t n = s.bytes / sizeof(double);
-        Msg in;
-        if (stepRecvs(s.op)) {
-          auto& from = q[{s.recvPeer, me}];
-          if (from.empty()) break;
-          in = std::move(from.front());
-          from.pop_front();
-          if (in.size() != n) return "message size mismatch at rank " + std::to_string(me);
-        }
-        Msg out(n);
-        const double* src = s.src.buf == Buf::kNone ? nullptr : at(r, s.src);
-        double* dst = s.dst.buf == Buf::kNone ? nullptr : at(r, s.dst);
-        for (size_t i = 0; i < n; ++i) {
-          switch (s.op) {
-            case StepOp::kSend: out[i] = src[i]; break;
-            case StepOp::kRecv: dst[i] = in[i]; break;
-            case StepOp::kRecvReduceSend: out[i] = in[i] + src[i]; break;
-            case StepOp::kRecvReduceCopy: dst[i] = in[i] + src[i]; break;
-            case StepOp::kRecvReduceCopySend: out[i] = dst[i] = in[i] + src[i]; break;
-            case StepOp::kRecvCopySend: out[i] = dst[i] = in[i]; break;
-            case StepOp::kCopy: dst[i] = src[i]; break;
-            case StepOp::kLocalReduce: dst[i] += src[i]; break;
+      for (size_t ch = 0; ch < r.plan.channels.size(); ++ch) {
+        const auto& steps = r.plan.channels[ch].steps;
+        while (r.step[ch] < steps.size()) {
+          const Step& s = steps[r.step[ch]];
+          size_t n = s.bytes / sizeof(double);
+          Msg in;
+          if (stepRecvs(s.op)) {
+            auto& from = q[{s.recvPeer, me, s.conn}];
+            if (from.empty()) break;
+            in = std::move(from.front());
+            from.pop_front();
+            if (in.size() != n) return "message size mismatch at rank " + std::to_string(me);
           }
+          Msg out(n);
+          const double* src = s.src.buf == Buf::kNone ? nullptr : at(r, s.src);
+          double* dst = s.dst.buf == Buf::kNone ? nullptr : at(r, s.dst);
+          for (size_t i = 0; i < n; ++i) {
+            switch (s.op) {
+              case StepOp::kSend: out[i] = src[i]; break;
+              case StepOp::kRecv: dst[i] = in[i]; break;
+              case StepOp::kRecvReduceSend: out[i] = in[i] + src[i]; break;
+              case StepOp::kRecvReduceCopy: dst[i] = in[i] + src[i]; break;
+              case StepOp::kRecvReduceCopySend: out[i] = dst[i] = in[i] + src[i]; break;
+              case StepOp::kRecvCopySend: out[i] = dst[i] = in[i]; break;
+              case StepOp::kCopy: dst[i] = src[i]; break;
+              case StepOp::kLocalReduce: dst[i] += src[i]; break;
+            }
+          }
+          if (stepSends(s.op)) q[{me, s.sendPeer, s.conn}].push_back(std::move(out));
+          ++r.step[ch];
+          progress = true;
         }
-        if (stepSends(s.op)) q[{me, s.sendPeer}].push_back(std::move(out));
-        ++r.step;
-        progress = true;
       }
     }
   }
   for (size_t me = 0; me < ranks.size(); ++me)
-    if (ranks[me].step < ranks[me].plan.channels[0].steps.size())
-      return "rank " + std::to_string(me) + " waits forever at step " + std::to_string(ranks[me].step);
+    for (size_t ch = 0; ch < ranks[me].plan.channels.size(); ++ch)
+      if (ranks[me].step[ch] < ranks[me].plan.channels[ch].steps.size())
+        return "rank " + std::to_string(me) + " channel " + std::to_string(ch) +
+               " waits forever at step " + std::to_string(ranks[me].step[ch]);
   for (const auto& [k, v] : q)
-    if (!v.empty()) return "unreceived messages from " + std::to_string(k.first);
+    if (!v.empty()) return "unreceived messages from " + std::to_string(std::get<0>(k));
   return "";
+}
+
+// Two channels that run at once must not share a connection.
+bool channelsShareAConnection(const Plan& p) {
+  std::map<std::tuple<int, int, int>, size_t> owner;  // (direction, peer, conn) -> channel
+  for (size_t ch = 0; ch < p.channels.size(); ++ch)
+    for (const Step& s : p.channels[ch].steps) {
+      std::tuple<int, int, int> keys[2] = {{0, s.sendPeer, s.conn}, {1, s.recvPeer, s.conn}};
+      for (int d = 0; d < 2; ++d) {
+        if (std::get<1>(keys[d]) < 0) continue;
+        auto [it, fresh] = owner.emplace(keys[d], ch);
+        if (!fresh && it->second != ch) return true;
+      }
+    }
+  return false;
 }
 
 HostLayout layoutOf(const std::vector<int>& hostOf, int rank) {
@@ -100,7 +122,7 @@ double input(int rank, size_t i) { return static_cast<double>((rank + 1) * 1000 
 const std::vector<std::vector<int>> kLayouts = {
     {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 1, 2, 2, 2}, {0, 1, 0, 0}, {0, 0, 0, 1, 1, 1, 2, 2, 2},
     {0, 1}, {0, 0, 1}, {0, 1, 2, 0, 1, 2, 0, 1}};
-const size_t kCounts[] = {0, 1, 5, 1000, 40000};
+const size_t kCounts[] = {0, 1, 5, 1000, 40000, 300000};  // the last spans two channels
 constexpr size_t kChunk = 4096;  // bytes per step: many slices for the larger counts
 
 TEST(HierPlan, AllReduceEveryLayout) {
@@ -115,6 +137,7 @@ TEST(HierPlan, AllReduceEveryLayout) {
         ranks[r].scratch.resize(ranks[r].plan.scratchBytes / sizeof(double));
         for (size_t i = 0; i < count; ++i) ranks[r].send[i] = input(r, i);
       }
+      for (int r = 0; r < n; ++r) ASSERT_FALSE(channelsShareAConnection(ranks[r].plan));
       ASSERT_EQ(run(ranks), "") << "layout of " << n << " ranks, count " << count;
       for (int r = 0; r < n; ++r)
         for (size_t i = 0; i < count; ++i) {
@@ -173,8 +196,9 @@ TEST(HierPlan, NetworkBytesPerHost) {
   size_t crossing = 0;
   for (int r = 0; r < 4; ++r) {
     Plan p = hierarchicalAllReduce(layoutOf(hostOf, r), count, sizeof(double), 1 << 20);
-    for (const Step& s : p.channels[0].steps)
-      if (stepSends(s.op) && hostOf[s.sendPeer] != hostOf[r]) crossing += s.bytes;
+    for (const ChannelPlan& ch : p.channels)
+      for (const Step& s : ch.steps)
+        if (stepSends(s.op) && hostOf[s.sendPeer] != hostOf[r]) crossing += s.bytes;
   }
   EXPECT_EQ(crossing, 2 * bytes);  // 2 hosts x 2(N-1)/N x bytes
 }
