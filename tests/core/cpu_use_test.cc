@@ -2,7 +2,8 @@
 // communicator, listener threads included, uses next to none, and a rank blocked in a
 // collective on a late peer backs off from spinning to sleeping. Each rank is its own
 // process (RUSAGE_SELF counts every thread of it); the limits are generous fractions of
-// one core, far below the 100% a busy-wait costs.
+// one core (a waiting rank: half, for loaded CI machines), far below the 100% a
+// busy-wait costs.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -45,8 +46,8 @@ TEST_P(CpuUse, IdleCommunicatorAndLatePeer) {
       printf("cpu: idle communicator %.1f ms of CPU in 1 s; waiting %.2f s for a late peer "
              "%.1f ms\n", idle * 1e3, wall, busy * 1e3);
       fflush(stdout);
-      RANK_CHECK(wall > 1.0 && busy < 0.25 * wall,
-                 "waiting %.2f s for a late peer used %.0f ms of CPU (more than a quarter core)",
+      RANK_CHECK(wall > 1.0 && busy < 0.5 * wall,
+                 "waiting %.2f s for a late peer used %.0f ms of CPU (more than half a core)",
                  wall, busy * 1e3);
     }
     return std::string();
