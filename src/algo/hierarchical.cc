@@ -172,6 +172,17 @@ std::vector<int> rail(const HostLayout& l, int j) {
   return g;
 }
 
+// The blocks (B bytes each, in rank order in the buffer) of every host's local rank k, in
+// host order; written at the same place, or packed at h * B when `packed`.
+Piece railBlocks(const HostLayout& l, int k, size_t B, bool packed) {
+  Piece p;
+  for (int h = 0; h < l.nhosts(); ++h) {
+    size_t at = l.hosts[h][k] * B;
+    p.push_back({at, packed ? h * B : at, B});
+  }
+  return p;
+}
+
 void checkLayout(const HostLayout& l, bool needEven) {
   if (l.nhosts() < 1 || l.host >= l.nhosts() || l.local >= static_cast<int>(l.hosts[l.host].size()))
     LOOM_THROW(kInternalError, "hierarchical: bad host layout");
@@ -225,12 +236,8 @@ Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, si
   // Local rank k first sums, over its host, the blocks of every host's local rank k into
   // scratch (block of host h at h * B); then the rail finishes each block on its owner.
   plan.scratchBytes = N * B;
-  PieceFn railBlocks = [&](int k) {
-    Piece p;
-    for (int h = 0; h < N; ++h) p.push_back({l.hosts[h][k] * B, h * B, B});
-    return p;
-  };
-  ringReduceScatter(b, host, railBlocks, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
+  PieceFn blocks = [&](int k) { return railBlocks(l, k, B, true); };
+  ringReduceScatter(b, host, blocks, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
   std::vector<int> group = rail(l, l.local);
   SubRing net{group, l.host};
   PieceFn own = [&](int m) { return Piece{{m * B, 0, B}}; };
@@ -243,7 +250,6 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
   Plan plan = start(Collective::kAllGather);
   PlanBuilder b(plan.channels[0], -1, -1);
   const size_t B = count * elt;
-  const int N = l.nhosts();
   const int me = l.hosts[l.host][l.local];
   b.copy(sendBuf(0), recvBuf(me * B), B);
   std::vector<int> group = rail(l, l.local);
@@ -254,12 +260,8 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
   };
   ringAllGather(b, net, railBlock, Buf::kRecv, false, chunk);
   SubRing host{l.hosts[l.host], l.local};
-  PieceFn railBlocks = [&](int k) {
-    Piece p;
-    for (int h = 0; h < N; ++h) p.push_back({l.hosts[h][k] * B, l.hosts[h][k] * B, B});
-    return p;
-  };
-  ringAllGather(b, host, railBlocks, Buf::kRecv, true, chunk);
+  PieceFn blocks = [&](int k) { return railBlocks(l, k, B, false); };
+  ringAllGather(b, host, blocks, Buf::kRecv, true, chunk);
   return plan;
 }
 
