@@ -190,7 +190,8 @@ class Builder {
     int id = sys_.addNode(std::move(n));
     for (const XmlNode& c : nic.children()) {
       if (c.name() != "net") {
-        extraOf(id).push_back(c);
+        // Kept inside <nic> for the dump: written anywhere else it could turn into a device.
+        sys_.mutableNode(id).sub.addChild(c);
         continue;
       }
       Node net;
@@ -313,6 +314,10 @@ void writeDevice(const System& sys, int id, XmlNode& parent, const std::vector<s
         XmlNode nic = n.sub;
         writeNic(sys, id, nic, kids);
         if (!nic.attrs().empty() || !nic.children().empty()) el.addChild(std::move(nic));
+        // PCI devices listed below the NIC's own <pci> element.
+        for (int c : kids[static_cast<size_t>(id)]) {
+          if (sys.node(c).type != NodeType::kNet) writeDevice(sys, c, el, kids);
+        }
         for (const XmlNode& x : n.extra) el.addChild(x);
       }
       break;

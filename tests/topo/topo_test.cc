@@ -164,6 +164,36 @@ TEST(TopoTest, AzureStyleFileWithoutGpuElements) {
   EXPECT_EQ(systemFromXml(parseXml(dump)).gpuCount(), 2);
 }
 
+TEST(TopoTest, DumpKeepsEveryElementWhereTheFileHadIt) {
+  // Found by topo_xml_fuzz: a <pci> written inside <nic> was moved up beside it by the
+  // dump, where loading the dump back made it a GPU; a GPU below a NIC's <pci> was lost.
+  const char* xml = R"(<system version="1">
+  <cpu numaid="0" affinity="0000ffff" arch="x86_64" vendor="AuthenticAMD" familyid="25" modelid="1">
+    <pci busid="0000:41:00.0" class="0x020700" link_speed="16.0 GT/s PCIe" link_width="16">
+      <nic>
+        <net name="mlx5_0" dev="0" speed="200000" port="1" gdr="0"/>
+        <pci busid="0000:af:00.0" class="0x030200"/>
+      </nic>
+      <pci busid="0000:42:00.0" class="0x030200" link_speed="16.0 GT/s PCIe" link_width="16"/>
+    </pci>
+    <nic>
+      <net name="eth0" dev="1" speed="10000"/>
+      <pci busid="0000:b0:00.0" class="0x030200"/>
+    </nic>
+  </cpu>
+</system>)";
+  System s = systemFromXml(parseXml(xml));
+  EXPECT_EQ(s.gpuCount(), 1);  // only the one below the NIC's <pci>; those inside <nic> are not devices
+  EXPECT_EQ(s.netCount(), 2);
+  const std::string dump = writeXml(systemToXml(s));
+  EXPECT_NE(dump.find("0000:af:00.0"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("0000:b0:00.0"), std::string::npos) << dump;
+  System again = systemFromXml(parseXml(dump));
+  EXPECT_EQ(again.gpuCount(), 1) << dump;
+  EXPECT_EQ(again.netCount(), 2) << dump;
+  EXPECT_EQ(writeXml(systemToXml(again)), dump);
+}
+
 TEST(TopoTest, DumpRoundTripsEveryFixture) {
   for (const char* f : {"dgx_h100.xml", "dgx_a100.xml", "pcie8_2socket.xml", "workstation_2gpu.xml", "cpu_only.xml"}) {
     SCOPED_TRACE(f);
