@@ -19,8 +19,8 @@ Cases:
   bad-ifname   NCCL_SOCKET_IFNAME naming no interface: every rank fails with a message
   default-ifname  1 + 2 without NCCL_SOCKET_IFNAME: the default choice (not lo) must work
   partition    2 x 2, host 1's link set down mid all-reduce: every rank errors by LOOM_TIMEOUT
-  partition-default  the same without configuration: every rank errors within 60 s
-               (LOOM_SOCKET_TIMEOUT's keepalive / TCP_USER_TIMEOUT, 30 s)
+  partition-default  the same without configuration: every rank errors within 15 s
+               (LOOM_SOCKET_TIMEOUT's keepalive / TCP_USER_TIMEOUT, 10 s)
 
 Exit status: 0 pass, 1 fail, 77 skipped (only with LOOM_SKIP_NETNS=1). Without root, or
 where namespaces cannot be made, the suite fails: CI runs as root and must not pass by
@@ -40,7 +40,8 @@ import fabric  # noqa: E402
 PORT = 29500
 RUN_TIMEOUT = 120     # seconds for one run of all ranks: a hang fails, it does not block CI
 KILL_NOTICE = 60      # seconds the survivors get to report the dead rank
-PARTITION_TIMEOUT = "10"  # LOOM_TIMEOUT for the partition case
+SILENT_NOTICE = 15    # ... a silent host, with no configuration (LOOM_SOCKET_TIMEOUT: 10 s)
+PARTITION_TIMEOUT = "5"   # LOOM_TIMEOUT for the partition case (the socket time-out set longer)
 failures = []
 
 
@@ -244,10 +245,11 @@ def case_hostid(fab, binary, placement, workdir):
         fail("with one LOOM_HOSTID every connection should be shm, saw %s" % sorted(kinds))
 
 
-def case_failure(fab, binary, placement, workdir, inject, victims=(), env=None, expect=None):
+def case_failure(fab, binary, placement, workdir, inject, victims=(), env=None, expect=None,
+                 notice=KILL_NOTICE):
     """Ranks loop on all-reduces; once all are into the loop (so the failure lands
     mid-collective), `inject` breaks something; every rank but `victims` must then return
-    an error (whose message contains `expect`, if given) within KILL_NOTICE seconds."""
+    an error (whose message contains `expect`, if given) within `notice` seconds."""
     job = Job(fab, binary, placement, workdir, mode="loop", env=env)
     n = len(placement)
     survivors = [r for r in range(n) if r not in victims]
@@ -262,7 +264,7 @@ def case_failure(fab, binary, placement, workdir, inject, victims=(), env=None, 
         print(inject(job), flush=True)
         broken = time.monotonic()
         noticed = {}
-        while len(noticed) < len(survivors) and time.monotonic() - broken < KILL_NOTICE:
+        while len(noticed) < len(survivors) and time.monotonic() - broken < notice:
             for r in survivors:
                 if r not in noticed and "ERROR" in job.text(r):
                     noticed[r] = time.monotonic() - broken
@@ -271,7 +273,7 @@ def case_failure(fab, binary, placement, workdir, inject, victims=(), env=None, 
             line = next((l for l in job.text(r).splitlines() if "ERROR" in l), None)
             if r not in noticed:
                 fail("rank %d (host %d) reported no error %d s after the failure (hang)"
-                     % (r, placement[r], KILL_NOTICE))
+                     % (r, placement[r], notice))
                 continue
             print("rank %d (host %d) failed after %.2f s: %s" % (r, placement[r], noticed[r], line))
             if expect and expect not in line:
@@ -299,17 +301,18 @@ def case_partition(fab, binary, placement, workdir):
     def unplug(job):
         fabric._ip("-n", fab.hosts[1], "link", "set", fabric.IFNAME, "down")
         return "unplugged host 1 (LOOM_TIMEOUT=%s)" % PARTITION_TIMEOUT
-    case_failure(fab, binary, placement, workdir, unplug, env={"LOOM_TIMEOUT": PARTITION_TIMEOUT},
+    case_failure(fab, binary, placement, workdir, unplug,
+                 env={"LOOM_TIMEOUT": PARTITION_TIMEOUT, "LOOM_SOCKET_TIMEOUT": "60"},
                  expect="LOOM_TIMEOUT")
 
 
 def case_partition_default(fab, binary, placement, workdir):
     # The same with no configuration at all: TCP keepalive and TCP_USER_TIMEOUT
-    # (LOOM_SOCKET_TIMEOUT, 30 s) find the silent peer, well before LOOM_TIMEOUT's 30 min.
+    # (LOOM_SOCKET_TIMEOUT, 10 s) find the silent peer, well before LOOM_TIMEOUT's 30 min.
     def unplug(job):
         fabric._ip("-n", fab.hosts[1], "link", "set", fabric.IFNAME, "down")
         return "unplugged host 1 (no time-out configured)"
-    case_failure(fab, binary, placement, workdir, unplug)
+    case_failure(fab, binary, placement, workdir, unplug, notice=SILENT_NOTICE)
 
 
 def case_bad_ifname(fab, binary, placement, workdir):
