@@ -172,13 +172,28 @@ std::vector<int> rail(const HostLayout& l, int j) {
   return g;
 }
 
-// The blocks (B bytes each, in rank order in the buffer) of every host's local rank k, in
-// host order; written at the same place, or packed at h * B when `packed`.
-Piece railBlocks(const HostLayout& l, int k, size_t B, bool packed) {
+// Rails for collectives on per-rank blocks: local rank o of a host belongs to rail o % R,
+// and that rail's rank (local o % R) carries o's block across hosts. Every rail has a
+// rank on every host; with the same number of ranks everywhere each carries one block.
+// The blocks of host h's rail-k ranks, in rank order: where they sit in a buffer of
+// B-byte blocks in rank order (src) and where they go (dst: packed from `packedAt` in
+// steps of B, or the same place when packedAt < 0).
+Piece railGroupBlocks(const HostLayout& l, int h, int k, size_t B, long packedAt) {
+  const int R = l.minLocal();
+  Piece p;
+  for (size_t o = k; o < l.hosts[h].size(); o += R) {
+    size_t at = l.hosts[h][o] * B;
+    p.push_back({at, packedAt < 0 ? at : packedAt + p.size() * B, B});
+  }
+  return p;
+}
+
+// Rail k's blocks on every host, in host order (what local rank k sums or gathers).
+Piece railAllBlocks(const HostLayout& l, int k, size_t B, bool packed) {
   Piece p;
   for (int h = 0; h < l.nhosts(); ++h) {
-    size_t at = l.hosts[h][k] * B;
-    p.push_back({at, packed ? h * B : at, B});
+    Piece q = railGroupBlocks(l, h, k, B, packed ? static_cast<long>(p.size() * B) : -1);
+    p.insert(p.end(), q.begin(), q.end());
   }
   return p;
 }
@@ -188,6 +203,14 @@ void checkLayout(const HostLayout& l, bool needEven) {
     LOOM_THROW(kInternalError, "hierarchical: bad host layout");
   if (needEven && !l.even())
     LOOM_THROW(kInternalError, "hierarchical: this collective needs the same ranks on every host");
+}
+
+// Where the root sits: (host, local index).
+std::pair<int, int> locate(const HostLayout& l, int root) {
+  for (int h = 0; h < l.nhosts(); ++h)
+    for (size_t i = 0; i < l.hosts[h].size(); ++i)
+      if (l.hosts[h][i] == root) return {h, static_cast<int>(i)};
+  LOOM_THROW(kInternalError, "hierarchical: root %d is on no host", root);
 }
 
 }  // namespace
@@ -227,41 +250,195 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
 }
 
 Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
-  checkLayout(l, true);
+  checkLayout(l, false);
   Plan plan = start(Collective::kReduceScatter);
   PlanBuilder b(plan.channels[0], -1, -1);
   const size_t B = count * elt;
-  const int N = l.nhosts();
-  SubRing host{l.hosts[l.host], l.local};
-  // Local rank k first sums, over its host, the blocks of every host's local rank k into
-  // scratch (block of host h at h * B); then the rail finishes each block on its owner.
-  plan.scratchBytes = N * B;
-  PieceFn blocks = [&](int k) { return railBlocks(l, k, B, true); };
-  ringReduceScatter(b, host, blocks, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
+  const int R = l.minLocal();
+  const std::vector<int>& mine = l.hosts[l.host];
+  SubRing host{mine, l.local};
+  // 1. Local rank k < R sums, over its host, the blocks of rail k on every host (packed
+  //    into scratch). Local ranks >= R only relay.
+  PieceFn sums = [&](int k) { return k < R ? railAllBlocks(l, k, B, true) : Piece{}; };
+  if (l.local < R) plan.scratchBytes = total(sums(l.local));
+  ringReduceScatter(b, host, sums, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
+  if (l.local >= R) {
+    // 3. (for a rank beyond the rails) its block, finished by its rail's rank.
+    b.setPeers(-1, mine[l.local % R]);
+    if (B) b.add(StepOp::kRecv, {}, recvBuf(0), B, kDstPartial);
+    return plan;
+  }
+  // 2. Each rail finishes every host's blocks of that rail: the block of local rank k
+  //    lands in its receive buffer, the others (hosts with more ranks than R) in scratch.
   std::vector<int> group = rail(l, l.local);
   SubRing net{group, l.host};
-  PieceFn own = [&](int m) { return Piece{{m * B, 0, B}}; };
-  ringReduceScatter(b, net, own, Buf::kScratch, Buf::kRecv, kSrcPartial, 0, chunk);
+  const Piece packed = sums(l.local);
+  const bool direct = mine.size() <= static_cast<size_t>(R);
+  const size_t finals = plan.scratchBytes;
+  PieceFn finish = [&](int m) {
+    // Where host m's rail blocks sit in this rank's packed scratch, and where they end up.
+    Piece p;
+    size_t first = 0;
+    for (int h = 0; h < m; ++h) first += railGroupBlocks(l, h, l.local, B, -1).size();
+    Piece blocks = railGroupBlocks(l, m, l.local, B, -1);
+    for (size_t i = 0; i < blocks.size(); ++i)
+      p.push_back({packed[first + i].dst, direct ? 0 : finals + i * B, B});
+    return p;
+  };
+  Buf out = direct ? Buf::kRecv : Buf::kScratch;
+  if (!direct) plan.scratchBytes += total(finish(l.host));
+  ringReduceScatter(b, net, finish, Buf::kScratch, out, kSrcPartial, 0, chunk);
+  if (!direct && B) {
+    // 3. Hand the finished blocks to their owners on this host.
+    const uint8_t done = kSrcPartial | kDstPartial;
+    b.copy({Buf::kScratch, finals}, recvBuf(0), B, done);
+    for (size_t o = l.local + R, i = 1; o < mine.size(); o += R, ++i) {
+      b.setPeers(mine[o], -1);
+      b.add(StepOp::kSend, {Buf::kScratch, finals + i * B}, {}, B, done);
+    }
+  }
   return plan;
 }
 
 Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
-  checkLayout(l, true);
+  checkLayout(l, false);
   Plan plan = start(Collective::kAllGather);
   PlanBuilder b(plan.channels[0], -1, -1);
   const size_t B = count * elt;
-  const int me = l.hosts[l.host][l.local];
-  b.copy(sendBuf(0), recvBuf(me * B), B);
-  std::vector<int> group = rail(l, l.local);
-  SubRing net{group, l.host};
-  PieceFn railBlock = [&](int m) {
-    size_t off = l.hosts[m][l.local] * B;
-    return Piece{{off, off, B}};
-  };
-  ringAllGather(b, net, railBlock, Buf::kRecv, false, chunk);
-  SubRing host{l.hosts[l.host], l.local};
-  PieceFn blocks = [&](int k) { return railBlocks(l, k, B, false); };
-  ringAllGather(b, host, blocks, Buf::kRecv, true, chunk);
+  const int R = l.minLocal();
+  const std::vector<int>& mine = l.hosts[l.host];
+  const int me = mine[l.local];
+  const uint8_t f = kSrcPartial | kDstPartial;
+  // 1. Every block into place; a rank beyond the rails also hands its block to its rail.
+  if (l.local < R) {
+    b.copy(sendBuf(0), recvBuf(me * B), B, f);
+    for (size_t o = l.local + R; o < mine.size(); o += R) {
+      b.setPeers(-1, mine[o]);
+      if (B) b.add(StepOp::kRecv, {}, recvBuf(mine[o] * B), B, f);
+    }
+    // 2. Each rail gathers its blocks of every host.
+    std::vector<int> group = rail(l, l.local);
+    SubRing net{group, l.host};
+    PieceFn railPiece = [&](int m) { return railGroupBlocks(l, m, l.local, B, -1); };
+    ringAllGather(b, net, railPiece, Buf::kRecv, false, chunk);
+  } else {
+    b.setPeers(mine[l.local % R], -1);
+    if (B) b.add(StepOp::kSend, sendBuf(0), recvBuf(me * B), B, f);
+    else b.copy(sendBuf(0), recvBuf(me * B), B, f);
+  }
+  // 3. Within the host, each rail's rank passes on what its rail gathered.
+  SubRing host{mine, l.local};
+  PieceFn gathered = [&](int k) { return k < R ? railAllBlocks(l, k, B, false) : Piece{}; };
+  ringAllGather(b, host, gathered, Buf::kRecv, true, chunk);
+  return plan;
+}
+
+Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
+  checkLayout(l, false);
+  Plan plan = start(Collective::kBroadcast);
+  const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
+  plan.channels.resize(channels);
+  const int R = l.minLocal(), N = l.nhosts();
+  const auto [rootHost, rootLocal] = locate(l, root);
+  const std::vector<int>& mine = l.hosts[l.host];
+  const int me = mine[l.local];
+  const int dist = (l.host - rootHost + N) % N;  // hosts after the root's along the chains
+  const uint8_t f = kSrcPartial | kDstPartial;
+  // The root gathers its host's parts in scratch (not in its receive buffer, which peers
+  // read from while the parts it already holds would be written again).
+  SubRing host{mine, l.local};
+  const bool gatherAtRoot = me == root && host.size() > 1;
+  if (gatherAtRoot) plan.scratchBytes = count * elt;
+  for (int c = 0; c < channels; ++c) {
+    PlanBuilder b(plan.channels[c], -1, -1);
+    b.setConn(c);
+    const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
+    const size_t base = lo * elt, bytes = (hi - lo) * elt;
+    auto partOf = [&](int k) { return part(base, bytes, elt, R, k); };
+    if (me == root) b.copy({Buf::kSend, base}, recvBuf(base), bytes, f);
+    // 1-2. Part k goes down a chain: root -> local rank k of the root's host (when that is
+    //      not the root) -> local rank k of each following host.
+    auto member = [&](int d, int k) { return l.hosts[(rootHost + d) % N][k]; };
+    const size_t longestPart = partOf(R - 1).len;
+    for (size_t cb = 0; cb < longestPart; cb += chunk) {
+      for (int k = 0; k < R; ++k) {
+        Piece s = slice(Piece{partOf(k)}, cb, chunk);
+        if (s.empty()) continue;
+        const Seg& g = s[0];
+        const int relay = member(0, k);
+        if (me == root) {
+          const int to = relay != root ? relay : N > 1 ? member(1, k) : -1;
+          if (to < 0) continue;
+          b.setPeers(to, -1);
+          b.add(StepOp::kSend, {Buf::kSend, g.src}, {}, g.len, f | kShare);
+        } else if (k == l.local) {
+          const int from = dist == 0 ? root : dist == 1 ? relay : member(dist - 1, k);
+          const int to = dist == N - 1 ? -1 : member(dist + 1, k);
+          b.setPeers(to, from);
+          if (to < 0) b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, f);
+          else b.add(StepOp::kRecvCopySend, {}, recvBuf(g.dst), g.len, f | kShare);
+        }
+      }
+    }
+    // 3. Every host all-gathers the parts its rails brought.
+    PieceFn owned = [&](int k) { return k < R ? Piece{partOf(k)} : Piece{}; };
+    if (gatherAtRoot && l.local < R) {
+      const Seg own = partOf(l.local);
+      b.copy({Buf::kSend, own.src}, {Buf::kScratch, own.dst}, own.len, f);
+    }
+    ringAllGather(b, host, owned, gatherAtRoot ? Buf::kScratch : Buf::kRecv, true, chunk);
+  }
+  return plan;
+}
+
+Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
+  checkLayout(l, false);
+  Plan plan = start(Collective::kReduce);
+  const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
+  plan.channels.resize(channels);
+  const int R = l.minLocal(), N = l.nhosts();
+  const auto [rootHost, rootLocal] = locate(l, root);
+  const std::vector<int>& mine = l.hosts[l.host];
+  const int me = mine[l.local];
+  const int dist = (l.host - rootHost + N) % N;
+  SubRing host{mine, l.local};
+  const bool alone = host.size() == 1;
+  if (!alone) plan.scratchBytes = count * elt;
+  for (int c = 0; c < channels; ++c) {
+    PlanBuilder b(plan.channels[c], -1, -1);
+    b.setConn(c);
+    const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
+    const size_t base = lo * elt, bytes = (hi - lo) * elt;
+    auto partOf = [&](int k) { return part(base, bytes, elt, R, k); };
+    // 1. Local rank k < R sums part k over its host (in scratch).
+    PieceFn owned = [&](int k) { return k < R ? Piece{partOf(k)} : Piece{}; };
+    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
+    // 2. Part k goes up a chain: local rank k of the host after the root's, of the next,
+    //    ..., of the root's host, and on to the root when that is another rank.
+    const Buf src = alone ? Buf::kSend : Buf::kScratch;
+    const uint8_t sf = alone ? 0 : kSrcPartial;
+    auto member = [&](int d, int k) { return l.hosts[(rootHost + d) % N][k]; };
+    const size_t longestPart = partOf(R - 1).len;
+    for (size_t cb = 0; cb < longestPart; cb += chunk) {
+      for (int k = 0; k < R; ++k) {
+        Piece s = slice(Piece{partOf(k)}, cb, chunk);
+        if (s.empty()) continue;
+        const Seg& g = s[0];
+        const int relay = member(0, k);
+        if (k == l.local) {
+          const int to = dist == 0 ? (me == root ? -1 : root) : member((dist + 1) % N, k);
+          const int from = dist == 1 || (dist == 0 && N == 1) ? -1 : member((dist + N - 1) % N, k);
+          b.setPeers(to, from);
+          const StepOp op = from < 0 ? (to < 0 ? StepOp::kCopy : StepOp::kSend)
+                                     : (to < 0 ? StepOp::kRecvReduceCopy : StepOp::kRecvReduceSend);
+          b.add(op, {src, g.src}, to < 0 ? recvBuf(g.dst) : BufRef{}, g.len, sf);
+        } else if (me == root && relay != root) {
+          b.setPeers(-1, relay);
+          b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, 0);
+        }
+      }
+    }
+  }
   return plan;
 }
 

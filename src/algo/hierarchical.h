@@ -8,9 +8,16 @@
 //                  buffer is cut into R = min(ranks per host) parts, local rank j < R owns
 //                  part j, and local ranks >= R only relay inside their host.
 //   ReduceScatter  intra-host reduce-scatter of every rail's blocks -> inter-host
-//                  reduce-scatter per rail (same number of ranks on every host).
-//   AllGather      inter-host all-gather per rail -> intra-host all-gather (same number
-//                  of ranks on every host).
+//                  reduce-scatter per rail. Local rank o's block travels on rail o % R,
+//                  so on hosts with more than R ranks a rail rank finishes several blocks
+//                  and hands them to their owners.
+//   AllGather      the mirror: blocks of ranks beyond R go to their rail's rank ->
+//                  inter-host all-gather per rail -> intra-host all-gather.
+//   Broadcast      part k of R goes from the root to local rank k of its host and down a
+//                  chain of hosts along rail k -> intra-host all-gather.
+//   Reduce         intra-host reduce-scatter -> part k up a chain of hosts along rail k to
+//                  the root's host, and on to the root.
+// Every rail carries 1/R of the data, so hosts with one NIC per rail use all of them.
 #pragma once
 
 #include <cstddef>
@@ -38,5 +45,9 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t eltSize, si
 Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t eltSize,
                                size_t chunkBytes);
 Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t eltSize, size_t chunkBytes);
+Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t eltSize,
+                           size_t chunkBytes);
+Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t eltSize,
+                        size_t chunkBytes);
 
 }  // namespace loom

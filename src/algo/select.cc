@@ -90,10 +90,9 @@ bool canServe(Algorithm algo, const CollRequest& req, const PlanContext& ctx) {
       }
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-      return algo == Algorithm::kRing ||
-             (algo == Algorithm::kHierarchical && multiHost && ctx.layout.even());
     case Collective::kBroadcast:
-    case Collective::kReduce: return algo == Algorithm::kRing;
+    case Collective::kReduce:
+      return algo == Algorithm::kRing || (algo == Algorithm::kHierarchical && multiHost);
     default: return algo == Algorithm::kDirect;
   }
 }
@@ -148,6 +147,8 @@ Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
       case Collective::kAllReduce: return hierarchicalAllReduce(ctx.layout, n, e, half);
       case Collective::kAllGather: return hierarchicalAllGather(ctx.layout, n, e, half);
       case Collective::kReduceScatter: return hierarchicalReduceScatter(ctx.layout, n, e, half);
+      case Collective::kBroadcast: return hierarchicalBroadcast(ctx.layout, req.root, n, e, half);
+      case Collective::kReduce: return hierarchicalReduce(ctx.layout, req.root, n, e, half);
       default: break;
     }
   }

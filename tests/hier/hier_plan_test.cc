@@ -1,6 +1,6 @@
 // The hierarchical plans of every rank, run together by a small interpreter (unbounded
 // in-order queues between ranks, integer-valued doubles summed exactly): each layout of
-// hosts, even or not, and each count must produce the collective's exact result, with
+// hosts, even or not, each count and each root must produce the collective's exact result, with
 // both ends of every message agreeing on its size and no rank left waiting.
 #include <gtest/gtest.h>
 
@@ -148,17 +148,8 @@ TEST(HierPlan, AllReduceEveryLayout) {
     }
 }
 
-bool even(const std::vector<int>& hostOf) {
-  std::map<int, int> sizes;
-  for (int h : hostOf) ++sizes[h];
-  for (const auto& [h, s] : sizes)
-    if (s != sizes.begin()->second) return false;
-  return true;
-}
-
-TEST(HierPlan, ReduceScatterAndAllGatherEvenLayouts) {
+TEST(HierPlan, ReduceScatterAndAllGatherEveryLayout) {
   for (const auto& hostOf : kLayouts) {
-    if (!even(hostOf)) continue;
     for (size_t count : kCounts) {
       int n = static_cast<int>(hostOf.size());
       std::vector<RankState> rs(n), ag(n);
@@ -173,6 +164,7 @@ TEST(HierPlan, ReduceScatterAndAllGatherEvenLayouts) {
         ag[r].send.resize(count);
         for (size_t i = 0; i < count; ++i) ag[r].send[i] = input(r, i);
         ag[r].recv.assign(count * n, -1);
+        ag[r].scratch.resize(ag[r].plan.scratchBytes / sizeof(double));
       }
       ASSERT_EQ(run(rs), "") << "reduce-scatter, " << n << " ranks, count " << count;
       ASSERT_EQ(run(ag), "") << "all-gather, " << n << " ranks, count " << count;
@@ -180,12 +172,50 @@ TEST(HierPlan, ReduceScatterAndAllGatherEvenLayouts) {
         for (size_t i = 0; i < count; ++i) {
           double want = 0;
           for (int q = 0; q < n; ++q) want += input(q, r * count + i);
-          ASSERT_EQ(rs[r].recv[i], want) << "reduce-scatter rank " << r << " element " << i;
+          ASSERT_EQ(rs[r].recv[i], want) << "reduce-scatter rank " << r << " element " << i << ", " << n << " ranks";
           for (int q = 0; q < n; ++q)
-            ASSERT_EQ(ag[r].recv[q * count + i], input(q, i)) << "all-gather rank " << r << " block " << q;
+            ASSERT_EQ(ag[r].recv[q * count + i], input(q, i)) << "all-gather rank " << r << " block " << q << ", " << n << " ranks";
         }
     }
   }
+}
+
+// Broadcast and reduce from every root: non-roots' unused buffers are never read or written.
+TEST(HierPlan, BroadcastAndReduceEveryLayoutAndRoot) {
+  for (const auto& hostOf : kLayouts)
+    for (size_t count : kCounts) {
+      int n = static_cast<int>(hostOf.size());
+      for (int root = 0; root < n; ++root) {
+        std::vector<RankState> bc(n), rd(n);
+        for (int r = 0; r < n; ++r) {
+          HostLayout l = layoutOf(hostOf, r);
+          bc[r].plan = hierarchicalBroadcast(l, root, count, sizeof(double), kChunk);
+          bc[r].send.assign(count, -7);
+          bc[r].recv.assign(count, -1);
+          bc[r].scratch.resize(bc[r].plan.scratchBytes / sizeof(double));
+          rd[r].plan = hierarchicalReduce(l, root, count, sizeof(double), kChunk);
+          rd[r].send.resize(count);
+          rd[r].recv.assign(count, -1);
+          rd[r].scratch.resize(rd[r].plan.scratchBytes / sizeof(double));
+          for (size_t i = 0; i < count; ++i) {
+            if (r == root) bc[r].send[i] = input(r, i);
+            rd[r].send[i] = input(r, i);
+          }
+          ASSERT_FALSE(channelsShareAConnection(bc[r].plan));
+          ASSERT_FALSE(channelsShareAConnection(rd[r].plan));
+        }
+        ASSERT_EQ(run(bc), "") << "broadcast, " << n << " ranks, root " << root << ", count " << count;
+        ASSERT_EQ(run(rd), "") << "reduce, " << n << " ranks, root " << root << ", count " << count;
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(bc[r].recv[i], input(root, i)) << "broadcast rank " << r << " root " << root << " of " << n;
+            double want = 0;
+            for (int q = 0; q < n; ++q) want += input(q, i);
+            ASSERT_EQ(rd[r].recv[i], r == root ? want : -1)
+                << "reduce rank " << r << " root " << root << " of " << n << " element " << i;
+          }
+      }
+    }
 }
 
 // Each host sends 2(N-1)/N of the buffer over the network for an all-reduce, split over

@@ -32,6 +32,7 @@ std::vector<HierConfig> configs() {
       {"uneven_2_1_3_hier", {"a", "a", "b", "c", "c", "c"}, "hierarchical"},
       {"uneven_3_1_default", {"a", "b", "a", "a"}, nullptr},
       {"3x2_hier", {"a", "a", "b", "b", "c", "c"}, "hierarchical"},
+      {"uneven_3_2_interleaved_hier", {"a", "b", "a", "b", "a"}, "hierarchical"},
   };
 }
 
@@ -64,6 +65,23 @@ std::string checkTuner(ncclComm_t comm) {
   return "";
 }
 
+// With NCCL_ALGO=hierarchical every collective that has a hierarchical composition must
+// run it: otherwise the matrix would silently test the flat ring.
+std::string checkForced(ncclComm_t comm) {
+  const loom::PlanContext& ctx = comm->core->planContext();
+  for (loom::Collective coll : {loom::Collective::kAllReduce, loom::Collective::kAllGather,
+                                loom::Collective::kReduceScatter, loom::Collective::kBroadcast,
+                                loom::Collective::kReduce})
+    for (size_t bytes : {size_t{8}, size_t{1} << 20, size_t{64} << 20}) {
+      loom::CollRequest req{coll, bytes / 4, 4, 1};
+      loom::Algorithm got = loom::selectAlgorithm(req, ctx);
+      if (got != loom::Algorithm::kHierarchical)
+        return std::string("NCCL_ALGO=hierarchical, yet ") + loom::collectiveName(coll) + " of " +
+               std::to_string(bytes) + " bytes runs " + loom::algorithmName(got);
+    }
+  return "";
+}
+
 class Hier : public testing::TestWithParam<HierConfig> {};
 
 TEST_P(Hier, EveryCase) {
@@ -80,6 +98,7 @@ TEST_P(Hier, EveryCase) {
       [&](int rank, int nranks, ncclComm_t comm) {
         std::string err = checkLayout(cfg, rank, comm);
         if (err.empty() && !cfg.algo) err = checkTuner(comm);
+        if (err.empty() && cfg.algo && std::string(cfg.algo) == "hierarchical") err = checkForced(comm);
         if (err.empty()) err = runCases(rank, nranks, comm, Algo::kDefault, cases);
         return err;
       },
