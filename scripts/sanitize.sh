@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Sanitizer runs of the multi-rank suites (issue 6, item 6). Builds only what they need
-# (Loom's internals and core_test, chaos_test, fault_test: no CUDA kernels, benchmarks,
-# tools or fuzzers) into a build directory of its own, runs the tests, and fails on any
-# test failure or sanitizer report. The last line is a summary. scripts/test.sh runs both
-# kinds; on 2 cores each takes about 4 minutes from a cold build.
+# (Loom's internals and core_test, chaos_test, fault_test, hier_test: no CUDA kernels,
+# benchmarks, tools or fuzzers) into a build directory of its own, runs the tests, and
+# fails on any test failure or sanitizer report. The last line is a summary.
+# scripts/test.sh runs both kinds; on 2 cores each takes about 4 minutes from a cold build.
 #
 #   scripts/sanitize.sh                           ASan + UBSan: every core_test test but
-#                                                 one, chaos_test (50 trials), fault_test
+#                                                 one, chaos_test (50 trials), fault_test,
+#                                                 hier_test (processes posing as hosts)
 #   LOOM_SANITIZER=thread scripts/sanitize.sh     ThreadSanitizer: core_test with ranks as
 #                                                 threads (TSan does not follow fork())
 #   LOOM_SANITIZE_SUBSET=quick|ci|full            how much to run (default ci; full adds
@@ -19,7 +20,7 @@ kind="${LOOM_SANITIZER:-address}"
 subset="${LOOM_SANITIZE_SUBSET:-ci}"
 case "$kind" in
   address) flags=address,undefined; name="asan+ubsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-asan}"
-    targets=(core_test chaos_test fault_test) ;;
+    targets=(core_test chaos_test fault_test hier_test) ;;
   thread) flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
     targets=(core_test) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
@@ -58,6 +59,7 @@ if [ "$kind" = address ]; then
   # inside malloc inherits ASan's allocator lock held (GCC 12's ASan is not fork-safe).
   core_filter='*:-CoreBootstrap.HostileClientsDuringRendezvous'
   fault_filter='*'
+  hier_filter='*'
   chaos_trials=50
   fault_chaos_trials=20
 else
@@ -69,6 +71,7 @@ else
   # The fault and chaos suites fork their ranks: TSan does not follow a fork of a
   # threaded process (its children may not start threads), so they stay out.
   fault_filter=''
+  hier_filter=''
   chaos_trials=0
   fault_chaos_trials=0
 fi
@@ -77,6 +80,7 @@ case "$subset" in
     core_filter='Core/AllReduceTest.FloatSumOneMebiElements/*_4_*:Core/CollectivesTest.*/threads_3_*:CoreErrors*.*'
     [ "$kind" = thread ] && core_filter='Core/CollectivesTest.*/threads_3_*:Core/AllReduceTest.CountZero/threads_*'
     [ -n "$fault_filter" ] && fault_filter='Fault/AbortTest.*:Fault/ShrinkTest.*:Fault/HostileTest.*'
+    [ -n "$hier_filter" ] && hier_filter='HierPlan.*'
     [ "$chaos_trials" -gt 0 ] && chaos_trials=5 && fault_chaos_trials=3 ;;
   full)
     core_filter='*:-CoreBootstrap.HostileClientsDuringRendezvous'
@@ -118,6 +122,10 @@ fi
 if [ -n "$fault_filter" ]; then
   LOOM_FAULT_CHAOS_TRIALS=$fault_chaos_trials run fault_test "$build/tests/fault/fault_test" \
     --gtest_filter="$fault_filter"
+fi
+
+if [ -n "$hier_filter" ]; then
+  run hier_test "$build/tests/hier/hier_test" --gtest_filter="$hier_filter"
 fi
 
 if [ ${#failed[@]} -ne 0 ]; then

@@ -158,7 +158,7 @@ inline uint64_t hashBytes(const uint8_t* p, size_t bytes) {
 // The bytes at p must still equal `orig` (inputs, and buffers a rank must not write).
 inline std::string checkUnchanged(const char* what, ncclDataType_t t, const uint8_t* p,
                                   const uint8_t* orig, size_t bytes) {
-  if (memcmp(p, orig, bytes) == 0) return "";
+  if (bytes == 0 || memcmp(p, orig, bytes) == 0) return "";
   size_t sz = typeSize(t);
   return checkBits(what, t, p, bytes / sz, [&](size_t j) { return elementAt(orig, j, sz); }) +
          " [must be left untouched]";
