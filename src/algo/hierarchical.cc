@@ -205,11 +205,11 @@ void checkLayout(const HostLayout& l, bool needEven) {
     LOOM_THROW(kInternalError, "hierarchical: this collective needs the same ranks on every host");
 }
 
-// Where the root sits: (host, local index).
-std::pair<int, int> locate(const HostLayout& l, int root) {
+// The host the root is on.
+int hostOf(const HostLayout& l, int root) {
   for (int h = 0; h < l.nhosts(); ++h)
-    for (size_t i = 0; i < l.hosts[h].size(); ++i)
-      if (l.hosts[h][i] == root) return {h, static_cast<int>(i)};
+    for (int r : l.hosts[h])
+      if (r == root) return h;
   LOOM_THROW(kInternalError, "hierarchical: root %d is on no host", root);
 }
 
@@ -339,7 +339,7 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
   const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
   plan.channels.resize(channels);
   const int R = l.minLocal(), N = l.nhosts();
-  const auto [rootHost, rootLocal] = locate(l, root);
+  const int rootHost = hostOf(l, root);
   const std::vector<int>& mine = l.hosts[l.host];
   const int me = mine[l.local];
   const int dist = (l.host - rootHost + N) % N;  // hosts after the root's along the chains
@@ -397,7 +397,7 @@ Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt,
   const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
   plan.channels.resize(channels);
   const int R = l.minLocal(), N = l.nhosts();
-  const auto [rootHost, rootLocal] = locate(l, root);
+  const int rootHost = hostOf(l, root);
   const std::vector<int>& mine = l.hosts[l.host];
   const int me = mine[l.local];
   const int dist = (l.host - rootHost + N) % N;

@@ -1,6 +1,7 @@
 // ncclGroupStart/End and the launch of collected operations.
 #include "api/group.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <thread>
@@ -130,7 +131,6 @@ void launch(const std::vector<OpArgs>& ops) {
       t->transports = &comm->core->transports();
       t->abortFlag = &comm->abortFlag;
       t->revokeFlag = &comm->revoked;
-  t->revokeFlag = &comm->revoked;
       t->rank = comm->rank;
       t->seq = comm->core->nextSeq();
       t->name = collectiveName(op.coll);
@@ -170,6 +170,16 @@ void launch(const std::vector<OpArgs>& ops) {
     for (auto& t : threads) t.join();
     for (auto& e : errors)
       if (e) std::rethrow_exception(e);
+  }
+  // Each communicator's tasks run one after another and share its scratch buffer.
+  for (ncclComm_t comm : comms) {
+    size_t need = 0;
+    for (auto& t : l.tasks)
+      if (t->transports == &comm->core->transports()) need = std::max(need, t->plan->scratchBytes);
+    if (need == 0) continue;
+    void* scratch = comm->core->scratch(need);
+    for (auto& t : l.tasks)
+      if (t->transports == &comm->core->transports()) t->scratch = scratch;
   }
   std::vector<Task*> raw;
   for (auto& t : l.tasks) raw.push_back(t.get());

@@ -136,6 +136,15 @@ void Communicator::connect(const std::vector<TransportManager::ConnKey>& sends,
   transports_->connect(sends, recvs);
 }
 
+void* Communicator::scratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    scratch_.reset();  // the old buffer goes first: both at once could exhaust memory
+    scratch_.reset(new char[bytes]);  // left uninitialized: plans write before they read
+    scratchBytes_ = bytes;
+  }
+  return scratch_.get();
+}
+
 std::string Communicator::initSummary() const {
   return strprintf("rank %d nranks %d host %s pid %d localRanks %d transports [%s]", rank_,
                    nranks_, peers_[rank_].hostname, peers_[rank_].pid, localRanks(),

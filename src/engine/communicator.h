@@ -37,6 +37,10 @@ class Communicator {
   void connect(const std::vector<TransportManager::ConnKey>& sends,
                const std::vector<TransportManager::ConnKey>& recvs);
   uint64_t nextSeq() { return ++seq_; }
+  // Working space for plans (scratchBytes), kept between calls: a fresh buffer per call
+  // would be zeroed and page-faulted in every time. Grows to the largest request; the
+  // tasks of one communicator run one after another, so they can all use it.
+  void* scratch(size_t bytes);
   std::string initSummary() const;
 
  private:
@@ -51,6 +55,8 @@ class Communicator {
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   uint64_t seq_ = 0;
+  std::unique_ptr<char[]> scratch_;
+  size_t scratchBytes_ = 0;
 
   algo::NodeModel tuningModel();
 };
