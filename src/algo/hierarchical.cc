@@ -158,11 +158,17 @@ Seg part(size_t base, size_t bytes, size_t elt, int n, int i) {
   return {base + b * elt, base + b * elt, (e - b) * elt};
 }
 
-Plan start(Collective c) {
+// Large buffers are split over two channels (each on its own connections): while one
+// half crosses the network the other is in its intra-host phases, so the three phases of
+// one half overlap those of the other instead of running one after another.
+constexpr size_t kTwoChannelBytes = 1 << 20;
+
+// An empty plan; with `bytes`, on the channels a buffer of that size gets.
+Plan start(Collective c, size_t bytes = 0) {
   Plan p;
   p.coll = c;
   p.algo = Algorithm::kHierarchical;
-  p.channels.resize(1);
+  p.channels.resize(bytes >= kTwoChannelBytes ? 2 : 1);
   return p;
 }
 
@@ -213,18 +219,45 @@ int hostOf(const HostLayout& l, int root) {
   LOOM_THROW(kInternalError, "hierarchical: root %d is on no host", root);
 }
 
-}  // namespace
+// Channel c of `channels`: its share of count elements, as (byte offset, bytes).
+std::pair<size_t, size_t> channelShare(size_t count, size_t elt, int channels, int c) {
+  const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
+  return {lo * elt, (hi - lo) * elt};
+}
 
-// Large buffers are split over two channels (each on its own connections): while one
-// half crosses the network the other is in its intra-host phases, so the three phases of
-// one half overlap those of the other instead of running one after another.
-constexpr size_t kTwoChannelBytes = 1 << 20;
+// Part k < R of [base, base + bytes) belongs to local rank k; local ranks >= R own nothing.
+PieceFn ownedParts(size_t base, size_t bytes, size_t elt, int R) {
+  return [=](int k) { return k < R ? Piece{part(base, bytes, elt, R, k)} : Piece{}; };
+}
+
+// What broadcast and reduce share: the chain of rail k runs through local rank k of every
+// host, from (broadcast) or to (reduce) the root's host; `dist` is this rank's host's
+// distance after the root's along it.
+struct RootedChains {
+  RootedChains(const HostLayout& layout, int r)
+      : l(layout), root(r), R(l.minLocal()), N(l.nhosts()), rootHost(hostOf(l, r)),
+        me(l.hosts[l.host][l.local]), dist((l.host - rootHost + N) % N) {}
+  int member(int d, int k) const { return l.hosts[(rootHost + d) % N][k]; }
+  const HostLayout& l;
+  int root, R, N, rootHost, me, dist;
+};
+
+// The R parts of [base, base + bytes), chunk by chunk, the parts interleaved (chunk 0 of
+// every part, then chunk 1, ...) so that a rank feeding several chains feeds them all.
+void forEachPartChunk(size_t base, size_t bytes, size_t elt, int R, size_t chunk,
+                      const std::function<void(int k, const Seg& s)>& fn) {
+  const size_t longest = part(base, bytes, elt, R, R - 1).len;
+  for (size_t cb = 0; cb < longest; cb += chunk)
+    for (int k = 0; k < R; ++k)
+      for (const Seg& s : slice(Piece{part(base, bytes, elt, R, k)}, cb, chunk)) fn(k, s);
+}
+
+}  // namespace
 
 Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
   checkLayout(l, false);
-  Plan plan = start(Collective::kAllReduce);
-  const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
-  plan.channels.resize(channels);
+  Plan plan = start(Collective::kAllReduce, count * elt);
+  const int channels = static_cast<int>(plan.channels.size());
   const int R = l.minLocal();
   SubRing host{l.hosts[l.host], l.local};
   // A rank alone on its host has nothing to combine locally: its rail reads the input.
@@ -232,10 +265,8 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
   for (int c = 0; c < channels; ++c) {
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
-    const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
-    const size_t base = lo * elt, bytes = (hi - lo) * elt;
-    // Part k < R of this channel's range belongs to local rank k; local ranks >= R own nothing.
-    PieceFn owned = [&](int k) { return k < R ? Piece{part(base, bytes, elt, R, k)} : Piece{}; };
+    const auto [base, bytes] = channelShare(count, elt, channels, c);
+    const PieceFn owned = ownedParts(base, bytes, elt, R);
     if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, 0, kDstPartial, chunk);
     if (l.local < R) {
       std::vector<int> group = rail(l, l.local);
@@ -335,55 +366,42 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
 
 Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
   checkLayout(l, false);
-  Plan plan = start(Collective::kBroadcast);
-  const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
-  plan.channels.resize(channels);
-  const int R = l.minLocal(), N = l.nhosts();
-  const int rootHost = hostOf(l, root);
-  const std::vector<int>& mine = l.hosts[l.host];
-  const int me = mine[l.local];
-  const int dist = (l.host - rootHost + N) % N;  // hosts after the root's along the chains
+  Plan plan = start(Collective::kBroadcast, count * elt);
+  const int channels = static_cast<int>(plan.channels.size());
+  const RootedChains ch(l, root);
+  const int R = ch.R, me = ch.me, dist = ch.dist;
   const uint8_t f = kSrcPartial | kDstPartial;
   // The root gathers its host's parts in scratch (not in its receive buffer, which peers
   // read from while the parts it already holds would be written again).
-  SubRing host{mine, l.local};
+  SubRing host{l.hosts[l.host], l.local};
   const bool gatherAtRoot = me == root && host.size() > 1;
   if (gatherAtRoot) plan.scratchBytes = count * elt;
   for (int c = 0; c < channels; ++c) {
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
-    const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
-    const size_t base = lo * elt, bytes = (hi - lo) * elt;
-    auto partOf = [&](int k) { return part(base, bytes, elt, R, k); };
+    const auto [base, bytes] = channelShare(count, elt, channels, c);
     if (me == root) b.copy({Buf::kSend, base}, recvBuf(base), bytes, f);
     // 1-2. Part k goes down a chain: root -> local rank k of the root's host (when that is
     //      not the root) -> local rank k of each following host.
-    auto member = [&](int d, int k) { return l.hosts[(rootHost + d) % N][k]; };
-    const size_t longestPart = partOf(R - 1).len;
-    for (size_t cb = 0; cb < longestPart; cb += chunk) {
-      for (int k = 0; k < R; ++k) {
-        Piece s = slice(Piece{partOf(k)}, cb, chunk);
-        if (s.empty()) continue;
-        const Seg& g = s[0];
-        const int relay = member(0, k);
-        if (me == root) {
-          const int to = relay != root ? relay : N > 1 ? member(1, k) : -1;
-          if (to < 0) continue;
-          b.setPeers(to, -1);
-          b.add(StepOp::kSend, {Buf::kSend, g.src}, {}, g.len, f | kShare);
-        } else if (k == l.local) {
-          const int from = dist == 0 ? root : dist == 1 ? relay : member(dist - 1, k);
-          const int to = dist == N - 1 ? -1 : member(dist + 1, k);
-          b.setPeers(to, from);
-          if (to < 0) b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, f);
-          else b.add(StepOp::kRecvCopySend, {}, recvBuf(g.dst), g.len, f | kShare);
-        }
+    forEachPartChunk(base, bytes, elt, R, chunk, [&](int k, const Seg& g) {
+      const int relay = ch.member(0, k);
+      if (me == root) {
+        const int to = relay != root ? relay : ch.N > 1 ? ch.member(1, k) : -1;
+        if (to < 0) return;
+        b.setPeers(to, -1);
+        b.add(StepOp::kSend, {Buf::kSend, g.src}, {}, g.len, f | kShare);
+      } else if (k == l.local) {
+        const int from = dist == 0 ? root : dist == 1 ? relay : ch.member(dist - 1, k);
+        const int to = dist == ch.N - 1 ? -1 : ch.member(dist + 1, k);
+        b.setPeers(to, from);
+        if (to < 0) b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, f);
+        else b.add(StepOp::kRecvCopySend, {}, recvBuf(g.dst), g.len, f | kShare);
       }
-    }
+    });
     // 3. Every host all-gathers the parts its rails brought.
-    PieceFn owned = [&](int k) { return k < R ? Piece{partOf(k)} : Piece{}; };
+    const PieceFn owned = ownedParts(base, bytes, elt, R);
     if (gatherAtRoot && l.local < R) {
-      const Seg own = partOf(l.local);
+      const Seg own = part(base, bytes, elt, R, l.local);
       b.copy({Buf::kSend, own.src}, {Buf::kScratch, own.dst}, own.len, f);
     }
     ringAllGather(b, host, owned, gatherAtRoot ? Buf::kScratch : Buf::kRecv, true, chunk);
@@ -393,51 +411,39 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
 
 Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
   checkLayout(l, false);
-  Plan plan = start(Collective::kReduce);
-  const int channels = count * elt >= kTwoChannelBytes ? 2 : 1;
-  plan.channels.resize(channels);
-  const int R = l.minLocal(), N = l.nhosts();
-  const int rootHost = hostOf(l, root);
-  const std::vector<int>& mine = l.hosts[l.host];
-  const int me = mine[l.local];
-  const int dist = (l.host - rootHost + N) % N;
-  SubRing host{mine, l.local};
+  Plan plan = start(Collective::kReduce, count * elt);
+  const int channels = static_cast<int>(plan.channels.size());
+  const RootedChains ch(l, root);
+  const int R = ch.R, N = ch.N, me = ch.me, dist = ch.dist;
+  SubRing host{l.hosts[l.host], l.local};
   const bool alone = host.size() == 1;
   if (!alone) plan.scratchBytes = count * elt;
+  // A rank alone on its host feeds its chain from its input.
+  const Buf src = alone ? Buf::kSend : Buf::kScratch;
+  const uint8_t sf = alone ? 0 : kSrcPartial;
   for (int c = 0; c < channels; ++c) {
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
-    const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
-    const size_t base = lo * elt, bytes = (hi - lo) * elt;
-    auto partOf = [&](int k) { return part(base, bytes, elt, R, k); };
+    const auto [base, bytes] = channelShare(count, elt, channels, c);
     // 1. Local rank k < R sums part k over its host (in scratch).
-    PieceFn owned = [&](int k) { return k < R ? Piece{partOf(k)} : Piece{}; };
+    const PieceFn owned = ownedParts(base, bytes, elt, R);
     if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
     // 2. Part k goes up a chain: local rank k of the host after the root's, of the next,
     //    ..., of the root's host, and on to the root when that is another rank.
-    const Buf src = alone ? Buf::kSend : Buf::kScratch;
-    const uint8_t sf = alone ? 0 : kSrcPartial;
-    auto member = [&](int d, int k) { return l.hosts[(rootHost + d) % N][k]; };
-    const size_t longestPart = partOf(R - 1).len;
-    for (size_t cb = 0; cb < longestPart; cb += chunk) {
-      for (int k = 0; k < R; ++k) {
-        Piece s = slice(Piece{partOf(k)}, cb, chunk);
-        if (s.empty()) continue;
-        const Seg& g = s[0];
-        const int relay = member(0, k);
-        if (k == l.local) {
-          const int to = dist == 0 ? (me == root ? -1 : root) : member((dist + 1) % N, k);
-          const int from = dist == 1 || (dist == 0 && N == 1) ? -1 : member((dist + N - 1) % N, k);
-          b.setPeers(to, from);
-          const StepOp op = from < 0 ? (to < 0 ? StepOp::kCopy : StepOp::kSend)
-                                     : (to < 0 ? StepOp::kRecvReduceCopy : StepOp::kRecvReduceSend);
-          b.add(op, {src, g.src}, to < 0 ? recvBuf(g.dst) : BufRef{}, g.len, sf);
-        } else if (me == root && relay != root) {
-          b.setPeers(-1, relay);
-          b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, 0);
-        }
+    forEachPartChunk(base, bytes, elt, R, chunk, [&](int k, const Seg& g) {
+      const int relay = ch.member(0, k);
+      if (k == l.local) {
+        const int to = dist == 0 ? (me == root ? -1 : root) : ch.member((dist + 1) % N, k);
+        const int from = dist == 1 || (dist == 0 && N == 1) ? -1 : ch.member((dist + N - 1) % N, k);
+        b.setPeers(to, from);
+        const StepOp op = from < 0 ? (to < 0 ? StepOp::kCopy : StepOp::kSend)
+                                   : (to < 0 ? StepOp::kRecvReduceCopy : StepOp::kRecvReduceSend);
+        b.add(op, {src, g.src}, to < 0 ? recvBuf(g.dst) : BufRef{}, g.len, sf);
+      } else if (me == root && relay != root) {
+        b.setPeers(-1, relay);
+        b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, 0);
       }
-    }
+    });
   }
   return plan;
 }
