@@ -324,7 +324,7 @@ void Socket::setNonBlocking(bool on) const {
 }
 
 namespace {
-IntKnob kSocketTimeout("LOOM_SOCKET_TIMEOUT", "", 10,
+IntKnob kSocketTimeout("LOOM_SOCKET_TIMEOUT", "", 8,
                        "Seconds a TCP peer may stay unreachable (sent data unacknowledged, "
                        "keepalive probes unanswered) before its connection fails: a host that "
                        "crashed or fell off the network sends no reset (0: the kernel's "
