@@ -5,8 +5,8 @@
 # fails on any test failure or sanitizer report. The last line is a summary.
 # scripts/test.sh runs both kinds; on 2 cores each takes about 4 minutes from a cold build.
 #
-#   scripts/sanitize.sh                           ASan + UBSan: every core_test test but
-#                                                 one, chaos_test (50 trials), fault_test,
+#   scripts/sanitize.sh                           ASan + UBSan: every core_test test,
+#                                                 chaos_test (50 trials), fault_test,
 #                                                 hier_test (processes posing as hosts)
 #   LOOM_SANITIZER=thread scripts/sanitize.sh     ThreadSanitizer: core_test with ranks as
 #                                                 threads (TSan does not follow fork())
@@ -54,10 +54,8 @@ if [ "$kind" = address ]; then
   report_re="ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer)|Sanitizer CHECK failed"
   # Every multi-rank test (ranks as threads and as forked processes, shm and TCP, 1-8
   # ranks, every collective and algorithm, errors, bootstrap, transports), then kill, abort,
-  # revoke, shrink, hostile connections and chaos. One test stays out: it forks ranks
-  # while its own junk-client threads run, and a child forked while another thread is
-  # inside malloc inherits ASan's allocator lock held (GCC 12's ASan is not fork-safe).
-  core_filter='*:-CoreBootstrap.HostileClientsDuringRendezvous'
+  # revoke, shrink, hostile connections and chaos.
+  core_filter='*'
   fault_filter='*'
   hier_filter='*'
   chaos_trials=50
@@ -83,7 +81,7 @@ case "$subset" in
     [ -n "$hier_filter" ] && hier_filter='HierPlan.*'
     [ "$chaos_trials" -gt 0 ] && chaos_trials=5 && fault_chaos_trials=3 ;;
   full)
-    core_filter='*:-CoreBootstrap.HostileClientsDuringRendezvous'
+    core_filter='*'
     [ "$kind" = thread ] && core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrors*.*' ;;
 esac
 

@@ -3,10 +3,14 @@
 // without stalling or corrupting the job; a rank holding the wrong secret cannot join.
 #include <nccl.h>
 #include <poll.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -125,10 +129,23 @@ TEST(CoreBootstrap, HostileClientsDuringRendezvous) {
   EnvGuard auth("LOOM_BOOTSTRAP_AUTH_TIMEOUT_MS", "30000");
   const Junk kinds[] = {Junk::kGarbage, Junk::kIdle, Junk::kIdle, Junk::kForgedHello,
                         Junk::kConnectClose, Junk::kHugeClaim, Junk::kGarbage};
-  std::vector<JunkResult> results(std::size(kinds));
-  std::vector<std::thread> junk;
-  for (size_t i = 0; i < std::size(kinds); ++i)
-    junk.emplace_back(runJunk, kinds[i], port, &results[i]);
+  // The junk clients run as threads of a child forked first: the ranks are forked below,
+  // and a fork while this process's own threads run could inherit a held allocator lock
+  // (GCC 12's ASan allocator is not fork-safe). Results come back in shared memory.
+  constexpr size_t kJunk = std::size(kinds);
+  void* shared = mmap(nullptr, sizeof(JunkResult) * kJunk, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  JunkResult* results = new (shared) JunkResult[kJunk];
+  fflush(nullptr);
+  pid_t junkPid = fork();
+  ASSERT_GE(junkPid, 0);
+  if (junkPid == 0) {
+    std::vector<std::thread> junk;
+    for (size_t i = 0; i < kJunk; ++i) junk.emplace_back(runJunk, kinds[i], port, &results[i]);
+    for (auto& t : junk) t.join();
+    _exit(0);
+  }
 
   RankOptions opt;
   opt.timeoutSec = 90;
@@ -150,7 +167,9 @@ TEST(CoreBootstrap, HostileClientsDuringRendezvous) {
                  static_cast<long long>(out[i]));
     return std::string();
   }, opt);
-  for (auto& t : junk) t.join();
+  int junkStatus = 0;
+  ASSERT_EQ(waitpid(junkPid, &junkStatus, 0), junkPid);
+  EXPECT_TRUE(WIFEXITED(junkStatus) && WEXITSTATUS(junkStatus) == 0) << "junk clients' process";
   EXPECT_TRUE(f.empty()) << joinFailures(f);
   for (size_t i = 0; i < std::size(kinds); ++i) {
     EXPECT_TRUE(results[i].connected) << junkName(kinds[i]) << " client #" << i
@@ -164,6 +183,7 @@ TEST(CoreBootstrap, HostileClientsDuringRendezvous) {
       EXPECT_LT(results[i].closedAfter, 1.0) << junkName(kinds[i]) << " client #" << i;
     }
   }
+  munmap(shared, sizeof(JunkResult) * kJunk);
 }
 
 // A process with a unique id that names the job's root but carries another secret (as a
