@@ -60,10 +60,23 @@ algo::NodeModel Communicator::tuningModel() {
   int perHost = planCtx_.layout.minLocal();
   for (const auto& h : planCtx_.layout.hosts) perHost = std::max(perHost, static_cast<int>(h.size()));
   algo::NodeModel node = algo::buildNodeModel(topo::loadLocalSystem(), perHost, true);
-  std::vector<double> netBw(nranks_);
-  netBw[rank_] = node.netBw;
-  bootstrap_->allGather(netBw.data(), sizeof(double));
-  for (double bw : netBw) node.netBw = std::min(node.netBw, bw);
+  // Every rank must rank the algorithms alike, or they would run different plans: the
+  // network is taken to be the slowest any rank reported (ties: the lowest rank's), the
+  // only part of a host-memory model that depends on the host.
+  struct Net {
+    double bw;
+    int rails;
+    int inter;
+  };
+  std::vector<Net> nets(nranks_);
+  nets[rank_] = {node.netBw, node.rails, static_cast<int>(node.inter)};
+  bootstrap_->allGather(nets.data(), sizeof(Net));
+  const Net* slowest = &nets[0];
+  for (const Net& n : nets)
+    if (n.bw < slowest->bw) slowest = &n;
+  node.netBw = slowest->bw;
+  node.rails = slowest->rails;
+  node.inter = static_cast<algo::LinkClass>(slowest->inter);
   return node;
 }
 
@@ -139,6 +152,7 @@ void Communicator::connect(const std::vector<TransportManager::ConnKey>& sends,
 void* Communicator::scratch(size_t bytes) {
   if (bytes > scratchBytes_) {
     scratch_.reset();  // the old buffer goes first: both at once could exhaust memory
+    scratchBytes_ = 0;
     scratch_.reset(new char[bytes]);  // left uninitialized: plans write before they read
     scratchBytes_ = bytes;
   }

@@ -22,6 +22,7 @@ struct HierConfig {
   std::string name;
   std::vector<std::string> hosts;  // LOOM_HOSTID of each rank
   const char* algo;                // NCCL_ALGO, or nullptr for the tuner's choice
+  std::map<std::string, std::string> topoFile = {};  // LOOM_TOPO_FILE per host id, if any
 };
 
 std::vector<HierConfig> configs() {
@@ -33,6 +34,10 @@ std::vector<HierConfig> configs() {
       {"uneven_3_1_default", {"a", "b", "a", "a"}, nullptr},
       {"3x2_hier", {"a", "a", "b", "b", "c", "c"}, "hierarchical"},
       {"uneven_3_2_interleaved_hier", {"a", "b", "a", "b", "a"}, "hierarchical"},
+      // Hosts that describe their networks differently (one sees 200 Gb/s RDMA ports, the
+      // other plain Ethernet) must still rank the algorithms alike.
+      {"hetero_networks_default", {"a", "a", "b", "b"}, nullptr,
+       {{"a", LOOM_TOPO_FIXTURES "/cpu_only.xml"}, {"b", LOOM_TOPO_FIXTURES "/dgx_h100.xml"}}},
   };
 }
 
@@ -82,6 +87,20 @@ std::string checkForced(ncclComm_t comm) {
   return "";
 }
 
+// Every rank must hold the same ranking of algorithms, or ranks would run different plans.
+std::string checkSameRanking(ncclComm_t comm, int nranks) {
+  const auto& ranking = comm->core->planContext().ranking;
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(&ranking);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < sizeof(ranking); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  std::vector<uint64_t> all(nranks);
+  if (ncclAllGather(&h, all.data(), 1, ncclUint64, comm, nullptr) != ncclSuccess)
+    return std::string("all-gather of the ranking hashes: ") + ncclGetLastError(comm);
+  for (int r = 0; r < nranks; ++r)
+    if (all[r] != h) return "rank " + std::to_string(r) + " ranks the algorithms differently";
+  return "";
+}
+
 class Hier : public testing::TestWithParam<HierConfig> {};
 
 TEST_P(Hier, EveryCase) {
@@ -92,12 +111,17 @@ TEST_P(Hier, EveryCase) {
   const std::vector<Case> cases = buildCases({Mode::kProcesses, n, Algo::kDefault, false});
   loomtest::RankOptions opt;
   opt.timeoutSec = 280;
-  opt.beforeInit = [&](int rank) { setenv("LOOM_HOSTID", cfg.hosts[rank].c_str(), 1); };
+  opt.beforeInit = [&](int rank) {
+    setenv("LOOM_HOSTID", cfg.hosts[rank].c_str(), 1);
+    auto topo = cfg.topoFile.find(cfg.hosts[rank]);
+    if (topo != cfg.topoFile.end()) setenv("LOOM_TOPO_FILE", topo->second.c_str(), 1);
+  };
   auto failures = loomtest::runRanks(
       Mode::kProcesses, n,
       [&](int rank, int nranks, ncclComm_t comm) {
         std::string err = checkLayout(cfg, rank, comm);
-        if (err.empty() && !cfg.algo) err = checkTuner(comm);
+        if (err.empty()) err = checkSameRanking(comm, nranks);
+        if (err.empty() && !cfg.algo && cfg.topoFile.empty()) err = checkTuner(comm);
         if (err.empty() && cfg.algo && std::string(cfg.algo) == "hierarchical") err = checkForced(comm);
         if (err.empty()) err = runCases(rank, nranks, comm, Algo::kDefault, cases);
         return err;
