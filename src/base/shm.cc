@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -55,6 +56,22 @@ std::string pidNamespaceTag() {
   return strprintf("%llx", static_cast<unsigned long long>(st.st_ino));
 }
 
+// Whether a process no longer runs: gone, or killed and not yet reaped by its parent
+// (a zombie holds its pid until then, and its peers notice its death before that).
+bool processGone(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = fopen(path, "r");
+  if (!f) return false;
+  char buf[512] = {};
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* close = strrchr(buf, ')');  // "pid (comm) state ...": comm may hold spaces
+  return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
 }  // namespace
 
 int ShmSegment::sweepDead() {
@@ -67,7 +84,7 @@ int ShmSegment::sweepDead() {
     char* end = nullptr;
     long pid = strtol(e->d_name + prefix.size(), &end, 10);
     if (pid <= 0 || !end || *end != '-') continue;
-    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive
+    if (!processGone(static_cast<pid_t>(pid))) continue;
     if (shm_unlink(withSlash(e->d_name).c_str()) == 0) ++removed;
   }
   closedir(d);

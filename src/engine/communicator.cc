@@ -80,8 +80,10 @@ algo::NodeModel Communicator::tuningModel() {
   return node;
 }
 
+// A failed init (a peer died while connections were being set up) may leave behind a
+// name the dead peer created and nobody mapped: sweep once our own segments are gone.
 Communicator::Communicator(const JobId& job, int rank, int nranks,
-                           const std::atomic<bool>* abortFlag)
+                           const std::atomic<bool>* abortFlag) try
     : rank_(rank), nranks_(nranks), abort_(abortFlag) {
   Digest d = sha256(job.secret, sizeof(job.secret));
   memcpy(&commHash_, d.data(), sizeof(commHash_));
@@ -127,6 +129,8 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.loadAlgoFilter();
   planCtx_.loadTuning(tuningModel());
   if (nranks > 1) connect({{ring_.next(), 0}}, {{ring_.prev(), 0}});
+} catch (...) {
+  ShmSegment::sweepDead();
 }
 
 Communicator::~Communicator() {

@@ -1,5 +1,6 @@
 #include "base/shm.h"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +108,33 @@ TEST(ShmSegment, SweepRemovesNamesOfDeadProcessesOnly) {
   EXPECT_GE(ShmSegment::sweepDead(), 1);
   EXPECT_FALSE(exists(orphan));
   EXPECT_TRUE(exists(mine.name()));  // a live process's name stays
+}
+
+// A killed process that its parent has not reaped yet (a zombie) still owns its pid, but
+// its peers see it gone well before the reaping: its names must be swept all the same.
+TEST(ShmSegment, SweepRemovesNamesOfUnreapedDeadProcesses) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    ShmSegment s = ShmSegment::create("zombie", 4096);
+    std::string n = s.name();
+    if (write(fds[1], n.data(), n.size()) < 0) {}
+    raise(SIGKILL);
+  }
+  close(fds[1]);
+  char buf[256];
+  ssize_t len = read(fds[0], buf, sizeof(buf));
+  close(fds[0]);
+  ASSERT_GT(len, 0);
+  std::string orphan(buf, static_cast<size_t>(len));
+  siginfo_t info{};
+  // Wait for the death without reaping: the child stays a zombie.
+  ASSERT_EQ(waitid(P_PID, child, &info, WEXITED | WNOWAIT), 0);
+  ASSERT_TRUE(exists(orphan));
+  EXPECT_GE(ShmSegment::sweepDead(), 1);
+  EXPECT_FALSE(exists(orphan));
+  waitpid(child, nullptr, 0);
 }
 
 TEST(ShmSegment, UnlinkRemovesNameMappingStaysUsable) {
