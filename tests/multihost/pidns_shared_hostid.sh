@@ -9,14 +9,31 @@ tool="$1"
 if [ -n "${LOOM_SKIP_NETNS:-}" ]; then echo "skipped (LOOM_SKIP_NETNS)"; exit 77; fi
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
-port=$((20000 + RANDOM % 20000))
-export LOOM_HOSTID=one-host LOOM_SHM_CMA=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
-       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT LOOM_BOOTSTRAP_TIMEOUT=30
-RANK=0 LOCAL_RANK=0 timeout 60 "$tool" -b 4M -e 4M -c 1 -n 2 -w 1 >"$dir/r0" 2>&1 &
-r0=$!
-RANK=1 LOCAL_RANK=1 timeout 60 unshare --pid --fork --mount-proc \
-  "$tool" -b 4M -e 4M -c 1 -n 2 -w 1 >"$dir/r1" 2>&1 || { cat "$dir/r1"; exit 1; }
-wait "$r0" || { cat "$dir/r0"; exit 1; }
+# Ports below Linux's ephemeral range (32768-60999), where the suite's own outgoing
+# connections cannot be holding them; a port some other program listens on is retried.
+run() {
+  port=$((15000 + RANDOM % 10000))
+  export LOOM_HOSTID=one-host LOOM_SHM_CMA=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WORLD_SIZE=2 \
+         NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT LOOM_BOOTSTRAP_TIMEOUT=30
+  RANK=0 LOCAL_RANK=0 timeout 60 "$tool" -b 4M -e 4M -c 1 -n 2 -w 1 >"$dir/r0" 2>&1 &
+  r0=$!
+  local rc1=0 rc0=0
+  RANK=1 LOCAL_RANK=1 timeout 60 unshare --pid --fork --mount-proc \
+    "$tool" -b 4M -e 4M -c 1 -n 2 -w 1 >"$dir/r1" 2>&1 || rc1=$?
+  wait "$r0" || rc0=$?
+  [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] && return 0
+  if grep -qi "address already in use" "$dir/r0"; then return 2; fi
+  echo "rank 0 (exit $rc0):"; cat "$dir/r0"; echo "rank 1 (exit $rc1):"; cat "$dir/r1"
+  return 1
+}
+for attempt in 1 2 3; do
+  rc=0
+  run || rc=$?
+  [ "$rc" -eq 0 ] && break
+  [ "$rc" -eq 2 ] && { echo "port $port is taken by another program; another port"; continue; }
+  exit 1
+done
+[ "$rc" -eq 0 ] || { echo "no free port in 3 attempts"; exit 1; }
 fail=0
 for r in 0 1; do
   peer=$((1 - r))
