@@ -318,10 +318,9 @@ struct CommQueue {
     bool any = false;
     for (Connection* c : t->transports->active()) any |= c->progress();
     if (runs.empty() && !draining) {
-      if (t->plan->scratchBytes > 0 && !t->scratch) {
-        t->scratchStore.resize(t->plan->scratchBytes);
-        t->scratch = t->scratchStore.data();
-      }
+      if (t->plan->scratchBytes > 0 && !t->scratch)
+        LOOM_THROW(kInternalError, "rank %d: %s #%llu needs %zu bytes of scratch and has none",
+                   t->rank, t->name, static_cast<unsigned long long>(t->seq), t->plan->scratchBytes);
       for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
         runs.push_back(std::make_unique<ChannelRun>(*t, ch));
     }

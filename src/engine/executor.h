@@ -21,8 +21,7 @@ struct Task {
   const Plan* plan = nullptr;
   const void* sendbuf = nullptr;
   void* recvbuf = nullptr;
-  void* scratch = nullptr;  // plan->scratchBytes of working space; allocated if null
-  std::vector<char> scratchStore;
+  void* scratch = nullptr;  // plan->scratchBytes of working space (the communicator's)
   // Per-channel buffer overrides (p2p batches: one channel per operation); empty = use above.
   std::vector<const void*> chanSend;
   std::vector<void*> chanRecv;
