@@ -15,12 +15,6 @@ int HostLayout::minLocal() const {
   return static_cast<int>(m);
 }
 
-bool HostLayout::even() const {
-  for (const auto& h : hosts)
-    if (h.size() != hosts[0].size()) return false;
-  return true;
-}
-
 HostLayout HostLayout::single(int nranks, int rank) {
   HostLayout l;
   l.hosts.resize(1);
@@ -204,11 +198,9 @@ Piece railAllBlocks(const HostLayout& l, int k, size_t B, bool packed) {
   return p;
 }
 
-void checkLayout(const HostLayout& l, bool needEven) {
+void checkLayout(const HostLayout& l) {
   if (l.nhosts() < 1 || l.host >= l.nhosts() || l.local >= static_cast<int>(l.hosts[l.host].size()))
     LOOM_THROW(kInternalError, "hierarchical: bad host layout");
-  if (needEven && !l.even())
-    LOOM_THROW(kInternalError, "hierarchical: this collective needs the same ranks on every host");
 }
 
 // The host the root is on.
@@ -255,7 +247,7 @@ void forEachPartChunk(size_t base, size_t bytes, size_t elt, int R, size_t chunk
 }  // namespace
 
 Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
-  checkLayout(l, false);
+  checkLayout(l);
   Plan plan = start(Collective::kAllReduce, count * elt);
   const int channels = static_cast<int>(plan.channels.size());
   const int R = l.minLocal();
@@ -281,7 +273,7 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
 }
 
 Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
-  checkLayout(l, false);
+  checkLayout(l);
   Plan plan = start(Collective::kReduceScatter);
   PlanBuilder b(plan.channels[0], -1, -1);
   const size_t B = count * elt;
@@ -332,7 +324,7 @@ Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, si
 }
 
 Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
-  checkLayout(l, false);
+  checkLayout(l);
   Plan plan = start(Collective::kAllGather);
   PlanBuilder b(plan.channels[0], -1, -1);
   const size_t B = count * elt;
@@ -365,7 +357,7 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
 }
 
 Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
-  checkLayout(l, false);
+  checkLayout(l);
   Plan plan = start(Collective::kBroadcast, count * elt);
   const int channels = static_cast<int>(plan.channels.size());
   const RootedChains ch(l, root);
@@ -410,7 +402,7 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
 }
 
 Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
-  checkLayout(l, false);
+  checkLayout(l);
   Plan plan = start(Collective::kReduce, count * elt);
   const int channels = static_cast<int>(plan.channels.size());
   const RootedChains ch(l, root);

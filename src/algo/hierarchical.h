@@ -36,7 +36,6 @@ struct HostLayout {
 
   int nhosts() const { return static_cast<int>(hosts.size()); }
   int minLocal() const;      // fewest ranks on one host
-  bool even() const;         // the same number of ranks on every host
   static HostLayout single(int nranks, int rank);
 };
 
