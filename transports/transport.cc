@@ -5,178 +5,121 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <set>
 #include <string>
-#include <tuple>
 
-#include "base/config.h"
 #include "base/error.h"
 #include "base/host.h"
 #include "base/log.h"
-#include "bootstrap/hello_acceptor.h"
-#include "bootstrap/wire.h"
-#include "transports/shm/shm_transport.h"
-#include "transports/socket/socket_transport.h"
 
 namespace loom {
 namespace {
 
-BoolKnob kShmDisable("LOOM_SHM_DISABLE", "NCCL_SHM_DISABLE", false,
-                     "Never use shared memory between ranks of one host (use TCP instead)");
-
 constexpr uint32_t kTagInfo = 0x10000000u;
 constexpr uint32_t kTagAck = 0x20000000u;
-constexpr uint16_t kKindStream = 3;
 
-struct ConnectInfo {
-  uint32_t kind;
-  uint32_t nstreams;
-  uint64_t connId;
-  char shmName[96];
+// The receiver's answer to "how do I reach your end": which transport it chose and that
+// transport's blob. Fixed size, so the bootstrap's length check covers it.
+struct SetupMsg {
+  uint32_t transport;  // index in registry order (the same on every rank: transportSet)
+  uint32_t len;
+  uint8_t blob[kMaxConnBlobBytes];
 };
+
+std::string names(const std::vector<TransportSpec>& specs) {
+  std::string s;
+  for (const auto& t : specs) s += (s.empty() ? "" : ", ") + t.name;
+  return s;
+}
 
 }  // namespace
 
-const char* transportName(TransportKind k) { return k == TransportKind::kShm ? "shm" : "socket"; }
-
-Connection::Connection(int peer, TransportKind kind, const PeerInfo& info)
-    : peer_(peer), kind_(kind), info_(info) {
-  SocketAddr a;
-  memcpy(&a.storage, &info.netAddr, sizeof(a.storage));
-  a.len = info.netAddrLen;
-  desc_ = strprintf("rank %d (%s pid %d, %s) via %s", peer, info.hostname, info.pid,
-                    a.str().c_str(), transportName(kind));
+TransportManager::TransportManager(Bootstrap& bootstrap, FifoShape shape, uint64_t commHash)
+    : bootstrap_(bootstrap),
+      commHash_(commHash),
+      specs_(registeredTransports()),
+      send_(bootstrap.nranks() * kMaxConnsPerPeer),
+      recv_(bootstrap.nranks() * kMaxConnsPerPeer) {
+  if (specs_.size() > static_cast<size_t>(kMaxTransports))
+    LOOM_THROW(kInternalError, "%zu transports registered (%s); a peer info holds %d",
+               specs_.size(), names(specs_).c_str(), kMaxTransports);
+  TransportContext ctx{bootstrap, shape, commHash};
+  for (const TransportSpec& s : specs_) {
+    transports_.push_back(s.make(ctx));
+    if (!transports_.back())
+      LOOM_THROW(kInternalError, "transport '%s': its factory made nothing", s.name.c_str());
+  }
 }
 
-void Connection::readRemote(void*, uint64_t, size_t) const {
-  LOOM_THROW(kInternalError, "%s: transport cannot read remote memory", desc_.c_str());
+TransportManager::~TransportManager() {
+  // Connections refer to their transports (listeners, acceptor threads): they go first.
+  active_.clear();
+  send_.clear();
+  recv_.clear();
 }
 
-struct TransportManager::Impl {
-  Bootstrap& bootstrap;
-  std::vector<PeerInfo> peers;
-  FifoShape shape;
-  Socket listener;
-  std::unique_ptr<HelloAcceptor> acceptor;  // strangers on the listener never block us
-  uint64_t nextConnId = 1;
-  // Authenticated streams that arrived before we looked for them: (from, connId, stream).
-  std::map<std::tuple<int, uint64_t, uint32_t>, Socket> early;
-
-  Impl(Bootstrap& b, const std::vector<PeerInfo>& p, FifoShape s) : bootstrap(b), peers(p), shape(s) {}
-
-  // Accepts streams until the `n` streams of connection `connId` from `from` are here.
-  std::vector<Socket> acceptStreams(int from, uint64_t connId, uint32_t n) {
-    Deadline deadline = Deadline::in(60);
-    int me = bootstrap.rank();
-    if (!acceptor)
-      LOOM_THROW(kInternalError, "rank %d: the transport listener was never adopted", me);
-    auto arrived = [&] {
-      bool all = true;
-      for (uint32_t s = 0; s < n; ++s) all &= early.count({from, connId, s}) > 0;
-      return all;
-    };
-    while (!arrived()) {
-      try {
-        bootstrap.checkPeer(from, "transport setup");  // aborted, or the peer died
-      } catch (const Error&) {
-        // A peer may open its streams, finish its init and exit before we get here: its
-        // streams are then still queued, or their hellos being read. Take those first.
-        while (!arrived() && acceptor->busy()) takeStreams(100);
-        if (!arrived()) throw;
-        break;
-      }
-      if (deadline.expired())
-        LOOM_THROW(kRemoteError,
-                   "rank %d: timed out waiting for rank %d to open its TCP streams to %s", me,
-                   from, listener.localAddr().str().c_str());
-      takeStreams(100);
-    }
-    std::vector<Socket> out;
-    for (uint32_t s = 0; s < n; ++s) {
-      auto it = early.find({from, connId, s});
-      out.push_back(std::move(it->second));
-      early.erase(it);
-    }
-    return out;
-  }
-
-  // Authenticated streams the acceptor has for us, by (rank, connection, stream).
-  void takeStreams(int waitMs) {
-    int me = bootstrap.rank();
-    for (auto& [h, sock] : acceptor->take(waitMs)) {
-      auto key = std::make_tuple(h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff));
-      if (early.count(key)) {
-        LOOM_WARN("rank %d: dropped a second TCP stream claiming to be %llu/%u of rank %d from %s",
-                  me, static_cast<unsigned long long>(h.connId >> 8),
-                  static_cast<unsigned>(h.connId & 0xff), h.fromRank, sock.peer().str().c_str());
-        continue;
-      }
-      early[key] = std::move(sock);
-    }
-  }
-};
-
-TransportManager::TransportManager(Bootstrap& bootstrap, const std::vector<PeerInfo>& peers,
-                                   FifoShape shape)
-    : impl_(std::make_unique<Impl>(bootstrap, peers, shape)),
-      send_(peers.size() * kMaxConnsPerPeer),
-      recv_(peers.size() * kMaxConnsPerPeer) {}
-
-TransportManager::~TransportManager() = default;
-
-PeerInfo TransportManager::localInfo(int rank, uint64_t commHash, const SocketAddr& netAddr) {
+PeerInfo TransportManager::localInfo() const {
   PeerInfo p{};
-  p.rank = rank;
+  p.rank = bootstrap_.rank();
   p.pid = getpid();
   p.hostHash = hostHash();
   p.pidNs = pidNamespace();
-  p.commHash = commHash;
-  memcpy(&p.netAddr, &netAddr.storage, sizeof(p.netAddr));
-  p.netAddrLen = netAddr.len;
+  p.commHash = commHash_;
+  p.transportSet = transportSetHash(specs_);
   std::string h = hostName();
   snprintf(p.hostname, sizeof(p.hostname), "%s", h.c_str());
+  for (size_t t = 0; t < transports_.size(); ++t) {
+    Blob b = transports_[t]->localInfo();
+    if (b.size() > kPeerSectionBytes)
+      LOOM_THROW(kInternalError,
+                 "transport '%s' publishes %zu bytes per rank; a peer-info section holds %zu",
+                 specs_[t].name.c_str(), b.size(), kPeerSectionBytes);
+    p.sections[t].len = static_cast<uint32_t>(b.size());
+    if (!b.empty()) memcpy(p.sections[t].bytes, b.data(), b.size());
+  }
   return p;
 }
 
-SocketAddr TransportManager::makeNetListener(Bootstrap& bootstrap, Socket* out) {
-  SocketAddr a = bootstrap.iface().addr;
-  a.setPort(0);
-  *out = Socket::listen(a);
-  return a;
+void TransportManager::setPeers(const std::vector<PeerInfo>& peers) {
+  int me = bootstrap_.rank();
+  uint64_t mine = transportSetHash(specs_);
+  for (const PeerInfo& p : peers)
+    if (p.transportSet != mine)
+      LOOM_THROW(kInvalidUsage,
+                 "rank %d registers the transports [%s] but rank %d a different list: every "
+                 "rank of a communicator must offer the same transports",
+                 me, names(specs_).c_str(), p.rank);
+  peers_ = peers;
+  choice_.assign(peers.size(), -1);
 }
 
-void TransportManager::adoptNetListener(Socket listener) {
-  Impl& im = *impl_;
-  im.listener = std::move(listener);
-  JobId job = im.bootstrap.job();
-  int me = im.bootstrap.rank(), nranks = im.bootstrap.nranks();
-  // From here on strangers on the listener are dropped by the acceptor's thread even
-  // while no connection is being made; a replayed stream hello counts as a stranger.
-  im.acceptor = std::make_unique<HelloAcceptor>(
-      &im.listener,
-      strprintf("rank %d transport listener %s", me, im.listener.localAddr().str().c_str()),
-      [job, me, nranks, seen = std::set<std::string>()](const PeerHello& h) mutable {
-        if (!verifyPeerHello(job, h, kKindStream, me) || h.fromRank < 0 || h.fromRank >= nranks)
-          return false;
-        return seen.insert(std::string(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce)))
-            .second;
-      });
+int TransportManager::transportIndex(int peer) const {
+  if (choice_[peer] >= 0) return choice_[peer];
+  const PeerInfo& me = peers_[bootstrap_.rank()];
+  // Decided once per peer, so every connection of a pair uses the same transport.
+  for (size_t t = 0; t < transports_.size(); ++t)
+    if (transports_[t]->canConnect(me, peers_[peer])) return choice_[peer] = static_cast<int>(t);
+  LOOM_THROW(kInvalidUsage, "rank %d: no transport can reach rank %d (%s pid %d); tried [%s]",
+             me.rank, peer, peers_[peer].hostname, peers_[peer].pid, names(specs_).c_str());
 }
 
-TransportKind TransportManager::kindFor(int peer) const {
-  const PeerInfo& me = impl_->peers[impl_->bootstrap.rank()];
-  const PeerInfo& p = impl_->peers[peer];
-  // Shared memory relies on pids (liveness, single-copy reads): one pid namespace only,
-  // even when LOOM_HOSTID puts ranks of several namespaces on one "host".
-  if (p.hostHash == me.hostHash && p.pidNs == me.pidNs && !kShmDisable.get())
-    return TransportKind::kShm;
-  return TransportKind::kSocket;
+const std::string& TransportManager::transportFor(int peer) const {
+  return specs_[transportIndex(peer)].name;
+}
+
+ConnRequest TransportManager::request(ConnKey k, int transport) const {
+  int p = k.first;
+  return ConnRequest{p, k.second, peers_[bootstrap_.rank()], peers_[p],
+                     peers_[p].sections[transport].view(), bootstrap_.peerAddr(p).str()};
+}
+
+void TransportManager::add(std::unique_ptr<Connection>& slot, std::unique_ptr<Connection> conn) {
+  if (conn->needsProgress()) active_.push_back(conn.get());
+  slot = std::move(conn);
 }
 
 void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
                                const std::vector<ConnKey>& recvKeys) {
-  Bootstrap& bs = impl_->bootstrap;
-  int me = bs.rank();
+  int me = bootstrap_.rank();
   auto slot = [](ConnKey k) { return static_cast<size_t>(k.first * kMaxConnsPerPeer + k.second); };
   auto missing = [&](const std::vector<ConnKey>& keys, const auto& table) {
     std::vector<ConnKey> out;
@@ -193,71 +136,42 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
   if (sends.empty() && recvs.empty()) return;
 
   // 1. Receivers create their end and tell the sender how to reach it.
-  std::map<ConnKey, ConnectInfo> mine;
-  std::map<ConnKey, std::unique_ptr<ShmConnection>> shmRecv;
-  int nstreams = SocketConnection::streamCount();
+  std::map<ConnKey, std::unique_ptr<PendingRecv>> pending;
   for (ConnKey k : recvs) {
-    int p = k.first;
-    ConnectInfo ci{};
-    ci.kind = static_cast<uint32_t>(kindFor(p));
-    ci.connId = impl_->nextConnId++;
-    ci.nstreams = static_cast<uint32_t>(nstreams);
-    if (kindFor(p) == TransportKind::kShm) {
-      auto c = ShmConnection::createRecv(p, impl_->peers[p], impl_->shape, impl_->peers[me].commHash);
-      snprintf(ci.shmName, sizeof(ci.shmName), "%s", c->name().c_str());
-      shmRecv[k] = std::move(c);
-    }
-    mine[k] = ci;
-    bs.send(p, kTagInfo + k.second, &ci, sizeof(ci));
+    int p = k.first, t = transportIndex(p);
+    Blob blob;
+    pending[k] = transports_[t]->setup(request(k, t), &blob);
+    if (blob.size() > kMaxConnBlobBytes)
+      LOOM_THROW(kInternalError,
+                 "rank %d: transport '%s' made a %zu-byte setup blob for rank %d; a connection "
+                 "setup carries at most %zu",
+                 me, specs_[t].name.c_str(), blob.size(), p, kMaxConnBlobBytes);
+    SetupMsg msg{};
+    msg.transport = static_cast<uint32_t>(t);
+    msg.len = static_cast<uint32_t>(blob.size());
+    if (!blob.empty()) memcpy(msg.blob, blob.data(), blob.size());
+    bootstrap_.send(p, kTagInfo + k.second, &msg, sizeof(msg));
   }
   // 2. Senders attach to the receiver's end, then acknowledge.
   for (ConnKey k : sends) {
     int p = k.first;
-    ConnectInfo ci;
-    bs.recv(p, kTagInfo + k.second, &ci, sizeof(ci));
-    ci.shmName[sizeof(ci.shmName) - 1] = '\0';
-    std::unique_ptr<Connection> conn;
-    if (ci.kind == static_cast<uint32_t>(TransportKind::kShm)) {
-      conn = ShmConnection::openSend(p, impl_->peers[p], impl_->shape, ci.shmName);
-    } else {
-      if (ci.nstreams < 1 || ci.nstreams > 64)
-        LOOM_THROW(kRemoteError, "rank %d: rank %d asked for %u TCP streams", me, p, ci.nstreams);
-      SocketAddr a;
-      memcpy(&a.storage, &impl_->peers[p].netAddr, sizeof(a.storage));
-      a.len = impl_->peers[p].netAddrLen;
-      std::vector<Socket> streams;
-      std::string what = strprintf("rank %d transport connect to rank %d", me, p);
-      for (uint32_t s = 0; s < ci.nstreams; ++s) {
-        // The listener was up before its address was published: refused means gone.
-        Socket sock = Socket::connect(a, Deadline::in(60), what.c_str(), false);
-        PeerHello h = makePeerHello(bs.job(), kKindStream, me, p, (ci.connId << 8) | s);
-        sock.sendAll(&h, sizeof(h), Deadline::in(60), what.c_str());
-        streams.push_back(std::move(sock));
-      }
-      conn = std::make_unique<SocketConnection>(p, impl_->peers[p], impl_->shape, true,
-                                                std::move(streams));
-      active_.push_back(conn.get());
-    }
-    send_[slot(k)] = std::move(conn);
+    SetupMsg msg;
+    bootstrap_.recv(p, kTagInfo + k.second, &msg, sizeof(msg));
+    if (msg.transport >= transports_.size() || msg.len > kMaxConnBlobBytes)
+      LOOM_THROW(kRemoteError, "rank %d: rank %d sent a corrupt connection setup (transport %u, %u bytes)",
+                 me, p, msg.transport, msg.len);
+    int t = static_cast<int>(msg.transport);
+    add(send_[slot(k)], transports_[t]->connect(request(k, t), {msg.blob, msg.len}));
     uint32_t ack = 1;
-    bs.send(p, kTagAck + k.second, &ack, sizeof(ack));
+    bootstrap_.send(p, kTagAck + k.second, &ack, sizeof(ack));
     LOOM_INFO(kLogInit, "connected rank %d -> rank %d (#%d) via %s", me, p, k.second,
-              transportName(send_[slot(k)]->kind()));
+              specs_[t].name.c_str());
   }
-  // 3. Receivers finish: unlink shm names (both sides have them mapped), accept streams.
+  // 3. Receivers finish once their sender is attached (shm names unlinked, streams taken).
   for (ConnKey k : recvs) {
-    int p = k.first;
     uint32_t ack;
-    bs.recv(p, kTagAck + k.second, &ack, sizeof(ack));
-    const ConnectInfo& ci = mine[k];
-    if (ci.kind == static_cast<uint32_t>(TransportKind::kShm)) {
-      shmRecv[k]->unlinkName();
-      recv_[slot(k)] = std::move(shmRecv[k]);
-    } else {
-      recv_[slot(k)] = std::make_unique<SocketConnection>(
-          p, impl_->peers[p], impl_->shape, false, impl_->acceptStreams(p, ci.connId, ci.nstreams));
-      active_.push_back(recv_[slot(k)].get());
-    }
+    bootstrap_.recv(k.first, kTagAck + k.second, &ack, sizeof(ack));
+    add(recv_[slot(k)], pending[k]->finish());
   }
 }
 
@@ -278,7 +192,7 @@ std::string TransportManager::summary() const {
     }
     if (!c) continue;
     if (!s.empty()) s += ", ";
-    s += strprintf("%zu:%s", p, transportName(c->kind()));
+    s += strprintf("%zu:%s", p, c->transport().c_str());
   }
   return s.empty() ? "none" : s;
 }

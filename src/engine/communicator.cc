@@ -90,15 +90,17 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   FifoShape shape = fifoShape();
   ShmSegment::sweepDead();
   bootstrap_ = std::make_unique<Bootstrap>(job, rank, nranks, abortFlag);
-  Socket netListener;
-  SocketAddr netAddr = TransportManager::makeNetListener(*bootstrap_, &netListener);
+  // The transports exist before the peer exchange: each publishes its own section of the
+  // peer info (the TCP listener's address, ...).
+  transports_ = std::make_unique<TransportManager>(*bootstrap_, shape, commHash_);
   peers_.resize(nranks);
-  peers_[rank] = TransportManager::localInfo(rank, commHash_, netAddr);
+  peers_[rank] = transports_->localInfo();
   bootstrap_->allGather(peers_.data(), sizeof(PeerInfo));
   for (int r = 0; r < nranks; ++r)
     if (peers_[r].rank != r)
       LOOM_THROW(kInternalError, "rank %d: peer exchange returned rank %d in slot %d", rank,
                  peers_[r].rank, r);
+  transports_->setPeers(peers_);
   // Out-of-band waits on a local peer that has died end at once instead of timing out.
   pidfds_.assign(nranks, -1);
   for (int r = 0; r < nranks; ++r)
@@ -112,8 +114,6 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
       LOOM_THROW(kRemoteError, "rank %d: rank %d (%s pid %d) has exited", rank_, peer,
                  peers_[peer].hostname, peers_[peer].pid);
   });
-  transports_ = std::make_unique<TransportManager>(*bootstrap_, peers_, shape);
-  transports_->adoptNetListener(std::move(netListener));
   planCtx_.rank = rank;
   planCtx_.nranks = nranks;
   planCtx_.layout = hostLayout(peers_, rank);

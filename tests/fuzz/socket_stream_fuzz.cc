@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   loom::PeerInfo info{};
   info.rank = 1;
-  loom::SocketConnection conn(1, info, shape, false, std::move(streams));
+  loom::SocketConnection conn(1, info, shape, false, std::move(streams), "fuzz input");
   loom::FifoEnd& fifo = conn.fifo();
   uint64_t lastTail = 0;
   try {

@@ -20,6 +20,9 @@
 namespace loom {
 namespace {
 
+BoolKnob kShmDisable("LOOM_SHM_DISABLE", "NCCL_SHM_DISABLE", false,
+                     "Never use shared memory between ranks of one host (use TCP instead)");
+
 StringKnob kCma("LOOM_SHM_CMA", "", "auto",
                 "Let shared-memory peers in different processes read large messages straight "
                 "from the sender's buffer (Linux cross-memory attach): one copy instead of two. "
@@ -91,8 +94,8 @@ size_t ShmConnection::segmentBytes(FifoShape shape) {
 }
 
 ShmConnection::ShmConnection(int peer, const PeerInfo& info, ShmSegment seg, FifoShape shape,
-                             bool sender)
-    : Connection(peer, TransportKind::kShm, info), seg_(std::move(seg)), sender_(sender) {
+                             bool sender, const std::string& where)
+    : Connection(peer, "shm", info, where), seg_(std::move(seg)), sender_(sender) {
   // Decided once per connection: the executor asks on every large step.
   cma_ = cmaEnabled(info.pid == getpid());
   fifo_.ctrl = static_cast<FifoCtrl*>(seg_.data());
@@ -112,22 +115,24 @@ void ShmConnection::close() {
 }
 
 std::unique_ptr<ShmConnection> ShmConnection::createRecv(int peer, const PeerInfo& info,
-                                                         FifoShape shape, uint64_t commHash) {
+                                                         FifoShape shape, const std::string& where) {
   ShmSegment seg = ShmSegment::create("fifo", segmentBytes(shape));
   auto* ctrl = static_cast<FifoCtrl*>(seg.data());
   ctrl->receiverPid = static_cast<uint32_t>(getpid());
-  (void)commHash;
-  return std::unique_ptr<ShmConnection>(new ShmConnection(peer, info, std::move(seg), shape, false));
+  return std::unique_ptr<ShmConnection>(
+      new ShmConnection(peer, info, std::move(seg), shape, false, where));
 }
 
 std::unique_ptr<ShmConnection> ShmConnection::openSend(int peer, const PeerInfo& info,
-                                                       FifoShape shape, const std::string& name) {
+                                                       FifoShape shape, const std::string& name,
+                                                       const std::string& where) {
   ShmSegment seg = ShmSegment::open(name, segmentBytes(shape));
   // Both ends unlink once mapped: whichever gets there first, the name is gone as soon as
   // it is no longer needed, even if the creator is killed right after.
   seg.unlink();
   static_cast<FifoCtrl*>(seg.data())->senderPid = static_cast<uint32_t>(getpid());
-  return std::unique_ptr<ShmConnection>(new ShmConnection(peer, info, std::move(seg), shape, true));
+  return std::unique_ptr<ShmConnection>(
+      new ShmConnection(peer, info, std::move(seg), shape, true, where));
 }
 
 void ShmConnection::checkPeer() const {
@@ -139,24 +144,24 @@ void ShmConnection::checkPeer() const {
                  "%s: the peer closed the connection (it failed, aborted or was destroyed)",
                  describe().c_str());
   }
-  if (info_.pid == getpid()) return;  // a thread of this process: it cannot die alone
+  if (peerPid_ == getpid()) return;  // a thread of this process: it cannot die alone
   // A pidfd sees an exited peer even while it is an unreaped zombie, which kill() does not.
   bool dead = false;
   if (pidfd_ >= 0) {
     pollfd p{pidfd_, POLLIN, 0};
     dead = ::poll(&p, 1, 0) > 0;
   } else {
-    dead = kill(info_.pid, 0) != 0 && errno == ESRCH;
+    dead = kill(peerPid_, 0) != 0 && errno == ESRCH;
   }
   if (dead)
     LOOM_THROW(kRemoteError, "%s: the peer process (pid %d) has exited", describe().c_str(),
-               info_.pid);
+               peerPid_);
 }
 
 bool ShmConnection::supportsRemoteRead() const { return cma_; }
 
 void ShmConnection::readRemote(void* dst, uint64_t remote, size_t bytes) const {
-  if (info_.pid == getpid()) {
+  if (peerPid_ == getpid()) {
     memcpy(dst, reinterpret_cast<const void*>(remote), bytes);
     return;
   }
@@ -164,7 +169,7 @@ void ShmConnection::readRemote(void* dst, uint64_t remote, size_t bytes) const {
   while (done < bytes) {
     iovec local{static_cast<char*>(dst) + done, bytes - done};
     iovec rem{reinterpret_cast<void*>(remote + done), bytes - done};
-    ssize_t n = process_vm_readv(info_.pid, &local, 1, &rem, 1, 0);
+    ssize_t n = process_vm_readv(peerPid_, &local, 1, &rem, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       LOOM_THROW(kSystemError,
@@ -174,6 +179,60 @@ void ShmConnection::readRemote(void* dst, uint64_t remote, size_t bytes) const {
     }
     done += static_cast<size_t>(n);
   }
+}
+
+namespace {
+
+// The receiver's segment, mapped by both ends once the sender acknowledges.
+class ShmPending : public PendingRecv {
+ public:
+  explicit ShmPending(std::unique_ptr<ShmConnection> conn) : conn_(std::move(conn)) {}
+  std::unique_ptr<Connection> finish() override {
+    conn_->unlinkName();
+    return std::move(conn_);
+  }
+
+ private:
+  std::unique_ptr<ShmConnection> conn_;
+};
+
+class ShmTransport : public Transport {
+ public:
+  explicit ShmTransport(FifoShape shape) : shape_(shape) {}
+
+  // Shared memory relies on pids (liveness, single-copy reads): one pid namespace only,
+  // even when LOOM_HOSTID puts ranks of several namespaces on one "host".
+  bool canConnect(const PeerInfo& me, const PeerInfo& peer) const override {
+    return peer.hostHash == me.hostHash && peer.pidNs == me.pidNs && !kShmDisable.get();
+  }
+
+  std::unique_ptr<PendingRecv> setup(const ConnRequest& req, Blob* blob) override {
+    auto conn = ShmConnection::createRecv(req.peer, req.peerInfo, shape_, req.where);
+    const std::string& name = conn->name();
+    blob->assign(name.begin(), name.end());
+    return std::make_unique<ShmPending>(std::move(conn));
+  }
+
+  std::unique_ptr<Connection> connect(const ConnRequest& req,
+                                      std::span<const uint8_t> blob) override {
+    std::string name(blob.begin(), blob.end());
+    // Only a name ShmSegment::create makes: a peer must not point us at other files.
+    bool ok = name.rfind("/loom-", 0) == 0;
+    for (char c : name.substr(1)) ok &= isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    if (!ok)
+      LOOM_THROW(kRemoteError, "rank %d sent a malformed shared-memory name (%zu bytes)",
+                 req.peer, blob.size());
+    return ShmConnection::openSend(req.peer, req.peerInfo, shape_, name, req.where);
+  }
+
+ private:
+  FifoShape shape_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeShmTransport(const TransportContext& ctx) {
+  return std::make_unique<ShmTransport>(ctx.shape);
 }
 
 }  // namespace loom

@@ -1,166 +1,199 @@
 #include "transports/socket/socket_transport.h"
 
-#include <sys/socket.h>
+#include <netinet/in.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
-#include "base/config.h"
 #include "base/error.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "bootstrap/hello_acceptor.h"
+#include "bootstrap/wire.h"
 
 namespace loom {
 namespace {
 
-IntKnob kNStreams("LOOM_SOCKET_NSTREAMS", "", 2,
-                  "TCP streams per socket-transport connection; large steps are striped across "
-                  "them");
+constexpr uint16_t kKindStream = 3;
+constexpr uint32_t kMaxStreams = 64;
 
-size_t ctrlBytes() { return (sizeof(FifoCtrl) + 4095) & ~size_t(4095); }
+// What a receiver tells its sender: which connection the streams belong to, and how many.
+struct SocketBlob {
+  uint64_t connId;
+  uint32_t nstreams;
+  uint32_t reserved;
+};
+
+// A listener address as published in a peer-info section (its sockaddr bytes).
+Blob addrBlob(const SocketAddr& a) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&a.storage);
+  return Blob(p, p + a.len);
+}
+
+SocketAddr parseAddr(const ConnRequest& req) {
+  SocketAddr a;
+  std::span<const uint8_t> b = req.peerSection;
+  bool ok = b.size() >= sizeof(sa_family_t) && b.size() <= sizeof(a.storage);
+  if (ok) {
+    memcpy(&a.storage, b.data(), b.size());
+    a.len = static_cast<socklen_t>(b.size());
+    ok = (a.family() == AF_INET && a.len == sizeof(sockaddr_in)) ||
+         (a.family() == AF_INET6 && a.len == sizeof(sockaddr_in6));
+  }
+  if (!ok)
+    LOOM_THROW(kRemoteError, "rank %d: rank %d published a malformed TCP listener address (%zu bytes)",
+               req.me.rank, req.peer, b.size());
+  return a;
+}
+
+class SocketTransport;
+
+// The receiver's end: its streams arrive on the listener once the sender has opened them.
+class SocketPending : public PendingRecv {
+ public:
+  SocketPending(SocketTransport& t, const ConnRequest& req, SocketBlob blob, std::string where)
+      : t_(t), peer_(req.peer), info_(req.peerInfo), blob_(blob), where_(std::move(where)) {}
+  std::unique_ptr<Connection> finish() override;
+
+ private:
+  SocketTransport& t_;
+  int peer_;
+  const PeerInfo& info_;
+  SocketBlob blob_;
+  std::string where_;
+};
+
+class SocketTransport : public Transport {
+ public:
+  explicit SocketTransport(const TransportContext& ctx)
+      : bs_(ctx.bootstrap), shape_(ctx.shape) {
+    addr_ = bs_.iface().addr;
+    addr_.setPort(0);
+    listener_ = Socket::listen(addr_);
+    JobId job = bs_.job();
+    int me = bs_.rank(), nranks = bs_.nranks();
+    // From here on strangers on the listener are dropped by the acceptor's thread even
+    // while no connection is being made; a replayed stream hello counts as a stranger.
+    acceptor_ = std::make_unique<HelloAcceptor>(
+        &listener_, strprintf("rank %d transport listener %s", me, addr_.str().c_str()),
+        [job, me, nranks, seen = std::set<std::string>()](const PeerHello& h) mutable {
+          if (!verifyPeerHello(job, h, kKindStream, me) || h.fromRank < 0 || h.fromRank >= nranks)
+            return false;
+          return seen.insert(std::string(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce)))
+              .second;
+        });
+  }
+
+  Blob localInfo() override { return addrBlob(addr_); }
+
+  bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
+
+  std::unique_ptr<PendingRecv> setup(const ConnRequest& req, Blob* blob) override {
+    SocketBlob b{};
+    b.connId = nextConnId_++;
+    b.nstreams = static_cast<uint32_t>(SocketConnection::streamCount());
+    *blob = toBlob(b);
+    return std::make_unique<SocketPending>(*this, req, b, parseAddr(req).str());
+  }
+
+  std::unique_ptr<Connection> connect(const ConnRequest& req,
+                                      std::span<const uint8_t> blob) override {
+    int me = bs_.rank(), p = req.peer;
+    SocketBlob b;
+    if (!fromBlob(blob, &b))
+      LOOM_THROW(kRemoteError, "rank %d: rank %d sent a %zu-byte TCP connection setup, expected %zu",
+                 me, p, blob.size(), sizeof(b));
+    if (b.nstreams < 1 || b.nstreams > kMaxStreams)
+      LOOM_THROW(kRemoteError, "rank %d: rank %d asked for %u TCP streams", me, p, b.nstreams);
+    SocketAddr a = parseAddr(req);
+    std::vector<Socket> streams;
+    std::string what = strprintf("rank %d transport connect to rank %d", me, p);
+    for (uint32_t s = 0; s < b.nstreams; ++s) {
+      // The listener was up before its address was published: refused means gone.
+      Socket sock = Socket::connect(a, Deadline::in(60), what.c_str(), false);
+      PeerHello h = makePeerHello(bs_.job(), kKindStream, me, p, (b.connId << 8) | s);
+      sock.sendAll(&h, sizeof(h), Deadline::in(60), what.c_str());
+      streams.push_back(std::move(sock));
+    }
+    return std::make_unique<SocketConnection>(p, req.peerInfo, shape_, true, std::move(streams),
+                                              a.str());
+  }
+
+  // Accepts streams until the `n` streams of connection `connId` from `from` are here.
+  std::vector<Socket> acceptStreams(int from, uint64_t connId, uint32_t n) {
+    Deadline deadline = Deadline::in(60);
+    int me = bs_.rank();
+    auto arrived = [&] {
+      bool all = true;
+      for (uint32_t s = 0; s < n; ++s) all &= early_.count({from, connId, s}) > 0;
+      return all;
+    };
+    while (!arrived()) {
+      try {
+        bs_.checkPeer(from, "transport setup");  // aborted, or the peer died
+      } catch (const Error&) {
+        // A peer may open its streams, finish its init and exit before we get here: its
+        // streams are then still queued, or their hellos being read. Take those first.
+        while (!arrived() && acceptor_->busy()) takeStreams(100);
+        if (!arrived()) throw;
+        break;
+      }
+      if (deadline.expired())
+        LOOM_THROW(kRemoteError,
+                   "rank %d: timed out waiting for rank %d to open its TCP streams to %s", me,
+                   from, addr_.str().c_str());
+      takeStreams(100);
+    }
+    std::vector<Socket> out;
+    for (uint32_t s = 0; s < n; ++s) {
+      auto it = early_.find({from, connId, s});
+      out.push_back(std::move(it->second));
+      early_.erase(it);
+    }
+    return out;
+  }
+
+  FifoShape shape() const { return shape_; }
+
+ private:
+  // Authenticated streams the acceptor has for us, by (rank, connection, stream).
+  void takeStreams(int waitMs) {
+    int me = bs_.rank();
+    for (auto& [h, sock] : acceptor_->take(waitMs)) {
+      auto key = std::make_tuple(h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff));
+      if (early_.count(key)) {
+        LOOM_WARN("rank %d: dropped a second TCP stream claiming to be %llu/%u of rank %d from %s",
+                  me, static_cast<unsigned long long>(h.connId >> 8),
+                  static_cast<unsigned>(h.connId & 0xff), h.fromRank, sock.peer().str().c_str());
+        continue;
+      }
+      early_[key] = std::move(sock);
+    }
+  }
+
+  Bootstrap& bs_;
+  FifoShape shape_;
+  SocketAddr addr_;
+  Socket listener_;
+  std::unique_ptr<HelloAcceptor> acceptor_;  // strangers on the listener never block us
+  uint64_t nextConnId_ = 1;
+  // Authenticated streams that arrived before we looked for them: (from, connId, stream).
+  std::map<std::tuple<int, uint64_t, uint32_t>, Socket> early_;
+};
+
+std::unique_ptr<Connection> SocketPending::finish() {
+  return std::make_unique<SocketConnection>(peer_, info_, t_.shape(), false,
+                                            t_.acceptStreams(peer_, blob_.connId, blob_.nstreams),
+                                            where_);
+}
 
 }  // namespace
 
-int SocketConnection::streamCount() {
-  int64_t n = kNStreams.get();
-  if (n < 1 || n > 64)
-    LOOM_THROW(kInvalidArgument, "LOOM_SOCKET_NSTREAMS=%lld: expected 1..64",
-               static_cast<long long>(n));
-  return static_cast<int>(n);
-}
-
-SocketConnection::SocketConnection(int peer, const PeerInfo& info, FifoShape shape, bool sender,
-                                   std::vector<Socket> streams)
-    : Connection(peer, TransportKind::kSocket, info),
-      sender_(sender),
-      streams_(std::move(streams)),
-      cursors_(streams_.size()),
-      hdr_(streams_.size()),
-      eof_(streams_.size(), 0) {
-  size_t bytes = ctrlBytes() + shape.slotBytes * shape.depth;
-  if (posix_memalign(&mem_, 4096, bytes) != 0)
-    LOOM_THROW(kSystemError, "out of memory allocating %zu bytes for a socket FIFO", bytes);
-  memset(mem_, 0, ctrlBytes());
-  fifo_.ctrl = static_cast<FifoCtrl*>(mem_);
-  fifo_.slots = static_cast<char*>(mem_) + ctrlBytes();
-  fifo_.slotBytes = shape.slotBytes;
-  fifo_.depth = shape.depth;
-  for (auto& s : streams_) {
-    s.setNonBlocking(true);
-    s.setNoDelay();
-  }
-}
-
-SocketConnection::~SocketConnection() {
-  streams_.clear();
-  free(mem_);
-}
-
-bool SocketConnection::progress() {
-  bool any = false;
-  for (size_t j = 0; j < streams_.size(); ++j)
-    any |= sender_ ? progressSend(j) : progressRecv(j);
-  if (!any) return false;
-  uint64_t low = UINT64_MAX;
-  for (const auto& c : cursors_) low = std::min(low, c.step);
-  // A step is done only when every stream has moved its part.
-  if (sender_) {
-    if (low > fifo_.ctrl->head) storeRelease(fifo_.ctrl->head, low);
-  } else {
-    if (low > fifo_.ctrl->tail) storeRelease(fifo_.ctrl->tail, low);
-  }
-  return true;
-}
-
-void SocketConnection::close() {
-  for (auto& s : streams_)
-    if (s.isOpen()) ::shutdown(s.fd(), SHUT_RDWR);
-}
-
-void SocketConnection::checkPeer() const {
-  // Our streams only carry data the other way: anything readable on a send stream is the
-  // peer closing it.
-  if (sender_)
-    for (const auto& s : streams_) {
-      char b;
-      bool eof = false;
-      if (s.tryRecv(&b, 1, describe().c_str(), &eof) > 0 || eof)
-        LOOM_THROW(kRemoteError, "%s: the peer closed the connection (process exited?)",
-                   describe().c_str());
-    }
-  // The executor waits for step fifo_.step; a closed stream that has not delivered its
-  // part of that step never will.
-  for (size_t j = 0; j < streams_.size(); ++j)
-    if (!sender_ && eof_[j] && cursors_[j].step <= fifo_.step)
-      LOOM_THROW(kRemoteError, "%s: the peer closed the connection (process exited?)",
-               describe().c_str());
-}
-
-bool SocketConnection::progressSend(size_t j) {
-  bool any = false;
-  Cursor& c = cursors_[j];
-  while (c.step < loadAcquire(fifo_.ctrl->tail)) {
-    const FifoSlotInfo& info = fifo_.ctrl->info[c.step % fifo_.depth];
-    PartHeader h{c.step, info.bytes};
-    size_t begin = partBegin(info.bytes, j), end = partBegin(info.bytes, j + 1);
-    size_t total = sizeof(h) + (end - begin);
-    const char* payload = fifo_.slot(c.step) + begin;
-    while (c.done < total) {
-      size_t n;
-      if (c.done < sizeof(h)) {
-        n = streams_[j].trySend(reinterpret_cast<const char*>(&h) + c.done, sizeof(h) - c.done,
-                                describe().c_str());
-      } else {
-        size_t off = c.done - sizeof(h);
-        n = streams_[j].trySend(payload + off, end - begin - off, describe().c_str());
-      }
-      if (n == 0) return any;
-      c.done += n;
-      any = true;
-    }
-    c.step++;
-    c.done = 0;
-    any = true;
-  }
-  return any;
-}
-
-bool SocketConnection::progressRecv(size_t j) {
-  bool any = false;
-  if (eof_[j]) return false;
-  Cursor& c = cursors_[j];
-  // The slot for step s is free once the executor released step s - depth.
-  while (c.step < loadAcquire(fifo_.ctrl->head) + fifo_.depth) {
-    PartHeader& h = hdr_[j];
-    while (c.done < sizeof(h)) {
-      bool eof = false;
-      size_t n = streams_[j].tryRecv(reinterpret_cast<char*>(&h) + c.done, sizeof(h) - c.done,
-                                     describe().c_str(), c.done == 0 ? &eof : nullptr);
-      if (eof) eof_[j] = 1;
-      if (n == 0) return any;
-      c.done += n;
-      any = true;
-    }
-    if (h.step != c.step || h.slotBytes > fifo_.slotBytes)
-      LOOM_THROW(kRemoteError, "%s: corrupt stream (step %llu, %llu bytes; expected step %llu)",
-                 describe().c_str(), static_cast<unsigned long long>(h.step),
-                 static_cast<unsigned long long>(h.slotBytes),
-                 static_cast<unsigned long long>(c.step));
-    size_t begin = partBegin(h.slotBytes, j), end = partBegin(h.slotBytes, j + 1);
-    char* dst = fifo_.slot(c.step) + begin;
-    while (c.done < sizeof(h) + (end - begin)) {
-      size_t off = c.done - sizeof(h);
-      size_t n = streams_[j].tryRecv(dst + off, end - begin - off, describe().c_str());
-      if (n == 0) return any;
-      c.done += n;
-      any = true;
-    }
-    fifo_.ctrl->info[c.step % fifo_.depth].bytes = h.slotBytes;
-    fifo_.ctrl->info[c.step % fifo_.depth].remote = 0;
-    c.step++;
-    c.done = 0;
-    any = true;
-  }
-  return any;
+std::unique_ptr<Transport> makeSocketTransport(const TransportContext& ctx) {
+  return std::make_unique<SocketTransport>(ctx);
 }
 
 }  // namespace loom

@@ -1,49 +1,16 @@
-// TCP transport between hosts. Each side keeps its FIFO in local memory; progress() moves
-// published slots over several TCP streams per connection (slot payloads are striped
-// across the streams), so the executor's protocol is identical to shared memory.
+// TCP transport: serves any pair of ranks (the fallback after shm). Each rank listens on
+// its bootstrap interface and publishes that address in its peer-info section; a sender
+// opens LOOM_SOCKET_NSTREAMS authenticated streams to its receiver's listener, and a
+// HelloAcceptor thread hands the receiver the streams that prove the job's secret.
 #pragma once
 
 #include <memory>
-#include <vector>
 
-#include "base/socket.h"
-#include "transports/transport.h"
+#include "transports/registry.h"
+#include "transports/socket/socket_connection.h"
 
 namespace loom {
 
-class SocketConnection : public Connection {
- public:
-  SocketConnection(int peer, const PeerInfo& info, FifoShape shape, bool sender,
-                   std::vector<Socket> streams);
-  ~SocketConnection() override;
-
-  bool progress() override;
-  // A peer that closed its streams at a step boundary may simply be done; it is an error
-  // only once we wait for more (the executor asks after a while without progress).
-  void checkPeer() const override;
-  void close() override;
-
-  static int streamCount();  // LOOM_SOCKET_NSTREAMS
-
- private:
-  struct Cursor {
-    uint64_t step = 0;  // steps fully moved on this stream
-    size_t done = 0;  // bytes of header + part moved for `step`
-  };
-  struct PartHeader {
-    uint64_t step;
-    uint64_t slotBytes;
-  };
-  bool progressSend(size_t j);
-  bool progressRecv(size_t j);
-  size_t partBegin(uint64_t bytes, size_t j) const { return bytes * j / streams_.size(); }
-
-  bool sender_;
-  std::vector<Socket> streams_;
-  std::vector<Cursor> cursors_;
-  std::vector<PartHeader> hdr_;  // receive side: header being read per stream
-  void* mem_ = nullptr;
-  std::vector<uint8_t> eof_;  // per stream: the peer closed it at a step boundary
-};
+std::unique_ptr<Transport> makeSocketTransport(const TransportContext& ctx);
 
 }  // namespace loom

@@ -1,0 +1,78 @@
+#include "transports/registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "base/error.h"
+#include "transports/shm/shm_transport.h"
+#include "transports/socket/socket_transport.h"
+
+namespace loom {
+namespace {
+
+// The built-in transports: one line each.
+std::vector<TransportSpec> builtins() {
+  return {
+      {"shm", 100, makeShmTransport},
+      {"socket", 200, makeSocketTransport},
+  };
+}
+
+struct Added {
+  std::mutex mu;
+  std::vector<TransportSpec> specs;
+};
+
+Added& added() {
+  static Added a;
+  return a;
+}
+
+}  // namespace
+
+std::vector<TransportSpec> registeredTransports() {
+  std::vector<TransportSpec> all = builtins();
+  {
+    Added& a = added();
+    std::lock_guard<std::mutex> lock(a.mu);
+    all.insert(all.end(), a.specs.begin(), a.specs.end());
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const TransportSpec& x, const TransportSpec& y) { return x.priority < y.priority; });
+  return all;
+}
+
+uint64_t transportSetHash(const std::vector<TransportSpec>& specs) {
+  // FNV-1a over "name\0name\0...": only equality matters.
+  uint64_t h = 1469598103934665603ull;
+  for (const TransportSpec& s : specs)
+    for (size_t i = 0; i <= s.name.size(); ++i) {
+      h ^= static_cast<uint8_t>(s.name.c_str()[i]);
+      h *= 1099511628211ull;
+    }
+  return h;
+}
+
+TransportRegistration::TransportRegistration(TransportSpec spec) : name_(spec.name) {
+  LOOM_CHECK_USAGE(!spec.name.empty() && spec.make, "a transport needs a name and a factory");
+  Added& a = added();
+  std::lock_guard<std::mutex> lock(a.mu);
+  std::vector<TransportSpec> now = builtins();
+  now.insert(now.end(), a.specs.begin(), a.specs.end());
+  for (const TransportSpec& s : now)
+    LOOM_CHECK_USAGE(s.name != spec.name, "transport '%s' is already registered",
+                     spec.name.c_str());
+  LOOM_CHECK_USAGE(now.size() < static_cast<size_t>(kMaxTransports),
+                   "cannot register transport '%s': %zu are registered and a peer info has "
+                   "sections for %d",
+                   spec.name.c_str(), now.size(), kMaxTransports);
+  a.specs.push_back(std::move(spec));
+}
+
+TransportRegistration::~TransportRegistration() {
+  Added& a = added();
+  std::lock_guard<std::mutex> lock(a.mu);
+  std::erase_if(a.specs, [&](const TransportSpec& s) { return s.name == name_; });
+}
+
+}  // namespace loom
