@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "api/buffers.h"
 #include "api/comm.h"
 #include "api/group.h"
 #include "api/guard.h"
@@ -10,6 +11,7 @@
 #include "kernels/reduce.h"
 
 using loom::Collective;
+using loom::api::checkBuffers;
 using loom::api::guard;
 using loom::api::OpArgs;
 
@@ -81,6 +83,7 @@ LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff,
     checkCount(count, datatype, 1, fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
+    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
     return submit({Collective::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, false,
                    false, comm},
                   fn);
@@ -97,6 +100,8 @@ LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff,
     checkRoot(comm, root, "root", fn);
     if (comm->rank == root) checkPtr(sendbuff, count, "sendbuff (root)", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
+    checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
+                            {"recvbuff", recvbuff, count}});
     return submit({Collective::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root,
                    false, false, comm},
                   fn);
@@ -120,6 +125,8 @@ LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, si
     checkRoot(comm, root, "root", fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     if (comm->rank == root) checkPtr(recvbuff, count, "recvbuff (root)", fn);
+    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count},
+                            {"recvbuff (root)", comm->rank == root ? recvbuff : nullptr, count}});
     return submit({Collective::kReduce, sendbuff, recvbuff, count, datatype, op, root, false,
                    false, comm},
                   fn);
@@ -135,6 +142,7 @@ LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff,
     checkCount(sendcount, datatype, comm->nranks, fn);
     checkPtr(sendbuff, sendcount, "sendbuff", fn);
     checkPtr(recvbuff, sendcount, "recvbuff", fn);
+    checkBuffers(comm, fn, {{"sendbuff", sendbuff, sendcount}, {"recvbuff", recvbuff, sendcount}});
     return submit({Collective::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
                    false, false, comm},
                   fn);
@@ -152,6 +160,7 @@ LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvb
     checkCount(recvcount, datatype, comm->nranks, fn);
     checkPtr(sendbuff, recvcount, "sendbuff", fn);
     checkPtr(recvbuff, recvcount, "recvbuff", fn);
+    checkBuffers(comm, fn, {{"sendbuff", sendbuff, recvcount}, {"recvbuff", recvbuff, recvcount}});
     return submit({Collective::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0,
                    false, false, comm},
                   fn);
@@ -167,6 +176,7 @@ LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, 
     checkCount(count, datatype, comm->nranks, fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
+    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
     // All-to-all is a group of sends and receives to every rank (self included).
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kAlltoAll, nullptr, nullptr, count, datatype, ncclSum, 0, false,
@@ -197,6 +207,8 @@ LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, si
     checkRoot(comm, root, "root", fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     if (comm->rank == root) checkPtr(recvbuff, count, "recvbuff (root)", fn);
+    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count},
+                            {"recvbuff (root)", comm->rank == root ? recvbuff : nullptr, count}});
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kGather, nullptr, nullptr, count, datatype, ncclSum, root, false,
                 false, comm};
@@ -227,6 +239,8 @@ LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, s
     checkRoot(comm, root, "root", fn);
     if (comm->rank == root) checkPtr(sendbuff, count, "sendbuff (root)", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
+    checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
+                            {"recvbuff", recvbuff, count}});
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kScatter, nullptr, nullptr, count, datatype, ncclSum, root, false,
                 false, comm};
@@ -256,6 +270,7 @@ LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDa
     checkCount(count, datatype, 1, fn);
     checkRoot(comm, peer, "peer", fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
+    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}});
     return submit({Collective::kSendRecv, sendbuff, nullptr, count, datatype, ncclSum, peer, true,
                    false, comm},
                   fn);
@@ -271,6 +286,7 @@ LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType
     checkCount(count, datatype, 1, fn);
     checkRoot(comm, peer, "peer", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
+    checkBuffers(comm, fn, {{"recvbuff", recvbuff, count}});
     return submit({Collective::kSendRecv, nullptr, recvbuff, count, datatype, ncclSum, peer, false,
                    true, comm},
                   fn);

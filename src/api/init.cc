@@ -11,6 +11,7 @@
 #include "api/group.h"
 #include "api/guard.h"
 #include "base/config.h"
+#include "base/cuda_driver.h"
 #include "base/log.h"
 #include "bootstrap/root.h"
 #include "loom/version_gen.h"
@@ -61,6 +62,9 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int 
   comm->rank = rank;
   comm->nranks = nranks;
   comm->job = job;
+  // NCCL binds a communicator to the calling thread's current device; -1 (host-only) when
+  // there is no driver or no current context.
+  comm->cudaDev = loom::cuda::currentDevice();
   applyConfig(comm.get(), config, fn);
   comm->asyncError.store(ncclInProgress);
   ncclComm_t c = comm.release();

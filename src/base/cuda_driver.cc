@@ -1,0 +1,97 @@
+#include "base/cuda_driver.h"
+
+#include <mutex>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+
+namespace loom::cuda {
+namespace {
+
+StringKnob kDriverLibrary("LOOM_CUDA_DRIVER_LIBRARY", "", "libcuda.so.1",
+                          "CUDA driver library to dlopen (path or soname), read once per "
+                          "process; if it is absent or cuInit fails, every buffer is host memory");
+
+std::once_flag gOnce;
+std::string* gAbsence = nullptr;  // why there is no driver; set once under gOnce
+
+// Loads and initializes the driver; nullptr with `why` set when it cannot be used.
+Driver* probe(std::string* why) {
+  std::string name = kDriverLibrary.get();
+  std::string err;
+  DynLib lib = DynLib::open({name}, &err);
+  if (!lib.loaded()) {
+    *why = "the CUDA driver library is not loadable: " + err;
+    return nullptr;
+  }
+  auto* d = new Driver{std::move(lib), {}, 0};
+  const char* missing = nullptr;
+  auto need = [&](auto*& fn, const char* sym) {
+    if (!missing && !d->lib.bind(fn, sym)) missing = sym;
+  };
+  need(d->api.init, "cuInit");
+  need(d->api.pointerGetAttributes, "cuPointerGetAttributes");
+  need(d->api.ctxGetDevice, "cuCtxGetDevice");
+  need(d->api.getErrorString, "cuGetErrorString");
+  need(d->api.driverGetVersion, "cuDriverGetVersion");
+  if (missing) {
+    *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
+    delete d;
+    return nullptr;
+  }
+  if (CuResult r = d->api.init(0); r != kCudaSuccess) {
+    *why = strprintf("cuInit(0) from %s failed: %s", d->lib.path().c_str(),
+                     d->errorText(r).c_str());
+    delete d;
+    return nullptr;
+  }
+  if (d->api.driverGetVersion(&d->version) != kCudaSuccess) d->version = 0;
+  return d;
+}
+
+}  // namespace
+
+namespace detail {
+std::atomic<int> gDriverState{kUnprobed};
+const Driver* gDriver = nullptr;
+}  // namespace detail
+
+std::string Driver::errorText(CuResult r) const {
+  const char* text = nullptr;
+  if (api.getErrorString && api.getErrorString(r, &text) == kCudaSuccess && text)
+    return strprintf("%s (%d)", text, r);
+  return strprintf("CUDA error %d", r);
+}
+
+const Driver* loadDriver() {
+  std::call_once(gOnce, [] {
+    std::string why;
+    const Driver* d = probe(&why);
+    detail::gDriver = d;
+    if (d) {
+      LOOM_INFO(kLogInit, "CUDA driver %d.%d loaded from %s: device buffers are recognized",
+                d->version / 1000, d->version % 1000 / 10, d->lib.path().c_str());
+    } else {
+      gAbsence = new std::string(why);
+      LOOM_INFO(kLogInit, "no CUDA driver (%s): every buffer is treated as host memory",
+                why.c_str());
+    }
+    detail::gDriverState.store(d ? detail::kPresent : detail::kAbsent, std::memory_order_release);
+  });
+  return detail::gDriver;
+}
+
+std::string driverAbsenceReason() {
+  return driver() ? std::string() : *gAbsence;
+}
+
+int currentDevice() {
+  const Driver* d = driver();
+  if (!d) return -1;
+  CuDevice dev = -1;
+  // No current context (CUDA_ERROR_INVALID_CONTEXT) is the common "host-only" answer.
+  return d->api.ctxGetDevice(&dev) == kCudaSuccess ? dev : -1;
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,82 @@
+// The CUDA driver API, reached only through dlopen (DESIGN.md decision 3: libloom loads and
+// runs without any driver). The library is `libcuda.so.1` unless LOOM_CUDA_DRIVER_LIBRARY
+// names another (tests select a stand-in driver this way). It is loaded, and cuInit(0)
+// called, once per process on first use; a missing library, a missing symbol or a failing
+// cuInit all mean "no driver", and then every buffer is host memory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "base/dl.h"
+
+namespace loom::cuda {
+
+// The few driver types and values Loom uses, as cuda.h declares them (no CUDA header is
+// included anywhere in the library).
+using CuResult = int;       // CUresult
+using CuDevice = int;       // CUdevice
+using CuDevicePtr = unsigned long long;  // CUdeviceptr on 64-bit hosts
+constexpr CuResult kCudaSuccess = 0;
+
+enum CuPointerAttribute : int {  // CUpointer_attribute
+  kPointerAttrMemoryType = 2,
+  kPointerAttrIsManaged = 8,
+  kPointerAttrDeviceOrdinal = 9,
+};
+
+enum CuMemoryType : unsigned {  // CUmemorytype; 0 = not known to the driver
+  kMemoryTypeHost = 1,
+  kMemoryTypeDevice = 2,
+  kMemoryTypeArray = 3,
+  kMemoryTypeUnified = 4,
+};
+
+struct DriverApi {
+  CuResult (*init)(unsigned flags) = nullptr;
+  CuResult (*pointerGetAttributes)(unsigned count, CuPointerAttribute* attrs, void** data,
+                                   CuDevicePtr ptr) = nullptr;
+  CuResult (*ctxGetDevice)(CuDevice* device) = nullptr;
+  CuResult (*getErrorString)(CuResult error, const char** text) = nullptr;
+  CuResult (*driverGetVersion)(int* version) = nullptr;
+};
+
+// Plain data, created once and never freed (a driver must outlive every static
+// destructor that might still classify a buffer during exit).
+struct Driver {
+  DynLib lib;
+  DriverApi api;
+  int version = 0;  // 1000 * major + 10 * minor, as cuDriverGetVersion reports it
+  // "CUDA error text (code)", for messages.
+  std::string errorText(CuResult r) const;
+};
+
+namespace detail {
+enum : int { kUnprobed = 0, kAbsent = 1, kPresent = 2 };
+extern std::atomic<int> gDriverState;
+extern const Driver* gDriver;
+}  // namespace detail
+
+// The slow path of driver(): probes once (thread-safe), logs at INFO why there is no
+// driver when there is none.
+const Driver* loadDriver();
+
+// The process's driver, or nullptr when there is none. After the first call this is one
+// load and a predictable branch, with no lock and no getenv.
+inline const Driver* driver() {
+  int s = detail::gDriverState.load(std::memory_order_acquire);
+  if (s == detail::kPresent) return detail::gDriver;
+  if (s == detail::kAbsent) return nullptr;
+  return loadDriver();
+}
+
+// Why there is no driver ("" when there is one); probes if not yet done. For loom-info and
+// diagnostics.
+std::string driverAbsenceReason();
+
+// The device of the calling thread's current context, or -1 when there is no driver or no
+// current context.
+int currentDevice();
+
+}  // namespace loom::cuda

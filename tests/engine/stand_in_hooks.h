@@ -1,0 +1,49 @@
+// The stand-in driver's test hooks (stand_in_cuda.cc), reached by dlsym in the library
+// that Loom itself loaded, so that the test and Loom share one driver state.
+#pragma once
+
+#include <dlfcn.h>
+
+#include <cstddef>
+#include <string>
+
+namespace loomtest {
+
+struct StandInHooks {
+  void (*addRange)(const void* p, size_t bytes, unsigned memType, int managed, int device) =
+      nullptr;
+  void (*addDeviceRange)(const void* p, size_t bytes, int device) = nullptr;
+  void (*clear)() = nullptr;
+  void (*setCurrentDevice)(int device) = nullptr;
+  void (*setInitResult)(int result) = nullptr;
+  void (*setQueryResult)(int result) = nullptr;
+  long (*queryCount)() = nullptr;
+
+  // flags: RTLD_NOLOAD to require that the stand-in is already loaded (by Loom), or
+  // RTLD_NOW to load it first (to set its cuInit result before Loom probes). Returns ""
+  // or why the hooks are not reachable.
+  std::string open(const char* path, int flags) {
+    void* h = dlopen(path, flags);
+    if (!h) {
+      const char* e = dlerror();
+      return std::string("dlopen(") + path + "): " + (e ? e : "not loaded");
+    }
+    bool ok = bind(h, addRange, "loomStandInAddRange") &&
+              bind(h, addDeviceRange, "loomStandInAddDeviceRange") &&
+              bind(h, clear, "loomStandInClear") &&
+              bind(h, setCurrentDevice, "loomStandInSetCurrentDevice") &&
+              bind(h, setInitResult, "loomStandInSetInitResult") &&
+              bind(h, setQueryResult, "loomStandInSetQueryResult") &&
+              bind(h, queryCount, "loomStandInQueryCount");
+    return ok ? "" : std::string(path) + " lacks a loomStandIn hook";
+  }
+
+ private:
+  template <typename Fn>
+  static bool bind(void* h, Fn*& fn, const char* name) {
+    fn = reinterpret_cast<Fn*>(dlsym(h, name));
+    return fn != nullptr;
+  }
+};
+
+}  // namespace loomtest
