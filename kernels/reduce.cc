@@ -1,19 +1,26 @@
 #include "kernels/reduce.h"
 
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
-#include <string>
 
-#include "base/config.h"
-#include "base/error.h"
-#include "base/log.h"
 #include "kernels/cpu_kernels.h"
 
 namespace loom {
 namespace {
 
-StringKnob kCpuIsa("LOOM_CPU_ISA", "", "auto",
-                   "Instruction set of the CPU reduction loops: auto (the best this CPU has), "
-                   "generic, avx2 or avx512");
+[[noreturn]] __attribute__((format(printf, 2, 3))) void fail(KernelErrc code, const char* fmt,
+                                                              ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  throw KernelError(code, msg);
+}
+
+std::atomic<CpuIsaChooser> gChooser{nullptr};
 
 constexpr const char* kDtypeNames[kNumDataTypes] = {"int8",   "uint8",    "int32",  "uint32",
                                                     "int64",  "uint64",   "half",   "float",
@@ -88,10 +95,12 @@ RedScalars scalarsFromBits(int dtype, uint64_t bits) {
   return s;
 }
 
+// What this CPU can run and the loops built for it; apart from the choice among them, so
+// that a chooser may ask cpuIsaSupported() while activeCpuIsa() is being decided.
 struct KernelTables {
   CpuKernelTable table[kNumCpuIsas];
   bool supported[kNumCpuIsas] = {};
-  CpuIsa active = CpuIsa::kGeneric;
+  CpuIsa best = CpuIsa::kGeneric;
 
   KernelTables() {
     __builtin_cpu_init();
@@ -108,26 +117,8 @@ struct KernelTables {
     }
     for (int i = kNumCpuIsas - 1; i >= 0; --i) {
       if (supported[i]) {
-        active = CpuIsa(i);
+        best = CpuIsa(i);
         break;
-      }
-    }
-    std::string want = kCpuIsa.get();
-    if (want != "auto" && !want.empty()) {
-      bool found = false;
-      for (int i = 0; i < kNumCpuIsas; ++i) {
-        if (want != cpuIsaName(CpuIsa(i))) continue;
-        found = true;
-        if (supported[i]) {
-          active = CpuIsa(i);
-        } else {
-          LOOM_WARN("LOOM_CPU_ISA=%s: this CPU lacks it; using %s", want.c_str(),
-                    cpuIsaName(active));
-        }
-      }
-      if (!found) {
-        LOOM_WARN("LOOM_CPU_ISA=%s is not one of auto, generic, avx2, avx512; using %s",
-                  want.c_str(), cpuIsaName(active));
       }
     }
   }
@@ -138,9 +129,23 @@ const KernelTables& tables() {
   return t;
 }
 
+CpuIsa chooseActive() {
+  CpuIsa best = tables().best;
+  CpuIsaChooser chooser = gChooser.load();
+  if (!chooser) return best;
+  CpuIsa pick = chooser(best);
+  return cpuIsaSupported(pick) ? pick : best;
+}
+
 void checkDtype(int dtype) {
-  LOOM_CHECK_ARG(dtypeValid(dtype), "invalid data type %d (valid: 0..%d, ncclDataType_t)", dtype,
-                 kNumDataTypes - 1);
+  if (!dtypeValid(dtype)) [[unlikely]]
+    fail(KernelErrc::kInvalidArgument, "invalid data type %d (valid: 0..%d, ncclDataType_t)",
+         dtype, kNumDataTypes - 1);
+}
+
+void checkRanks(int nranks) {
+  if (nranks < 1)
+    fail(KernelErrc::kInvalidArgument, "invalid rank count %d for a reduction", nranks);
 }
 
 }  // namespace
@@ -150,7 +155,14 @@ bool cpuIsaSupported(CpuIsa isa) {
   return i >= 0 && i < kNumCpuIsas && tables().supported[i];
 }
 
-CpuIsa activeCpuIsa() { return tables().active; }
+CpuIsa bestCpuIsa() { return tables().best; }
+
+CpuIsa activeCpuIsa() {
+  static const CpuIsa active = chooseActive();
+  return active;
+}
+
+void setCpuIsaChooser(CpuIsaChooser chooser) { gChooser.store(chooser); }
 
 const char* cpuIsaName(CpuIsa isa) {
   switch (isa) {
@@ -193,11 +205,12 @@ const char* redKindName(RedKind kind) {
 
 Reducer Reducer::make(int dtype, int ncclOp, int nranks) {
   checkDtype(dtype);
-  LOOM_CHECK_ARG(ncclOp >= 0 && ncclOp <= 4,
-                 "invalid reduction op %d (valid: 0 sum, 1 prod, 2 max, 3 min, 4 avg, or an op "
-                 "from ncclRedOpCreatePreMulSum)",
-                 ncclOp);
-  LOOM_CHECK_ARG(nranks >= 1, "invalid rank count %d for a reduction", nranks);
+  if (ncclOp < 0 || ncclOp > 4)
+    fail(KernelErrc::kInvalidArgument,
+         "invalid reduction op %d (valid: 0 sum, 1 prod, 2 max, 3 min, 4 avg, or an op from "
+         "ncclRedOpCreatePreMulSum)",
+         ncclOp);
+  checkRanks(nranks);
   if (ncclOp == 4) {
     if (!isFloatType(dtype)) return sumPostDiv(dtype, nranks);
     uint64_t bits = floatScalarBits(dtype, 1.0 / nranks);
@@ -214,7 +227,7 @@ Reducer Reducer::make(int dtype, int ncclOp, int nranks) {
 
 Reducer Reducer::preMulSum(int dtype, const void* hostScalar) {
   checkDtype(dtype);
-  LOOM_CHECK_ARG(hostScalar != nullptr, "PreMulSum scalar pointer is null");
+  if (!hostScalar) fail(KernelErrc::kInvalidArgument, "PreMulSum scalar pointer is null");
   Reducer r;
   r.dtype = dtype;
   r.eltSize = kDtypeSizes[dtype];
@@ -228,7 +241,7 @@ Reducer Reducer::preMulSum(int dtype, const void* hostScalar) {
 
 Reducer Reducer::sumPostDiv(int dtype, int nranks) {
   checkDtype(dtype);
-  LOOM_CHECK_ARG(nranks >= 1, "invalid rank count %d for a reduction", nranks);
+  checkRanks(nranks);
   Reducer r;
   r.dtype = dtype;
   r.eltSize = kDtypeSizes[dtype];
@@ -246,9 +259,9 @@ Reducer Reducer::sumPostDiv(int dtype, int nranks) {
 }
 
 Reducer Reducer::withIsa(CpuIsa isa) const {
-  LOOM_CHECK_USAGE(cpuIsaSupported(isa),
-                   "CPU reduction loops for %s requested, but this CPU lacks %s", cpuIsaName(isa),
-                   cpuIsaName(isa));
+  if (!cpuIsaSupported(isa))
+    fail(KernelErrc::kInvalidUsage, "CPU reduction loops for %s requested, but this CPU lacks %s",
+         cpuIsaName(isa), cpuIsaName(isa));
   Reducer r = *this;
   r.isa = isa;
   r.resolve();
@@ -277,7 +290,9 @@ void Reducer::resolve() {
       postFn_ = t.post[dtype];
       break;
   }
-  LOOM_ASSERT(reduceFn_ && reduce2Fn_ && preFn_ && postFn_);
+  if (!reduceFn_ || !reduce2Fn_ || !preFn_ || !postFn_)
+    fail(KernelErrc::kInternalError, "internal error: no CPU loop for %s %s on %s",
+         dtypeName(dtype), redKindName(kind), cpuIsaName(isa));
 }
 
 }  // namespace loom

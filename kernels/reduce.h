@@ -8,19 +8,27 @@
 #include <cstdint>
 
 #include "kernels/arith.h"
+#include "kernels/kernel_error.h"
 
 namespace loom {
 
 // Instruction sets the CPU loops are built for; the best one this CPU supports is used
-// unless LOOM_CPU_ISA names another.
+// unless the CPU ISA chooser picks another.
 enum class CpuIsa : int { kGeneric = 0, kAvx2 = 1, kAvx512 = 2 };
 constexpr int kNumCpuIsas = 3;
 bool cpuIsaSupported(CpuIsa isa);
-CpuIsa activeCpuIsa();  // LOOM_CPU_ISA, else the best supported
+CpuIsa bestCpuIsa();    // the widest this CPU supports
+CpuIsa activeCpuIsa();  // what Reducers use: the chooser's pick, else bestCpuIsa()
 const char* cpuIsaName(CpuIsa isa);
 
+// kernels/ reads no configuration (it depends on nothing in src/): the layer that owns it
+// installs a chooser (src/base/cpu_isa_knob.cc applies LOOM_CPU_ISA), which is asked once,
+// at the first activeCpuIsa(), given bestCpuIsa(). A pick this CPU lacks is ignored.
+using CpuIsaChooser = CpuIsa (*)(CpuIsa best);
+void setCpuIsaChooser(CpuIsaChooser chooser);
+
 bool dtypeValid(int dtype);
-size_t dtypeSize(int dtype);       // throws kInvalidArgument for an unknown type
+size_t dtypeSize(int dtype);       // throws KernelError kInvalidArgument for an unknown type
 const char* dtypeName(int dtype);  // nccl-tests' names ("float", "bfloat16", ...); "unknown"
 const char* redKindName(RedKind kind);
 
@@ -35,6 +43,8 @@ using RedBinaryFn = void (*)(void* dst, const void* a, const void* b, size_t n,
                              const RedScalars& s);
 using RedUnaryFn = void (*)(void* dst, const void* src, size_t n, const RedScalars& s);
 
+// The factories throw KernelError kInvalidArgument for a bad data type, op, rank count or
+// scalar.
 struct Reducer {
   // ncclOp: 0 sum, 1 prod, 2 max, 3 min, 4 avg. Avg becomes what NCCL makes of it:
   // floats -> PreMulSum by 1/nranks (rounded to the data type), integers -> SumPostDiv.
@@ -46,7 +56,7 @@ struct Reducer {
   static Reducer sumPostDiv(int dtype, int nranks);
 
   // The same reduction run by the loops built for another instruction set (tests, bench).
-  // Throws kInvalidUsage if this CPU lacks it.
+  // Throws KernelError kInvalidUsage if this CPU lacks it.
   Reducer withIsa(CpuIsa isa) const;
 
   int dtype = -1;

@@ -4,6 +4,7 @@
 
 #include "api/comm.h"
 #include "base/log.h"
+#include "kernels/kernel_error.h"
 
 namespace loom::api {
 namespace {
@@ -27,6 +28,9 @@ ncclResult_t handleException(const char* fn, ncclComm_t comm) {
   try {
     throw;
   } catch (const Error& e) {
+    code = static_cast<ncclResult_t>(e.code());
+    msg = e.what();
+  } catch (const KernelError& e) {
     code = static_cast<ncclResult_t>(e.code());
     msg = e.what();
   } catch (const std::bad_alloc&) {

@@ -9,7 +9,6 @@
 #include <limits>
 #include <vector>
 
-#include "base/error.h"
 #include "kernels/reduce.h"
 #include "kernels/reference.h"
 
@@ -224,21 +223,33 @@ TEST(ReduceCases, VectorLoopsRoundTripEveryPattern) {
   }
 }
 
+// The code a call throws (KernelError, numbered as ncclResult_t), 0 when it throws nothing.
+template <typename Fn>
+int thrownCode(Fn fn) {
+  try {
+    fn();
+  } catch (const KernelError& e) {
+    return int(e.code());
+  }
+  return 0;
+}
+
 TEST(ReduceCases, BadArgumentsAreRejected) {
-  auto code = [](auto fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return Code::kSuccess;
-  };
-  EXPECT_EQ(code([] { Reducer::make(12, kSum, 2); }), Code::kInvalidArgument);
-  EXPECT_EQ(code([] { Reducer::make(-1, kSum, 2); }), Code::kInvalidArgument);
-  EXPECT_EQ(code([] { Reducer::make(kF32, 5, 2); }), Code::kInvalidArgument);
-  EXPECT_EQ(code([] { Reducer::make(kF32, kAvg, 0); }), Code::kInvalidArgument);
-  EXPECT_EQ(code([] { Reducer::preMulSum(kF32, nullptr); }), Code::kInvalidArgument);
-  EXPECT_EQ(code([] { dtypeSize(12); }), Code::kInvalidArgument);
+  const int kBad = int(KernelErrc::kInvalidArgument);
+  EXPECT_EQ(thrownCode([] { Reducer::make(12, kSum, 2); }), kBad);
+  EXPECT_EQ(thrownCode([] { Reducer::make(-1, kSum, 2); }), kBad);
+  EXPECT_EQ(thrownCode([] { Reducer::make(kF32, 5, 2); }), kBad);
+  EXPECT_EQ(thrownCode([] { Reducer::make(kF32, kAvg, 0); }), kBad);
+  EXPECT_EQ(thrownCode([] { Reducer::preMulSum(kF32, nullptr); }), kBad);
+  EXPECT_EQ(thrownCode([] { Reducer::sumPostDiv(kF32, 0); }), kBad);
+  EXPECT_EQ(thrownCode([] { dtypeSize(12); }), kBad);
+  EXPECT_EQ(thrownCode([] { Reducer::make(kF32, kSum, 2); }), 0);
+  for (int i = 0; i < kNumCpuIsas; ++i) {
+    Reducer r = Reducer::make(kF32, kSum, 2);
+    EXPECT_EQ(thrownCode([&] { r.withIsa(CpuIsa(i)); }),
+              cpuIsaSupported(CpuIsa(i)) ? 0 : int(KernelErrc::kInvalidUsage))
+        << cpuIsaName(CpuIsa(i));
+  }
 }
 
 TEST(ReduceCases, TypeNamesAndSizes) {
