@@ -1,5 +1,7 @@
 #include "base/cuda_driver.h"
 
+#include <pthread.h>
+
 #include <mutex>
 
 #include "base/config.h"
@@ -15,6 +17,9 @@ StringKnob kDriverLibrary("LOOM_CUDA_DRIVER_LIBRARY", "", "libcuda.so.1",
 
 std::once_flag gOnce;
 std::string* gAbsence = nullptr;  // why there is no driver; set once under gOnce
+std::atomic<bool> gForked{false};
+
+void markForked() { gForked.store(true, std::memory_order_relaxed); }
 
 // Loads and initializes the driver; nullptr with `why` set when it cannot be used.
 Driver* probe(std::string* why) {
@@ -47,6 +52,7 @@ Driver* probe(std::string* why) {
     return nullptr;
   }
   if (d->api.driverGetVersion(&d->version) != kCudaSuccess) d->version = 0;
+  pthread_atfork(nullptr, nullptr, markForked);
   return d;
 }
 
@@ -85,6 +91,8 @@ const Driver* loadDriver() {
 std::string driverAbsenceReason() {
   return driver() ? std::string() : *gAbsence;
 }
+
+bool forkedSinceLoad() { return gForked.load(std::memory_order_relaxed); }
 
 int currentDevice() {
   const Driver* d = driver();

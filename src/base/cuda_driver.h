@@ -75,6 +75,10 @@ inline const Driver* driver() {
 // diagnostics.
 std::string driverAbsenceReason();
 
+// Whether this process was forked after the driver was loaded. CUDA does not survive a
+// fork: in such a child the driver may fail every call.
+bool forkedSinceLoad();
+
 // The device of the calling thread's current context, or -1 when there is no driver or no
 // current context.
 int currentDevice();

@@ -90,7 +90,8 @@ std::vector<EntryPoint> entryPoints() {
 
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-class MemKinds : public testing::Test {
+// Suite names differ per executable (CMakeLists.txt), so CTest names stay unique.
+class MEM_KINDS_SUITE : public testing::Test {
  protected:
   void SetUp() override {
     mem_ = makeDeviceMemory();
@@ -105,7 +106,7 @@ class MemKinds : public testing::Test {
   std::unique_ptr<DeviceMemory> mem_;
 };
 
-TEST_F(MemKinds, ClassifiesEachKindOfMemory) {
+TEST_F(MEM_KINDS_SUITE, ClassifiesEachKindOfMemory) {
   char* d0 = static_cast<char*>(mem_->allocDevice(kBytes, 0, 0x5a));
   loom::MemInfo info = loom::classifyPointer(d0);
   EXPECT_EQ(info.kind, loom::MemKind::kDevice);
@@ -130,7 +131,7 @@ TEST_F(MemKinds, ClassifiesEachKindOfMemory) {
   EXPECT_STREQ(loom::memKindName(loom::MemKind::kHost), "host");
 }
 
-TEST_F(MemKinds, EveryEntryPointRefusesDeviceBuffers) {
+TEST_F(MEM_KINDS_SUITE, EveryEntryPointRefusesDeviceBuffers) {
   void* send = mem_->allocDevice(kBytes, 0, 0x11);
   void* recv = mem_->allocDevice(kBytes, 0, 0x22);
   mem_->makeCurrent(0);
@@ -158,7 +159,7 @@ TEST_F(MemKinds, EveryEntryPointRefusesDeviceBuffers) {
   EXPECT_EQ(out, in);
 }
 
-TEST_F(MemKinds, EmptyDeviceBuffersAreNotLookedAt) {
+TEST_F(MEM_KINDS_SUITE, EmptyDeviceBuffersAreNotLookedAt) {
   void* dev = mem_->allocDevice(kBytes, 0, 0x66);
   mem_->makeCurrent(0);
   OneRank comm;
@@ -173,7 +174,7 @@ TEST_F(MemKinds, EmptyDeviceBuffersAreNotLookedAt) {
   EXPECT_TRUE(mem_->holds(dev, kBytes, 0x66));
 }
 
-TEST_F(MemKinds, MixedKindsAreInvalidArgument) {
+TEST_F(MEM_KINDS_SUITE, MixedKindsAreInvalidArgument) {
   void* dev = mem_->allocDevice(kBytes, 0, 0x33);
   mem_->makeCurrent(0);
   OneRank comm;
@@ -198,7 +199,7 @@ TEST_F(MemKinds, MixedKindsAreInvalidArgument) {
   EXPECT_TRUE(mem_->holds(dev, kBytes, 0x33));
 }
 
-TEST_F(MemKinds, BufferOfAnotherDeviceIsInvalidArgument) {
+TEST_F(MEM_KINDS_SUITE, BufferOfAnotherDeviceIsInvalidArgument) {
   if (mem_->deviceCount() < 2) GTEST_SKIP() << "needs two GPUs; this machine has one";
   void* send = mem_->allocDevice(kBytes, 1, 0x44);
   void* recv = mem_->allocDevice(kBytes, 1, 0x45);
@@ -219,7 +220,7 @@ TEST_F(MemKinds, BufferOfAnotherDeviceIsInvalidArgument) {
   EXPECT_TRUE(mem_->holds(recv, kBytes, 0x45));
 }
 
-TEST_F(MemKinds, CommunicatorTakesTheCurrentDevice) {
+TEST_F(MEM_KINDS_SUITE, CommunicatorTakesTheCurrentDevice) {
   int want = mem_->deviceCount() >= 2 ? 1 : 0;
   mem_->makeCurrent(want);
   OneRank bound;
@@ -241,7 +242,7 @@ TEST_F(MemKinds, CommunicatorTakesTheCurrentDevice) {
 
 // Host memory, pageable and pinned, keeps working on device-bound communicators, and a
 // refused device call in the middle leaves the ranks in step. Runs without a GPU too.
-TEST(MemKindsHost, HostBuffersGiveExactResults) {
+TEST(MEM_KINDS_HOST_SUITE, HostBuffersGiveExactResults) {
   constexpr int kRanks = 3;
   constexpr size_t kN = 100000;
   std::unique_ptr<DeviceMemory> mem = makeDeviceMemory();

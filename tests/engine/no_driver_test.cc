@@ -51,7 +51,7 @@ void* claimAsDevice(void* p, size_t bytes) {
   return p;
 }
 
-TEST(NoDriver, EveryBufferIsHost) {
+TEST(NO_DRIVER_SUITE, EveryBufferIsHost) {
   EXPECT_EQ(loom::cuda::driver(), nullptr);
   std::string why = loom::cuda::driverAbsenceReason();
   EXPECT_NE(why.find(LOOM_TEST_DRIVER_LIBRARY), std::string::npos) << why;
@@ -68,7 +68,7 @@ TEST(NoDriver, EveryBufferIsHost) {
             loom::MemKind::kHost);
 }
 
-TEST(NoDriver, HostOnlyCommunicatorsGiveExactResults) {
+TEST(NO_DRIVER_SUITE, HostOnlyCommunicatorsGiveExactResults) {
   constexpr size_t kN = 50000;
   std::vector<std::vector<double>> bufs(2, std::vector<double>(kN));
   for (auto& b : bufs) claimAsDevice(b.data(), kN * sizeof(double));

@@ -7,12 +7,14 @@
 #include <vector>
 
 #include "base/cuda_driver.h"
+#include "core/rank_harness.h"
 #include "device_memory.h"
 #include "stand_in_hooks.h"
 
 namespace loomtest {
 namespace {
 
+constexpr int kCudaErrorNotInitialized = 3;
 constexpr int kCudaErrorDeinitialized = 4;
 
 class StandIn : public testing::Test {
@@ -102,6 +104,33 @@ TEST_F(StandIn, InitAllDevlistDecidesTheDevice) {
   EXPECT_TRUE(mem_->holds(dev1, 4096, 0x13));
   EXPECT_TRUE(mem_->holds(dev2, 4096, 0x12));
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// CUDA does not survive a fork: in a child forked after the driver was loaded, a driver that
+// fails every query must not stop host calls (that child can hold no usable device buffer).
+TEST(StandInFork, ChildWhoseDriverFailsKeepsHostCalls) {
+  std::unique_ptr<DeviceMemory> mem = makeDeviceMemory();
+  ASSERT_EQ(mem->unavailable(), "");
+  ASSERT_FALSE(loom::cuda::forkedSinceLoad());
+  StandInHooks hooks;
+  ASSERT_EQ(hooks.open(LOOM_STAND_IN_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD), "");
+  auto failures = runEach(Mode::kProcesses, 1, [&](int, int) -> std::string {
+    RANK_CHECK(loom::cuda::forkedSinceLoad(), "the child does not know it was forked");
+    hooks.setQueryResult(kCudaErrorNotInitialized);
+    ncclUniqueId id;
+    RANK_NCCL(ncclGetUniqueId(&id));
+    ncclComm_t comm = nullptr;
+    RANK_NCCL(ncclCommInitRank(&comm, 1, id, 0));
+    std::vector<float> in(64, 1.5f), out(64, 0.0f);
+    ncclResult_t r = ncclAllReduce(in.data(), out.data(), 64, ncclFloat, ncclSum, comm, nullptr);
+    std::string err = ncclGetLastError(comm);
+    ncclCommDestroy(comm);
+    RANK_CHECK(r == ncclSuccess, "all-reduce returned %d: %s", r, err.c_str());
+    RANK_CHECK(out == in, "wrong all-reduce result");
+    return "";
+  });
+  EXPECT_TRUE(failures.empty()) << joinFailures(failures);
+  EXPECT_FALSE(loom::cuda::forkedSinceLoad()) << "only the child was forked";
 }
 
 }  // namespace
