@@ -1,7 +1,9 @@
 // An ordinary NCCL program, compiled against NVIDIA's nccl.h, that only uses host buffers:
-// the parent creates the unique id, forks nranks-1 children (which inherit it), and every
-// process is one rank of a float-sum all-reduce, out of place and then in place, checked
-// element by element. Built twice: linked with libloom, and linked with NVIDIA's
+// the parent forks nranks-1 children, then creates the unique id and hands it to each
+// through a pipe, and every process is one rank of a float-sum all-reduce, out of place
+// and then in place, checked element by element. (Forking after ncclGetUniqueId would copy
+// the process while the root's thread may hold a lock, such as malloc's, that the child
+// could then never take.) Built twice: linked with libloom, and linked with NVIDIA's
 // libnccl.so but run with Loom's drop-in LD_PRELOADed (which must then be the
 // implementation actually called: --expect-loom).
 //
@@ -92,6 +94,18 @@ bool runRank(int rank, int nranks, const ncclUniqueId& id, size_t count) {
   return ok;
 }
 
+// Reads exactly `size` bytes; false on end of file or error.
+bool readAll(int fd, void* buf, size_t size) {
+  char* p = static_cast<char*>(buf);
+  while (size > 0) {
+    ssize_t n = read(fd, p, size);
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,32 +143,49 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  std::fflush(stdout);  // or the children would print the parent's buffered output again
+
+  std::vector<pid_t> children;
+  std::vector<int> idPipes;  // the parent's write ends, one per child
+  for (int rank = 1; rank < nranks; ++rank) {
+    int p[2];
+    pid_t pid = pipe(p) == 0 ? fork() : -1;
+    if (pid < 0) {
+      std::perror("pipe/fork");
+      for (pid_t c : children) kill(c, SIGKILL);
+      return 1;
+    }
+    if (pid == 0) {
+      alarm(kTimeoutSeconds);  // alarms are not inherited across fork
+      // Only the parent may hold a write end, so a parent that fails reads as end of file.
+      for (int fd : idPipes) close(fd);
+      close(p[1]);
+      ncclUniqueId id;
+      bool ok = readAll(p[0], &id, sizeof id);
+      if (!ok) std::printf("rank %d: no unique id from the parent\n", rank);
+      ok = ok && runRank(rank, nranks, id, count);
+      if (ok) std::printf("rank %d: OK\n", rank);
+      std::fflush(stdout);
+      _exit(ok ? 0 : 1);
+    }
+    close(p[0]);
+    idPipes.push_back(p[1]);
+    children.push_back(pid);
+  }
+
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   ncclResult_t rc = ncclGetUniqueId(&id);
   if (rc != ncclSuccess) {
     std::printf("FAIL: ncclGetUniqueId: %s: %s\n", ncclGetErrorString(rc),
                 ncclGetLastError(nullptr));
+    for (int fd : idPipes) close(fd);
+    for (pid_t c : children) waitpid(c, nullptr, 0);
     return 1;
   }
-  std::fflush(stdout);  // or the children would print the parent's buffered output again
-
-  std::vector<pid_t> children;
-  for (int rank = 1; rank < nranks; ++rank) {
-    pid_t pid = fork();
-    if (pid < 0) {
-      std::perror("fork");
-      for (pid_t c : children) kill(c, SIGKILL);
-      return 1;
-    }
-    if (pid == 0) {
-      alarm(kTimeoutSeconds);  // alarms are not inherited across fork
-      bool ok = runRank(rank, nranks, id, count);
-      if (ok) std::printf("rank %d: OK\n", rank);
-      std::fflush(stdout);
-      _exit(ok ? 0 : 1);
-    }
-    children.push_back(pid);
+  for (int fd : idPipes) {
+    if (write(fd, &id, sizeof id) != static_cast<ssize_t>(sizeof id)) std::perror("write id");
+    close(fd);
   }
 
   alarm(kTimeoutSeconds);

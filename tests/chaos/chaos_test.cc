@@ -6,13 +6,11 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +18,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "core/late_id.h"
 
 namespace {
 
@@ -38,11 +38,6 @@ std::set<std::string> shmNames() {
   }
   return out;
 }
-
-struct IdBox {
-  std::atomic<int> state{0};  // 1 once id is made
-  ncclUniqueId id{};
-};
 
 // What a survivor reports through its pipe.
 struct Report {
@@ -104,14 +99,8 @@ TEST(Chaos, RandomVictimKilledAtRandomMoment) {
     unsigned seed = rng();
     int victim = static_cast<int>(rng() % nranks);
     int delayUs = static_cast<int>(rng() % 400000);
-    // The id is made after the forks and read by the ranks from shared memory: a fork
-    // while the root's thread (started by ncclGetUniqueId) is inside malloc would leave
-    // the child's allocator locked under AddressSanitizer, whose allocator is not
-    // fork-safe in GCC 12.
-    auto* box = static_cast<IdBox*>(
-        mmap(nullptr, sizeof(IdBox), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-    ASSERT_NE(box, MAP_FAILED);
-    new (box) IdBox();
+    // Made after the forks (core/late_id.h says why), read by the ranks from shared memory.
+    loomtest::LateId id;
     std::vector<pid_t> pids(nranks);
     std::vector<int> fds(nranks);
     for (int r = 0; r < nranks; ++r) {
@@ -121,16 +110,13 @@ TEST(Chaos, RandomVictimKilledAtRandomMoment) {
       pid_t pid = fork();
       if (pid == 0) {
         close(p[0]);
-        for (int i = 0; i < 60000 && box->state.load() == 0; ++i) usleep(1000);
-        runRank(box->id, r, nranks, seed, p[1]);
+        runRank(id, r, nranks, seed, p[1]);
       }
       close(p[1]);
       pids[r] = pid;
       fds[r] = p[0];
     }
-    ASSERT_EQ(ncclGetUniqueId(&box->id), ncclSuccess) << ncclGetLastError(nullptr);
-    box->state.store(1);
-    munmap(box, sizeof(IdBox));  // the ranks keep their own mappings
+    ASSERT_EQ(id.make(), ncclSuccess) << id.why();
     usleep(delayUs);
     kill(pids[victim], SIGKILL);
     int64_t killNs = monoNs();

@@ -191,15 +191,16 @@ TEST(CoreBootstrap, HostileClientsDuringRendezvous) {
 TEST(CoreBootstrap, WrongSecretCannotJoin) {
   const int nranks = 4;
   EnvGuard limit("LOOM_TIMEOUT", "60");
-  ncclUniqueId good;
-  ASSERT_EQ(ncclGetUniqueId(&good), ncclSuccess);
-  loom::JobId job = loom::JobId::decode(good.internal);
-  loom::randomBytes(job.secret, sizeof(job.secret));
-  ncclUniqueId forged;
-  job.encode(forged.internal);
+  LateId late;  // made once the workers have started
 
   auto f = runEach(Mode::kProcesses, nranks + 1, [&](int worker, int) {
+    ncclUniqueId good;
+    RANK_TRY(late.wait(&good));
     if (worker == nranks) {  // the intruder, claiming rank 1 before the real one arrives
+      loom::JobId job = loom::JobId::decode(good.internal);
+      loom::randomBytes(job.secret, sizeof(job.secret));
+      ncclUniqueId forged;
+      job.encode(forged.internal);
       auto t0 = Clock::now();
       ncclComm_t comm = nullptr;
       ncclResult_t r = ncclCommInitRank(&comm, nranks, forged, 1);
@@ -219,7 +220,7 @@ TEST(CoreBootstrap, WrongSecretCannotJoin) {
       RANK_CHECK(out[i] == 10 * static_cast<int32_t>(i % 999), "[%zu] = %d", i, out[i]);
     RANK_NCCL(ncclCommDestroy(comm));
     return std::string();
-  }, 90);
+  }, 90, [&] { return makeId(late); });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }
 

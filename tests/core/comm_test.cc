@@ -114,8 +114,15 @@ TEST_P(CommTransportTest, SeveralRanksPerThreadInitInGroup) {
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   EXPECT_EQ(initRanksInGroup(id, 0, 4, 4), "");
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
-    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-    auto f = runEach(mode, 2, [&](int w, int) { return initRanksInGroup(id, 2 * w, 2, 4); });
+    LateId late;  // made once the workers have started
+    auto f = runEach(
+        mode, 2,
+        [&](int w, int) {
+          ncclUniqueId joined;
+          RANK_TRY(late.wait(&joined));
+          return initRanksInGroup(joined, 2 * w, 2, 4);
+        },
+        120, [&] { return makeId(late); });
     EXPECT_TRUE(f.empty()) << modeName(mode) << ": " << joinFailures(f);
   }
 }
@@ -129,9 +136,10 @@ INSTANTIATE_TEST_SUITE_P(Core, CommTransportTest,
 class CommTest : public CoreTest {};
 
 TEST_P(CommTest, NonBlockingInit) {
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  LateId late;  // made once the ranks have started
   auto f = runEach(mode(), nranks(), [&](int rank, int nranks) {
+    ncclUniqueId id;
+    RANK_TRY(late.wait(&id));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;
@@ -156,7 +164,7 @@ TEST_P(CommTest, NonBlockingInit) {
     RANK_TRY(checkSum(out, allOf(nranks), "all-reduce on a non-blocking comm"));
     RANK_NCCL(ncclCommDestroy(comm));
     return std::string();
-  });
+  }, 120, [&] { return makeId(late); });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }
 
@@ -260,10 +268,11 @@ TEST_P(CommTest, QueriesAndFinalize) {
 }
 
 TEST_P(CommTest, InitRankScalableWithTwoIds) {
-  ncclUniqueId ids[2];
-  ASSERT_EQ(ncclGetUniqueId(&ids[0]), ncclSuccess);
-  ASSERT_EQ(ncclGetUniqueId(&ids[1]), ncclSuccess);
+  LateId late[2];  // made once the ranks have started
   auto f = runEach(mode(), nranks(), [&](int rank, int nranks) {
+    ncclUniqueId ids[2];
+    RANK_TRY(late[0].wait(&ids[0]));
+    RANK_TRY(late[1].wait(&ids[1]));
     ncclComm_t comm = nullptr;
     RANK_NCCL(ncclCommInitRankScalable(&comm, nranks, rank, 2 > nranks ? nranks : 2, ids, nullptr));
     int c = -1, r = -1;
@@ -276,7 +285,7 @@ TEST_P(CommTest, InitRankScalableWithTwoIds) {
     RANK_TRY(checkSum(out, allOf(nranks), "all-reduce"));
     RANK_NCCL(ncclCommDestroy(comm));
     return std::string();
-  });
+  }, 120, [&] { return makeId(late[0]) + makeId(late[1]); });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }
 

@@ -1,7 +1,8 @@
 // Runs a function as N ranks of one communicator: as threads of this process, or as
 // forked processes. Each rank returns an error string ("" = success); the harness
 // reports every failing rank and bounds the whole run by a timeout, so a hang fails the
-// test instead of stalling the suite.
+// test instead of stalling the suite. The ranks start first and the unique id is made
+// afterwards (core/late_id.h): no rank is forked while the root's thread runs.
 #pragma once
 
 #include <nccl.h>
@@ -17,6 +18,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/late_id.h"
 
 namespace loomtest {
 
@@ -86,14 +89,23 @@ inline std::string callRank(const RawFn& fn, int rank, int nranks) {
 }
 
 // Runs fn(rank, nranks) for every rank, as threads or forked processes, and returns one
-// message per failing rank ("rank R: ..."); empty when all succeeded.
+// message per failing rank ("rank R: ..."); empty when all succeeded. afterStart, when
+// given, runs in the test process once every rank has started (after the last fork): what
+// starts a thread, such as ncclGetUniqueId, belongs there (LateId, makeId). What it
+// returns, unless "", is reported as the test process's failure.
 inline std::vector<std::string> runEach(Mode mode, int nranks, const RawFn& fn,
-                                        int timeoutSec = 120) {
+                                        int timeoutSec = 120,
+                                        const std::function<std::string()>& afterStart = {}) {
   std::vector<std::string> failures;
+  auto started = [&] {
+    std::string e = afterStart ? afterStart() : "";
+    if (!e.empty()) failures.push_back("test process: " + e);
+  };
   if (mode == Mode::kThreads) {
     std::vector<std::future<std::string>> futs;
     for (int r = 0; r < nranks; ++r)
       futs.push_back(std::async(std::launch::async, [&, r] { return callRank(fn, r, nranks); }));
+    started();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
     for (int r = 0; r < nranks; ++r) {
       if (futs[r].wait_until(deadline) != std::future_status::ready) {
@@ -123,6 +135,7 @@ inline std::vector<std::string> runEach(Mode mode, int nranks, const RawFn& fn,
     pids.push_back(pid);
     pipes.push_back(fds[0]);
   }
+  started();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutSec);
   for (int r = 0; r < nranks; ++r) {
     int status = 0;
@@ -156,25 +169,26 @@ struct RankOptions {
   // Runs in the rank (its thread, or its process after the fork) before ncclCommInitRank,
   // e.g. to set per-process environment variables.
   std::function<void(int rank)> beforeInit;
-  // The id to join; null: a fresh one from ncclGetUniqueId.
+  // The id to join; null: a fresh one from ncclGetUniqueId, made once the ranks started.
   const ncclUniqueId* id = nullptr;
 };
 
 inline std::vector<std::string> runRanks(Mode mode, int nranks, const RankFn& fn,
                                          const RankOptions& opt) {
-  ncclUniqueId id;
-  if (opt.id) {
-    id = *opt.id;
-  } else if (ncclGetUniqueId(&id) != ncclSuccess) {
-    return {std::string("ncclGetUniqueId failed: ") + ncclGetLastError(nullptr)};
-  }
+  LateId late;
   return runEach(
       mode, nranks,
       [&](int rank, int n) {
+        ncclUniqueId id;
+        if (opt.id) {
+          id = *opt.id;
+        } else {
+          RANK_TRY(late.wait(&id));
+        }
         if (opt.beforeInit) opt.beforeInit(rank);
         return runRank(id, rank, n, fn);
       },
-      opt.timeoutSec);
+      opt.timeoutSec, [&] { return opt.id ? std::string() : makeId(late); });
 }
 
 // Returns one message per failing rank ("rank R: ..."); empty when all succeeded.

@@ -1,7 +1,8 @@
 // Shared pieces of the fault-injection suites: ranks as forked processes that the test
 // can kill at a chosen moment, a shared-memory board on which they post progress and
 // timings (CLOCK_MONOTONIC is one clock for every process of the host), and probes of a
-// process's resources (threads, fds, mappings, /dev/shm names).
+// process's resources (threads, fds, mappings, /dev/shm names). The board and the unique
+// id made after the forks (SharedBoard, LateId) are the core harness's: core/late_id.h.
 #pragma once
 
 #include <dirent.h>
@@ -26,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/late_id.h"
+
 namespace loomtest::fault {
 
 inline int64_t monoNs() {
@@ -45,54 +48,6 @@ inline bool waitFor(const std::function<bool()>& pred, int timeoutMs, int stepMs
   }
   return true;
 }
-
-// A block of memory shared by the test process and every rank it forks afterwards.
-template <class T>
-class SharedBoard {
- public:
-  SharedBoard() {
-    void* p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) abort();
-    board_ = new (p) T();
-  }
-  ~SharedBoard() {
-    board_->~T();
-    munmap(board_, sizeof(T));
-  }
-  SharedBoard(const SharedBoard&) = delete;
-  SharedBoard& operator=(const SharedBoard&) = delete;
-  T* operator->() const { return board_; }
-  T& operator*() const { return *board_; }
-
- private:
-  T* board_;
-};
-
-// The job's unique id, made by the test only after it has forked its ranks, which read it
-// from shared memory (the conversion waits for it). ncclGetUniqueId starts the root's
-// thread in the test's process, and a fork while that thread is inside malloc leaves the
-// child's allocator locked for good under AddressSanitizer (GCC 12's ASan allocator is
-// not fork-safe as glibc's is): the ranks would hang in their first allocation.
-class LateId {
- public:
-  ncclResult_t make() {
-    ncclResult_t rc = ncclGetUniqueId(&box_->id);
-    box_->state.store(rc == ncclSuccess ? 1 : 2);
-    return rc;
-  }
-  const ncclUniqueId& get() const {
-    waitFor([&] { return box_->state.load() != 0; }, 60000);
-    return box_->id;
-  }
-  operator const ncclUniqueId&() const { return get(); }
-
- private:
-  struct Box {
-    std::atomic<int> state{0};  // 1 made, 2 failed
-    ncclUniqueId id{};
-  };
-  SharedBoard<Box> box_;
-};
 
 // What every rank posts: its progress and, when a call failed, when and how.
 struct RankSlot {
