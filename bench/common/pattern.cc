@@ -105,6 +105,21 @@ void fillReduceInput(const ReducePattern& p, void* dst, size_t count, int rank, 
   });
 }
 
+void fillOnes(const TypeInfo& type, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  char* d = static_cast<char*>(dst);
+  unsigned char one[8] = {};
+  storeValue(type.type, one, 0, 1.0);
+  size_t done = std::min(bytes, type.size);
+  memcpy(d, one, done);
+  // Doubling copies: as fast as memcpy over the whole buffer.
+  while (done < bytes) {
+    size_t n = std::min(done, bytes - done);
+    memcpy(d + done, d, n);
+    done += n;
+  }
+}
+
 int64_t countWrongReduced(const ReducePattern& p, const void* got, size_t count, size_t offset) {
   const bool exact = reduceIsExact(p);
   // Float avg: the library may scale each input by 1/n before summing (NCCL does) or divide

@@ -43,6 +43,11 @@ int64_t countWrongReduced(const ReducePattern& p, const void* got, size_t count,
 int64_t countWrongReduceInput(const ReducePattern& p, const void* got, size_t count, int rank,
                               size_t offset);
 
+// Writes the value 1 of `type` over [dst, dst + bytes), element after element (a final
+// partial element gets the leading bytes of one): data every type reduces as an ordinary
+// number, never a denormal or NaN, and no page of it left all zeros.
+void fillOnes(const TypeInfo& type, void* dst, size_t bytes);
+
 // Copy pattern: the bytes of element `offset + i` of `rank`'s data, eltSize bytes each.
 void fillCopyInput(uint64_t seed, size_t eltSize, void* dst, size_t count, int rank, size_t offset);
 int64_t countWrongCopy(uint64_t seed, size_t eltSize, const void* got, size_t count, int rank,

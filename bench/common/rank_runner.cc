@@ -21,8 +21,6 @@ HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
   if (posix_memalign(&p, 4096, std::max<size_t>(bytes, 64)) != 0)
     benchFail(Status::kInternalError, "cannot allocate %zu bytes of host memory", bytes);
   data_ = static_cast<char*>(p);
-  // Fault every page in now, not inside the first timed iteration.
-  memset(data_, 0, std::max<size_t>(bytes, 64));
 }
 
 HostBuffer::~HostBuffer() { free(data_); }
@@ -152,6 +150,7 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
 
   send_ = sendBuf_->data() + o_.unalign * type.size;
   recv_ = recvBuf_->data() + o_.unalign * type.size;
+  prepareBuffers(type);
 
   // Warm-up over every size, doubling as nccl-tests does.
   for (size_t size = o_.minBytes; size <= proc_.maxBytes(); size = size ? size * 2 : 1) {
@@ -179,6 +178,17 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
 
   if (opCreated_) BENCH_NCCL(ncclRedOpDestroy(ncclOp_, comm_), comm_);
   opCreated_ = false;
+}
+
+// Before the warm-up, whatever -c says (with -c 0 nothing else writes the buffers): every
+// byte of both buffers becomes data, so no page is first touched inside a timed call, and
+// that data is ones of the type under test. Not zeros: under memory pressure Linux (6.12+)
+// splits a huge page that holds only zeros and maps the shared zero page in its place, so
+// reads measure no memory and the next write faults. Not another type's data: its bits
+// may be denormals or NaNs in this type, whose arithmetic is slower.
+void RankRunner::prepareBuffers(const TypeInfo& type) {
+  fillOnes(type, sendBuf_->data(), sendBuf_->size());
+  fillOnes(type, recvBuf_->data(), recvBuf_->size());
 }
 
 // Test hook: LOOM_BENCH_INJECT_WRONG=<rank>:<n> flips the bits of the first n result

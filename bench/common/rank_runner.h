@@ -12,7 +12,7 @@
 
 namespace loom::bench {
 
-// Page-aligned, pre-faulted host memory.
+// Page-aligned host memory; RankRunner writes all of it before it times anything.
 class HostBuffer {
  public:
   explicit HostBuffer(size_t bytes);
@@ -45,6 +45,7 @@ class RankRunner {
 
  private:
   void timeTest(const TypeInfo& type, const OpInfo& op, int root);
+  void prepareBuffers(const TypeInfo& type);
   void setupSize(size_t bytes);
   size_t nextSize(size_t size) const;
   void benchTime(bool inPlace);

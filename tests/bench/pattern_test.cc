@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace loom::bench {
@@ -148,6 +149,19 @@ TEST(BenchPattern, CopyPatternIsBitExactAtAnyOffset) {
   EXPECT_EQ(countWrongZero(8, zeros.data(), 5), 0);
   zeros[17] = 1;
   EXPECT_EQ(countWrongZero(8, zeros.data(), 5), 1);
+}
+
+TEST(BenchPattern, FillOnesWritesOneOfEachTypeUpToAPartialLastElement) {
+  for (const TypeInfo& t : allTypes()) {
+    const size_t bytes = 5 * t.size + t.size / 2;  // the last element cut in half (1-byte: 5)
+    std::vector<unsigned char> buf(bytes + 8, 0xee);
+    fillOnes(t, buf.data(), bytes);
+    for (size_t i = 0; i < 5; ++i) EXPECT_EQ(loadValue(t.type, buf.data(), i), 1.0) << t.name;
+    unsigned char one[8] = {};
+    storeValue(t.type, one, 0, 1.0);
+    EXPECT_EQ(memcmp(buf.data() + 5 * t.size, one, t.size / 2), 0) << t.name;
+    EXPECT_EQ(buf[bytes], 0xee) << t.name << ": wrote past the end";
+  }
 }
 
 }  // namespace
