@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "algo/collective.h"
+#include "base/mem_kind.h"
 
 namespace loom::api {
 
@@ -21,6 +22,8 @@ struct OpArgs {
   bool isSend = false;
   bool isRecv = false;
   ncclComm_t comm;
+  MemKind mem = MemKind::kHost;  // of the buffers, classified by the entry point
+  cudaStream_t stream = nullptr;
 };
 
 bool inGroup();

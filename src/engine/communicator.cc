@@ -134,6 +134,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
 }
 
 Communicator::~Communicator() {
+  executor_.reset();  // its worker may still be running tasks over the transports
   transports_.reset();
   for (int fd : pidfds_)
     if (fd >= 0) ::close(fd);

@@ -11,6 +11,8 @@
 #include "algo/ring.h"
 #include "algo/select.h"
 #include "bootstrap/bootstrap.h"
+#include "engine/cpu_executor.h"
+#include "engine/plan_cache.h"
 #include "transports/transport.h"
 
 namespace loom {
@@ -36,11 +38,16 @@ class Communicator {
   // Makes sure the connections a plan needs exist (collective between each pair).
   void connect(const std::vector<TransportManager::ConnKey>& sends,
                const std::vector<TransportManager::ConnKey>& recvs);
+  // Operation sequence numbers (#seq in logs and errors), one per launched task.
   uint64_t nextSeq() { return ++seq_; }
+  PlanCache& planCache() { return planCache_; }
+  // Runs this communicator's host-memory work; asynchronous launches queue here in order.
+  CpuExecutor& executor() { return *executor_; }
   // Working space for plans (scratchBytes), kept between calls: a fresh buffer per call
   // would be zeroed and page-faulted in every time. Grows to the largest request; the
   // tasks of one communicator run one after another, so they can all use it.
   void* scratch(size_t bytes);
+  size_t scratchBytes() const { return scratchBytes_; }
   std::string initSummary() const;
 
  private:
@@ -57,6 +64,9 @@ class Communicator {
   uint64_t seq_ = 0;
   std::unique_ptr<char[]> scratch_;
   size_t scratchBytes_ = 0;
+  PlanCache planCache_;
+  // Last: its worker thread stops (and its queued work ends) before anything above goes.
+  std::unique_ptr<CpuExecutor> executor_ = std::make_unique<CpuExecutor>();
 
   algo::NodeModel tuningModel();
 };

@@ -1,0 +1,216 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/communicator.h"
+#include "engine/cpu_executor.h"
+
+namespace loom {
+namespace {
+
+Task bindTask(const Op& op, const Plan& plan, uint64_t seq, const char* name) {
+  Task t;
+  t.plan = &plan;
+  t.sendbuf = op.sendbuff;
+  t.recvbuf = op.recvbuff;
+  t.red = op.red;
+  t.eltSize = op.eltSize;
+  t.transports = &op.comm.core->transports();
+  t.abortFlag = op.comm.abortFlag;
+  t.revokeFlag = op.comm.revokeFlag;
+  t.rank = op.comm.core->rank();
+  t.seq = seq;
+  t.name = name;
+  return t;
+}
+
+// One plan holding all the sends and receives a group issued on one communicator: one
+// channel per (direction, peer) so that messages to one peer stay in order while
+// different peers progress concurrently. Self send/recv pairs are copied directly.
+std::shared_ptr<const Plan> p2pPlan(int rank, const std::vector<const Op*>& ops) {
+  auto plan = std::make_shared<Plan>();
+  plan->coll = Collective::kSendRecv;
+  std::map<std::pair<int, int>, size_t> chanOf;  // (isSend, peer) -> channel
+  std::vector<const Op*> selfSends, selfRecvs;
+  for (const Op* op : ops) {
+    if (op->root == rank) {
+      (op->isSend ? selfSends : selfRecvs).push_back(op);
+      continue;
+    }
+    auto key = std::make_pair(op->isSend ? 1 : 0, op->root);
+    auto it = chanOf.find(key);
+    if (it == chanOf.end()) {
+      it = chanOf.emplace(key, plan->channels.size()).first;
+      plan->channels.emplace_back();
+    }
+    PlanBuilder b(plan->channels[it->second], op->isSend ? op->root : -1,
+                  op->isSend ? -1 : op->root);
+    if (op->isSend) b.send(absBuf(op->sendbuff), op->bytes());
+    else b.recv(absBuf(op->recvbuff), op->bytes());
+  }
+  if (selfSends.size() != selfRecvs.size())
+    LOOM_THROW(kInvalidUsage,
+               "rank %d: the group has %zu send(s) to itself but %zu receive(s) from itself",
+               rank, selfSends.size(), selfRecvs.size());
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    size_t sb = selfSends[i]->bytes(), rb = selfRecvs[i]->bytes();
+    LOOM_CHECK_USAGE(sb == rb, "rank %d: send to self of %zu bytes matched with a receive of %zu",
+                     rank, sb, rb);
+    plan->channels.emplace_back();
+    PlanBuilder(plan->channels.back(), -1, -1)
+        .copy(absBuf(selfSends[i]->sendbuff), absBuf(selfRecvs[i]->recvbuff), sb);
+  }
+  return plan;
+}
+
+// What one communicator contributes to a launch.
+struct CommWork {
+  OpComm comm;
+  std::vector<const Op*> ops;
+  // Plans not known to be connected yet: their connections are made before the launch.
+  std::vector<std::shared_ptr<CachedPlan>> unconnected;
+  std::shared_ptr<const Plan> p2p;
+};
+
+// Makes the connections the plans need. Setting them up is collective between each pair,
+// so communicators driven by this one thread connect concurrently.
+void connectAll(std::vector<CommWork>& comms) {
+  using Keys = std::vector<TransportManager::ConnKey>;
+  std::vector<std::pair<Communicator*, std::pair<Keys, Keys>>> needs;
+  for (CommWork& cw : comms) {
+    Keys s, r;
+    for (auto& cp : cw.unconnected) cp->plan.peers(&s, &r);
+    if (cw.p2p) cw.p2p->peers(&s, &r);
+    if (!s.empty() || !r.empty()) needs.push_back({cw.comm.core, {s, r}});
+  }
+  if (needs.size() == 1) {
+    needs[0].first->connect(needs[0].second.first, needs[0].second.second);
+  } else if (needs.size() > 1) {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(needs.size());
+    for (size_t i = 0; i < needs.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          needs[i].first->connect(needs[i].second.first, needs[i].second.second);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  for (CommWork& cw : comms)
+    for (auto& cp : cw.unconnected) cp->connected.store(true, std::memory_order_release);
+}
+
+// A failed operation leaves the connections mid-stream: the API records the error (the
+// communicator is poisoned) and the peers blocked on this rank learn of the failure
+// through the closed connections.
+void failAll(const std::vector<OpComm>& comms, const Error& e) {
+  for (const OpComm& c : comms) {
+    if (c.onFailure) c.onFailure(c.owner, e);
+    c.core->transports().closeAll();
+  }
+}
+
+}  // namespace
+
+void failBatch(const Batch& batch, const Error& e) { failAll(batch.comms, e); }
+
+std::shared_ptr<Work> enqueue(const std::vector<Op>& ops, Completion completion) {
+  if (ops.empty()) return completedWork();
+  for (const Op& op : ops)
+    if (op.mem != MemKind::kHost)
+      LOOM_THROW(kInvalidUsage,
+                 "rank %d: %s on device memory: this build of Loom has no CUDA executor",
+                 op.comm.core->rank(), collectiveName(op.coll));
+  // Per communicator, in issue order.
+  std::vector<CommWork> comms;
+  for (const Op& op : ops) {
+    auto it = std::find_if(comms.begin(), comms.end(),
+                           [&](const CommWork& c) { return c.comm.core == op.comm.core; });
+    if (it == comms.end()) {
+      comms.push_back({op.comm, {}, {}, nullptr});
+      it = comms.end() - 1;
+    }
+    it->ops.push_back(&op);
+  }
+  LOOM_CHECK_USAGE(completion == Completion::kBeforeReturn || comms.size() == 1,
+                   "an asynchronous launch spans %zu communicators; it may use one",
+                   comms.size());
+
+  auto batch = std::make_unique<Batch>();
+  for (CommWork& cw : comms) {
+    Communicator& core = *cw.comm.core;
+    std::vector<const Op*> p2p;
+    size_t p2pIndex = SIZE_MAX;
+    for (const Op* op : cw.ops) {
+      if (op->isP2p()) {
+        if (p2p.empty()) {
+          p2pIndex = batch->tasks.size();
+          batch->tasks.emplace_back();  // the group's sends and receives run here
+        }
+        p2p.push_back(op);
+        continue;
+      }
+      CollRequest req{op->coll, op->count, op->eltSize, op->root};
+      std::shared_ptr<CachedPlan> cp = core.planCache().get(req, core.planContext());
+      if (!cp->connected.load(std::memory_order_acquire)) cw.unconnected.push_back(cp);
+      uint64_t seq = core.nextSeq();
+      LOOM_INFO(kLogColl, "%s: opCount %llu count %zu datatype %d op %d root %d algorithm %s",
+                collectiveName(op->coll), static_cast<unsigned long long>(seq), op->count,
+                op->dtype, op->redop, op->root, algorithmName(cp->plan.algo));
+      batch->tasks.push_back(bindTask(*op, cp->plan, seq, collectiveName(op->coll)));
+      batch->plans.push_back(std::shared_ptr<const Plan>(cp, &cp->plan));
+    }
+    if (!p2p.empty()) {
+      cw.p2p = p2pPlan(core.rank(), p2p);
+      uint64_t seq = core.nextSeq();
+      LOOM_INFO(kLogColl, "SendRecv: opCount %llu with %zu send(s)/receive(s)",
+                static_cast<unsigned long long>(seq), p2p.size());
+      Task t = bindTask(*p2p[0], *cw.p2p, seq, "SendRecv");
+      t.red = Reducer::make(0 /* int8 */, 0 /* sum */, core.nranks());
+      t.eltSize = 1;
+      t.sendbuf = nullptr;
+      t.recvbuf = nullptr;
+      batch->tasks[p2pIndex] = std::move(t);
+      batch->plans.push_back(cw.p2p);
+    }
+  }
+
+  for (const CommWork& cw : comms) batch->comms.push_back(cw.comm);
+  try {
+    // New connections and a larger scratch buffer change state that queued asynchronous
+    // work may be using: let it finish first.
+    bool connecting = false;
+    for (const CommWork& cw : comms) connecting |= !cw.unconnected.empty() || cw.p2p;
+    if (connecting) {
+      for (const CommWork& cw : comms) cw.comm.core->executor().drain();
+      connectAll(comms);
+    }
+    // Each communicator's tasks run one after another and share its scratch buffer.
+    for (const CommWork& cw : comms) {
+      size_t need = 0;
+      for (const Task& t : batch->tasks)
+        if (t.transports == &cw.comm.core->transports()) need = std::max(need, t.plan->scratchBytes);
+      if (need == 0) continue;
+      if (need > cw.comm.core->scratchBytes()) cw.comm.core->executor().drain();
+      void* scratch = cw.comm.core->scratch(need);
+      for (Task& t : batch->tasks)
+        if (t.transports == &cw.comm.core->transports()) t.scratch = scratch;
+    }
+  } catch (const Error& e) {
+    failBatch(*batch, e);
+    throw;
+  }
+  // Work queued earlier on any of these communicators runs first.
+  for (size_t i = 1; i < comms.size(); ++i) comms[i].comm.core->executor().drain();
+  return comms[0].comm.core->executor().launch(std::move(batch), completion);
+}
+
+}  // namespace loom

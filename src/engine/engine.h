@@ -1,0 +1,28 @@
+// The engine's one entry point. The API checks arguments and keeps group bookkeeping,
+// then hands every operation of a call or of a group here:
+//
+//   enqueue(ops) -> per communicator, in issue order:
+//     select + plan (PlanCache)      collectives; a group's sends/receives form one plan
+//     connect                         the connections the plans need, made once
+//     bind                            plan + buffers + reduction = Task
+//     Executor::launch                CPU executor for host memory -> Work
+//
+// Operations of several communicators in one group run together, so ranks of one process
+// driven by one thread (ncclCommInitAll) make progress together.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/op.h"
+#include "engine/work.h"
+
+namespace loom {
+
+// Runs (kBeforeReturn) or launches (kAsync) `ops`. Throws loom::Error; a failure while
+// running poisons the communicators involved (their connections are closed so that peers
+// fail promptly too). kAsync takes the operations of one communicator only.
+std::shared_ptr<Work> enqueue(const std::vector<Op>& ops,
+                              Completion completion = Completion::kBeforeReturn);
+
+}  // namespace loom

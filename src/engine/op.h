@@ -1,0 +1,50 @@
+// What the API hands the engine: one collective, or one side of a send/receive, with its
+// arguments already checked and its buffers already classified (memory kind). The engine
+// selects, plans, connects and executes; the API never sees a plan or a connection.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+
+#include "algo/collective.h"
+#include "base/error.h"
+#include "base/mem_kind.h"
+#include "kernels/reduce.h"
+
+namespace loom {
+
+class Communicator;
+
+// The engine's view of a communicator for one operation: its core and the flags the API
+// owns (ncclCommAbort, ncclCommRevoke), polled while the operation waits.
+struct OpComm {
+  Communicator* core = nullptr;
+  const std::atomic<bool>* abortFlag = nullptr;
+  const std::atomic<bool>* revokeFlag = nullptr;
+  // Told when an operation on this communicator fails, before its connections close (the
+  // API records the error there: ncclCommGetAsyncError, ncclGetLastError).
+  void (*onFailure)(void* owner, const Error& e) = nullptr;
+  void* owner = nullptr;
+};
+
+struct Op {
+  Collective coll = Collective::kAllReduce;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;    // elements per rank, as the NCCL call counts them
+  size_t eltSize = 1;  // bytes per element
+  Reducer red;         // the reduction (built-in or the communicator's user op)
+  int dtype = 0;       // ncclDataType_t and ncclRedOp_t, for logs
+  int redop = 0;
+  int root = 0;  // root, or the peer of a send/receive
+  bool isSend = false;
+  bool isRecv = false;
+  MemKind mem = MemKind::kHost;  // where the buffers live (one kind per call)
+  void* stream = nullptr;        // the caller's cudaStream_t; host work completes before return
+  OpComm comm;
+
+  bool isP2p() const { return isSend || isRecv; }
+  size_t bytes() const { return count * eltSize; }
+};
+
+}  // namespace loom
