@@ -1,6 +1,7 @@
 #include "engine/communicator.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -50,6 +51,13 @@ HostLayout hostLayout(const std::vector<PeerInfo>& peers, int rank) {
     l.hosts[h].push_back(p.rank);
   }
   return l;
+}
+
+// CPUs this process may run on (its affinity mask), at least 1.
+int usableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
 }
 
 }  // namespace
@@ -128,6 +136,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.depth = shape.depth;
   planCtx_.loadAlgoFilter();
   planCtx_.loadTuning(tuningModel());
+  oversubscribed_ = localRanks() > usableCpus();
   if (nranks > 1) connect({{ring_.next(), 0}}, {{ring_.prev(), 0}});
 } catch (...) {
   ShmSegment::sweepDead();

@@ -34,6 +34,8 @@ class Communicator {
   const std::atomic<bool>* abortFlag() const { return abort_; }
   uint64_t commHash() const { return commHash_; }
   int localRanks() const;  // ranks on this host (including this one)
+  // More ranks of this communicator on this host than CPUs this process may run on.
+  bool oversubscribed() const { return oversubscribed_; }
 
   // Makes sure the connections a plan needs exist (collective between each pair).
   void connect(const std::vector<TransportManager::ConnKey>& sends,
@@ -62,6 +64,7 @@ class Communicator {
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   uint64_t seq_ = 0;
+  bool oversubscribed_ = false;
   std::unique_ptr<char[]> scratch_;
   size_t scratchBytes_ = 0;
   PlanCache planCache_;

@@ -25,6 +25,7 @@ Task bindTask(const Op& op, const Plan& plan, uint64_t seq, const char* name) {
   t.rank = op.comm.core->rank();
   t.seq = seq;
   t.name = name;
+  t.oversubscribed = op.comm.core->oversubscribed();
   return t;
 }
 

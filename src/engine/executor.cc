@@ -16,7 +16,8 @@ namespace loom {
 namespace {
 
 IntKnob kSpin("LOOM_SPIN_COUNT", "", 2000,
-              "Polls a waiting rank makes before it starts yielding the CPU");
+              "Polls a waiting rank makes before it starts yielding the CPU. When a host runs "
+              "more ranks than it has CPUs for, waiting ranks yield at once unless this is set");
 SizeKnob kStreamMin("LOOM_STREAM_MIN_BYTES", "", "16M",
                     "Channels moving at least this many bytes in one operation write final "
                     "results with streaming (non-temporal) stores: such operations overflow "
@@ -393,7 +394,13 @@ void runTasks(const std::vector<Task*>& tasks) {
   }
   // Knobs are read once per process: getenv on every call would cost more than a small
   // collective itself.
-  static const int64_t spin = kSpin.get();
+  static const int64_t spinKnob = kSpin.get();
+  static const bool spinSet = kSpin.isSet();
+  // A rank that spins while its peers have no CPU to run on only delays them: with more
+  // ranks than CPUs, yield from the first idle poll.
+  bool oversubscribed = false;
+  for (Task* t : tasks) oversubscribed |= t->oversubscribed;
+  const int64_t spin = oversubscribed && !spinSet ? 0 : spinKnob;
   static const double timeoutSec = static_cast<double>(kTimeout.get());
   int64_t idle = 0;
   uint64_t lastProgress = nowNs();

@@ -33,6 +33,7 @@ struct Task {
   int rank = -1;
   uint64_t seq = 0;          // operation sequence number, for messages
   const char* name = "";     // "AllReduce", ...
+  bool oversubscribed = false;  // this host runs more ranks than it has CPUs for
 };
 
 // Runs every task to completion. Tasks of one communicator must be given in issue order;
