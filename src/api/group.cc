@@ -56,6 +56,12 @@ Op toOp(const OpArgs& a) {
   return op;
 }
 
+// One operation outside a group: the entry point already holds its call scope.
+void launchOne(const OpArgs& a) {
+  Op op = toOp(a);
+  enqueue({&op, 1}, Completion::kBeforeReturn);
+}
+
 void launch(const std::vector<OpArgs>& args) {
   std::vector<Op> ops;
   ops.reserve(args.size());
@@ -90,7 +96,7 @@ void submit(const OpArgs& op) {
     tlsGroup.ops.push_back(op);
     return;
   }
-  launch({op});
+  launchOne(op);
 }
 
 void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back(comm); }

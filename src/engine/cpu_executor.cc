@@ -85,6 +85,7 @@ std::shared_ptr<Work> CpuExecutor::launch(std::unique_ptr<Batch> batch, Completi
 }
 
 void CpuExecutor::drain() {
+  if (busy_.load() == 0) return;  // the common case: nothing was launched asynchronously
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return busy_ == 0; });
 }

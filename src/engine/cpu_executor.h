@@ -4,6 +4,7 @@
 // One worker per communicator keeps each communicator's operations in issue order.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -31,7 +32,7 @@ class CpuExecutor : public Executor {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Item>> queue_;
-  size_t busy_ = 0;  // queued or running
+  std::atomic<size_t> busy_{0};  // queued or running; changed under mu_
   bool stop_ = false;
   std::thread worker_;  // started by the first asynchronous launch
 };

@@ -112,19 +112,57 @@ void connectAll(std::vector<CommWork>& comms) {
 // A failed operation leaves the connections mid-stream: the API records the error (the
 // communicator is poisoned) and the peers blocked on this rank learn of the failure
 // through the closed connections.
-void failAll(const std::vector<OpComm>& comms, const Error& e) {
+void failAll(std::span<const OpComm> comms, const Error& e) {
   for (const OpComm& c : comms) {
     if (c.onFailure) c.onFailure(c.owner, e);
     c.core->transports().closeAll();
   }
 }
 
+const char* opName(const Op& op) { return collectiveName(op.coll); }
+
+void logColl(const Op& op, uint64_t seq, Algorithm algo) {
+  LOOM_INFO(kLogColl, "%s: opCount %llu count %zu datatype %d op %d root %d algorithm %s",
+            opName(op), static_cast<unsigned long long>(seq), op.count, op.dtype, op.redop,
+            op.root, algorithmName(algo));
+}
+
+// The common case of a training loop: one collective, completing before return, whose plan
+// is cached and connected and whose scratch space exists. Nothing to set up, nothing to
+// allocate.
+bool runReady(const Op& op, const CachedPlan& cp) {
+  Communicator& core = *op.comm.core;
+  if (!cp.connected.load(std::memory_order_acquire) || cp.plan.scratchBytes > core.scratchBytes())
+    return false;
+  uint64_t seq = core.nextSeq();
+  logColl(op, seq, cp.plan.algo);
+  Task t = bindTask(op, cp.plan, seq, opName(op));
+  if (cp.plan.scratchBytes > 0) t.scratch = core.scratch(cp.plan.scratchBytes);
+  core.executor().drain();
+  Task* task = &t;
+  try {
+    runTasks({&task, 1});
+  } catch (const Error& e) {
+    failAll({&op.comm, 1}, e);
+    throw;
+  }
+  return true;
+}
+
 }  // namespace
 
 void failBatch(const Batch& batch, const Error& e) { failAll(batch.comms, e); }
 
-std::shared_ptr<Work> enqueue(const std::vector<Op>& ops, Completion completion) {
+std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
   if (ops.empty()) return completedWork();
+  std::shared_ptr<CachedPlan> first;  // ops[0]'s plan, when the fast path looked it up
+  if (ops.size() == 1 && completion == Completion::kBeforeReturn && !ops[0].isP2p() &&
+      ops[0].mem == MemKind::kHost) {
+    const Op& op = ops[0];
+    Communicator& core = *op.comm.core;
+    first = core.planCache().get({op.coll, op.count, op.eltSize, op.root}, core.planContext());
+    if (runReady(op, *first)) return completedWork();
+  }
   for (const Op& op : ops)
     if (op.mem != MemKind::kHost)
       LOOM_THROW(kInvalidUsage,
@@ -159,14 +197,14 @@ std::shared_ptr<Work> enqueue(const std::vector<Op>& ops, Completion completion)
         p2p.push_back(op);
         continue;
       }
-      CollRequest req{op->coll, op->count, op->eltSize, op->root};
-      std::shared_ptr<CachedPlan> cp = core.planCache().get(req, core.planContext());
+      std::shared_ptr<CachedPlan> cp =
+          op == &ops[0] && first ? first
+                                 : core.planCache().get({op->coll, op->count, op->eltSize, op->root},
+                                                        core.planContext());
       if (!cp->connected.load(std::memory_order_acquire)) cw.unconnected.push_back(cp);
       uint64_t seq = core.nextSeq();
-      LOOM_INFO(kLogColl, "%s: opCount %llu count %zu datatype %d op %d root %d algorithm %s",
-                collectiveName(op->coll), static_cast<unsigned long long>(seq), op->count,
-                op->dtype, op->redop, op->root, algorithmName(cp->plan.algo));
-      batch->tasks.push_back(bindTask(*op, cp->plan, seq, collectiveName(op->coll)));
+      logColl(*op, seq, cp->plan.algo);
+      batch->tasks.push_back(bindTask(*op, cp->plan, seq, opName(*op)));
       batch->plans.push_back(std::shared_ptr<const Plan>(cp, &cp->plan));
     }
     if (!p2p.empty()) {

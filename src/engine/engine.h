@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/op.h"
@@ -22,7 +23,7 @@ namespace loom {
 // Runs (kBeforeReturn) or launches (kAsync) `ops`. Throws loom::Error; a failure while
 // running poisons the communicators involved (their connections are closed so that peers
 // fail promptly too). kAsync takes the operations of one communicator only.
-std::shared_ptr<Work> enqueue(const std::vector<Op>& ops,
+std::shared_ptr<Work> enqueue(std::span<const Op> ops,
                               Completion completion = Completion::kBeforeReturn);
 
 }  // namespace loom

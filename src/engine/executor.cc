@@ -296,10 +296,20 @@ class ChannelRun {
 
 // The tasks of one communicator, run in order.
 struct CommQueue {
+  TransportManager* transports = nullptr;
   std::vector<Task*> tasks;
   size_t next = 0;
-  std::vector<std::unique_ptr<ChannelRun>> runs;
+  std::vector<ChannelRun> runs;
   bool draining = false;
+
+  // Ready for a new launch; the vectors keep their capacity.
+  void reset(TransportManager* tm) {
+    transports = tm;
+    tasks.clear();
+    runs.clear();
+    next = 0;
+    draining = false;
+  }
 
   bool done() const { return next >= tasks.size(); }
 
@@ -323,12 +333,12 @@ struct CommQueue {
         LOOM_THROW(kInternalError, "rank %d: %s #%llu needs %zu bytes of scratch and has none",
                    t->rank, t->name, static_cast<unsigned long long>(t->seq), t->plan->scratchBytes);
       for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
-        runs.push_back(std::make_unique<ChannelRun>(*t, ch));
+        runs.emplace_back(*t, ch);
     }
     bool all = true;
     for (auto& r : runs) {
-      any |= r->progress();
-      all &= r->done() && r->sharedDrained();
+      any |= r.progress();
+      all &= r.done() && r.sharedDrained();
     }
     if (all) {
       // Data a socket connection holds locally must reach the peer before we return:
@@ -356,7 +366,7 @@ struct CommQueue {
     if (idleSec < 0.1) return;
     std::vector<Connection*> waits;
     for (auto& r : runs)
-      if (Connection* c = r->waitingOn()) waits.push_back(c);
+      if (Connection* c = r.waitingOn()) waits.push_back(c);
     // Socket data still leaving after the steps are done.
     if (draining)
       for (Connection* c : t->transports->active())
@@ -380,18 +390,27 @@ struct CommQueue {
 
 }  // namespace
 
-void runTasks(const std::vector<Task*>& tasks) {
-  std::vector<CommQueue> queues;
-  std::vector<TransportManager*> owners;
+void runTasks(std::span<Task* const> tasks) {
+  // Reused from call to call on this thread (a thread runs one launch at a time), so a
+  // small collective allocates nothing here.
+  thread_local std::vector<CommQueue> pool;
+  size_t used = 0;
   for (Task* t : tasks) {
     size_t q = 0;
-    while (q < owners.size() && owners[q] != t->transports) ++q;
-    if (q == owners.size()) {
-      owners.push_back(t->transports);
-      queues.emplace_back();
+    while (q < used && pool[q].transports != t->transports) ++q;
+    if (q == used) {
+      if (used == pool.size()) pool.emplace_back();
+      pool[used++].reset(t->transports);
     }
-    queues[q].tasks.push_back(t);
+    pool[q].tasks.push_back(t);
   }
+  std::span<CommQueue> queues(pool.data(), used);
+  struct Clear {  // an error leaves no task pointers behind for the next launch
+    std::span<CommQueue> q;
+    ~Clear() {
+      for (CommQueue& c : q) c.reset(nullptr);
+    }
+  } clear{queues};
   // Knobs are read once per process: getenv on every call would cost more than a small
   // collective itself.
   static const int64_t spinKnob = kSpin.get();
@@ -403,8 +422,8 @@ void runTasks(const std::vector<Task*>& tasks) {
   const int64_t spin = oversubscribed && !spinSet ? 0 : spinKnob;
   static const double timeoutSec = static_cast<double>(kTimeout.get());
   int64_t idle = 0;
-  uint64_t lastProgress = nowNs();
-  uint64_t lastCheck = lastProgress;
+  // The clock is read when a wait begins, not on every step of progress.
+  uint64_t idleSince = 0, lastCheck = 0;
   for (;;) {
     bool any = false, all = true;
     for (auto& q : queues) {
@@ -414,11 +433,13 @@ void runTasks(const std::vector<Task*>& tasks) {
     if (all) return;
     if (any) {
       idle = 0;
-      lastProgress = nowNs();
       continue;
     }
+    if (++idle == 1) {
+      idleSince = nowNs();
+      if (lastCheck == 0) lastCheck = idleSince;
+    }
     // Back off: spin, then yield, then sleep in growing steps up to 50 us.
-    ++idle;
     if (idle < spin) {
       cpuRelax();
     } else if (idle < spin + 1000) {
@@ -431,7 +452,7 @@ void runTasks(const std::vector<Task*>& tasks) {
       uint64_t now = nowNs();
       if (now - lastCheck > 100000000ull) {  // every 100 ms
         lastCheck = now;
-        double idleSec = (now - lastProgress) / 1e9;
+        double idleSec = (now - idleSince) / 1e9;
         for (auto& q : queues) q.checkStalled(idleSec, timeoutSec);
       }
     }

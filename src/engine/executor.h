@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,6 @@ struct Task {
 // Runs every task to completion. Tasks of one communicator must be given in issue order;
 // they run one after another, tasks of different communicators concurrently. Throws
 // loom::Error (kRemoteError for a dead peer, kInvalidUsage after an abort, ...).
-void runTasks(const std::vector<Task*>& tasks);
+void runTasks(std::span<Task* const> tasks);
 
 }  // namespace loom

@@ -133,7 +133,7 @@ TEST(EngineAsync, WorksCompleteInIssueOrderWithExactResults) {
       out.emplace_back(kCount, -1.0f);
     }
     for (int i = 0; i < kOps; ++i)
-      works.push_back(loom::enqueue({hostAllReduce(comm, in[i].data(), out[i].data(), kCount)},
+      works.push_back(loom::enqueue(std::vector<loom::Op>{hostAllReduce(comm, in[i].data(), out[i].data(), kCount)},
                                     loom::Completion::kAsync));
     // A call that completes before returning runs after the queued ones.
     std::vector<float> syncIn = input(rank, 1000, 7), syncOut(1000);
@@ -157,7 +157,7 @@ TEST(EngineAsync, WaitReturnsWhileTheCallerKeepsControl) {
     RANK_NCCL(ncclAllReduce(in.data(), out.data(), 4096, ncclFloat32, ncclSum, comm, nullptr));
     // Rank 1 launches late: rank 0's launch must return at once and its work wait for it.
     if (rank == 1) usleep(200000);
-    auto work = loom::enqueue({hostAllReduce(comm, in.data(), out.data(), 4096)},
+    auto work = loom::enqueue(std::vector<loom::Op>{hostAllReduce(comm, in.data(), out.data(), 4096)},
                               loom::Completion::kAsync);
     if (rank == 0) RANK_CHECK(!work->test(), "work completed before its peer joined");
     work->wait();
@@ -180,7 +180,7 @@ TEST(EngineAsync, AbortFailsAQueuedWork) {
       std::atomic<bool>& d;
       ~Done() { d.store(true); }
     } signal{done};
-    auto work = loom::enqueue({hostAllReduce(comm, in.data(), out.data(), 64)},
+    auto work = loom::enqueue(std::vector<loom::Op>{hostAllReduce(comm, in.data(), out.data(), 64)},
                               loom::Completion::kAsync);
     usleep(100000);
     RANK_CHECK(!work->test(), "work completed without its peer");
