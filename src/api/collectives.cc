@@ -11,6 +11,7 @@
 #include "kernels/reduce.h"
 
 using loom::Collective;
+using loom::MemKind;
 using loom::api::checkBuffers;
 using loom::api::guard;
 using loom::api::OpArgs;
@@ -63,7 +64,9 @@ void checkRoot(ncclComm_t comm, int root, const char* what, const char* fn) {
                  root, comm->nranks);
 }
 
-ncclResult_t submit(OpArgs a, const char* fn) {
+ncclResult_t submit(OpArgs a, MemKind mem, cudaStream_t stream, const char* fn) {
+  a.mem = mem;
+  a.stream = stream;
   loom::api::CallScope scope(a.comm);
   loom::ScopedLogRank lr(a.comm->rank);
   if (a.count == 0) return ncclSuccess;  // a valid no-op (every rank drops it alike)
@@ -83,10 +86,9 @@ LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff,
     checkCount(count, datatype, 1, fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
     return submit({Collective::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, false,
-                   false, comm},
-                  fn);
+                   false, comm}, mem, stream, fn);
   });
 }
 
@@ -100,11 +102,10 @@ LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff,
     checkRoot(comm, root, "root", fn);
     if (comm->rank == root) checkPtr(sendbuff, count, "sendbuff (root)", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
                             {"recvbuff", recvbuff, count}});
     return submit({Collective::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root,
-                   false, false, comm},
-                  fn);
+                   false, false, comm}, mem, stream, fn);
   });
 }
 
@@ -125,11 +126,10 @@ LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, si
     checkRoot(comm, root, "root", fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     if (comm->rank == root) checkPtr(recvbuff, count, "recvbuff (root)", fn);
-    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count},
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, count},
                             {"recvbuff (root)", comm->rank == root ? recvbuff : nullptr, count}});
     return submit({Collective::kReduce, sendbuff, recvbuff, count, datatype, op, root, false,
-                   false, comm},
-                  fn);
+                   false, comm}, mem, stream, fn);
   });
 }
 
@@ -142,10 +142,9 @@ LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff,
     checkCount(sendcount, datatype, comm->nranks, fn);
     checkPtr(sendbuff, sendcount, "sendbuff", fn);
     checkPtr(recvbuff, sendcount, "recvbuff", fn);
-    checkBuffers(comm, fn, {{"sendbuff", sendbuff, sendcount}, {"recvbuff", recvbuff, sendcount}});
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, sendcount}, {"recvbuff", recvbuff, sendcount}});
     return submit({Collective::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
-                   false, false, comm},
-                  fn);
+                   false, false, comm}, mem, stream, fn);
   });
 }
 
@@ -160,10 +159,9 @@ LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvb
     checkCount(recvcount, datatype, comm->nranks, fn);
     checkPtr(sendbuff, recvcount, "sendbuff", fn);
     checkPtr(recvbuff, recvcount, "recvbuff", fn);
-    checkBuffers(comm, fn, {{"sendbuff", sendbuff, recvcount}, {"recvbuff", recvbuff, recvcount}});
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, recvcount}, {"recvbuff", recvbuff, recvcount}});
     return submit({Collective::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0,
-                   false, false, comm},
-                  fn);
+                   false, false, comm}, mem, stream, fn);
   });
 }
 
@@ -176,11 +174,13 @@ LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, 
     checkCount(count, datatype, comm->nranks, fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
     // All-to-all is a group of sends and receives to every rank (self included).
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kAlltoAll, nullptr, nullptr, count, datatype, ncclSum, 0, false,
                 false, comm};
+    base.mem = mem;
+    base.stream = stream;
     pncclGroupStart();
     for (int p = 0; p < comm->nranks; ++p) {
       OpArgs s = base, r = base;
@@ -207,11 +207,13 @@ LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, si
     checkRoot(comm, root, "root", fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     if (comm->rank == root) checkPtr(recvbuff, count, "recvbuff (root)", fn);
-    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count},
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, count},
                             {"recvbuff (root)", comm->rank == root ? recvbuff : nullptr, count}});
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kGather, nullptr, nullptr, count, datatype, ncclSum, root, false,
                 false, comm};
+    base.mem = mem;
+    base.stream = stream;
     pncclGroupStart();
     OpArgs s = base;
     s.isSend = true;
@@ -239,11 +241,13 @@ LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, s
     checkRoot(comm, root, "root", fn);
     if (comm->rank == root) checkPtr(sendbuff, count, "sendbuff (root)", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
                             {"recvbuff", recvbuff, count}});
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kScatter, nullptr, nullptr, count, datatype, ncclSum, root, false,
                 false, comm};
+    base.mem = mem;
+    base.stream = stream;
     pncclGroupStart();
     if (comm->rank == root)
       for (int p = 0; p < comm->nranks; ++p) {
@@ -270,10 +274,9 @@ LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDa
     checkCount(count, datatype, 1, fn);
     checkRoot(comm, peer, "peer", fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
-    checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}});
+    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}});
     return submit({Collective::kSendRecv, sendbuff, nullptr, count, datatype, ncclSum, peer, true,
-                   false, comm},
-                  fn);
+                   false, comm}, mem, stream, fn);
   });
 }
 
@@ -286,9 +289,8 @@ LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType
     checkCount(count, datatype, 1, fn);
     checkRoot(comm, peer, "peer", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    checkBuffers(comm, fn, {{"recvbuff", recvbuff, count}});
+    MemKind mem = checkBuffers(comm, fn, {{"recvbuff", recvbuff, count}});
     return submit({Collective::kSendRecv, nullptr, recvbuff, count, datatype, ncclSum, peer, false,
-                   true, comm},
-                  fn);
+                   true, comm}, mem, stream, fn);
   });
 }
