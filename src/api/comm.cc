@@ -102,6 +102,7 @@ void ncclComm::runInit() noexcept {
 }
 
 void ncclComm::waitInit() {
+  if (asyncError.load() != ncclInProgress) return;  // every call after init: no lock
   std::unique_lock<std::mutex> lock(initMu);
   initCv.wait(lock, [&] { return asyncError.load() != ncclInProgress || abortFlag.load(); });
 }
