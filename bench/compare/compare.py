@@ -278,9 +278,13 @@ def lib_ops(args, lib):
 
 
 def run_lib(args, lib, op, plan, bin_dir, mpi_exe, torch_py, loom_env):
-    if lib == "loom":
-        return runners.run_loom(bin_dir, op, args.nranks, plan, warmup_of, loom_env,
-                                launcher=args.loom_launcher, bind=args.bind)
+    if lib in ("loom", "before"):
+        got = runners.run_loom(bin_dir if lib == "loom" else args.before_bin, op, args.nranks,
+                               plan, warmup_of, loom_env, launcher=args.loom_launcher,
+                               bind=args.bind)
+        for s in got:
+            s.library = lib
+        return got
     if lib == "mpi":
         return runners.run_mpi(mpi_exe, op, args.nranks, plan, warmup_of, bind=args.bind)
     return runners.run_gloo(torch_py, os.path.join(HERE, "gloo_allreduce.py"), op,
@@ -392,6 +396,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help=f"sizes {QUICK_SIZES}, 1 round, few iters")
     p.add_argument("--build-dir", default=os.path.join(REPO, "build"))
     p.add_argument("--loom-bin", help="directory with all_reduce_perf ... (default BUILD/bench)")
+    p.add_argument("--before-bin", help="directory with the *_perf tools of another Loom build "
+                   "(e.g. the commit before a change): runs as library 'before', side by side")
     p.add_argument("--loom-env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment for Loom's runs only (e.g. LOOM_SLOT_BYTES=1M)")
     p.add_argument("--out-dir", default=os.path.join(REPO, "docs"),
@@ -423,6 +429,10 @@ def parse_args(argv):
           [l for l in args.libs if l not in report.LIB_NAMES]
     if bad or "loom" not in args.libs:
         p.error(f"unknown op/library {bad}" if bad else "--libs must include loom")
+    if args.before_bin and "before" not in args.libs:
+        args.libs.append("before")
+    if "before" in args.libs and not args.before_bin:
+        p.error("--libs before needs --before-bin")
     for kv in args.loom_env:
         if "=" not in kv:
             p.error(f"--loom-env wants KEY=VALUE, got {kv}")
@@ -456,7 +466,7 @@ def main(argv):
         samples += run_round(args, rnd, plans, bin_dir, mpi_exe, torch_py, loom_env)
 
     agg = report.aggregate(samples)
-    checks = report.target_checks(agg, args.ops, args.libs)
+    checks = report.target_checks(agg, args.ops, args.libs, args.nranks)
     meta = {
         "command": "python3 bench/compare/compare.py" + "".join(f" {a}" for a in argv),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
