@@ -76,8 +76,9 @@ ncclResult_t submit(OpArgs a, MemKind mem, cudaStream_t stream, const char* fn) 
 
 }  // namespace
 
-LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                         cudaStream_t stream) {
   const char* fn = "ncclAllReduce";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -86,14 +87,16 @@ LOOM_NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff,
     checkCount(count, datatype, 1, fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
+    MemKind mem =
+        checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
     return submit({Collective::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, false,
                    false, comm}, mem, stream, fn);
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                         ncclDataType_t datatype, int root, ncclComm_t comm,
+                                         cudaStream_t stream) {
   const char* fn = "ncclBroadcast";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -102,21 +105,22 @@ LOOM_NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff,
     checkRoot(comm, root, "root", fn);
     if (comm->rank == root) checkPtr(sendbuff, count, "sendbuff (root)", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    MemKind mem = checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
+    MemKind mem =
+        checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
                             {"recvbuff", recvbuff, count}});
     return submit({Collective::kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root,
                    false, false, comm}, mem, stream, fn);
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root,
-              ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                     ncclComm_t comm, cudaStream_t stream) {
   return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
-              cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                      ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclReduce";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -133,8 +137,9 @@ LOOM_NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, si
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
-              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                         ncclDataType_t datatype, ncclComm_t comm,
+                                         cudaStream_t stream) {
   const char* fn = "ncclAllGather";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -142,15 +147,17 @@ LOOM_NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff,
     checkCount(sendcount, datatype, comm->nranks, fn);
     checkPtr(sendbuff, sendcount, "sendbuff", fn);
     checkPtr(recvbuff, sendcount, "recvbuff", fn);
-    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, sendcount}, {"recvbuff", recvbuff, sendcount}});
+    MemKind mem =
+        checkBuffers(comm, fn, {{"sendbuff", sendbuff, sendcount},
+                                {"recvbuff", recvbuff, sendcount}});
     return submit({Collective::kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
                    false, false, comm}, mem, stream, fn);
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff,
-              size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
-              cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                             ncclDataType_t datatype, ncclRedOp_t op,
+                                             ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclReduceScatter";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -159,14 +166,17 @@ LOOM_NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvb
     checkCount(recvcount, datatype, comm->nranks, fn);
     checkPtr(sendbuff, recvcount, "sendbuff", fn);
     checkPtr(recvbuff, recvcount, "recvbuff", fn);
-    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, recvcount}, {"recvbuff", recvbuff, recvcount}});
+    MemKind mem =
+        checkBuffers(comm, fn, {{"sendbuff", sendbuff, recvcount},
+                                {"recvbuff", recvbuff, recvcount}});
     return submit({Collective::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0,
                    false, false, comm}, mem, stream, fn);
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                        ncclDataType_t datatype, ncclComm_t comm,
+                                        cudaStream_t stream) {
   const char* fn = "ncclAlltoAll";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -174,7 +184,8 @@ LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, 
     checkCount(count, datatype, comm->nranks, fn);
     checkPtr(sendbuff, count, "sendbuff", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    MemKind mem = checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
+    MemKind mem =
+        checkBuffers(comm, fn, {{"sendbuff", sendbuff, count}, {"recvbuff", recvbuff, count}});
     // All-to-all is a group of sends and receives to every rank (self included).
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kAlltoAll, nullptr, nullptr, count, datatype, ncclSum, 0, false,
@@ -197,8 +208,9 @@ LOOM_NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, 
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, int root, ncclComm_t comm,
+                                      cudaStream_t stream) {
   const char* fn = "ncclGather";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -231,8 +243,9 @@ LOOM_NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, si
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
-              ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       cudaStream_t stream) {
   const char* fn = "ncclScatter";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -241,7 +254,8 @@ LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, s
     checkRoot(comm, root, "root", fn);
     if (comm->rank == root) checkPtr(sendbuff, count, "sendbuff (root)", fn);
     checkPtr(recvbuff, count, "recvbuff", fn);
-    MemKind mem = checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
+    MemKind mem =
+        checkBuffers(comm, fn, {{"sendbuff (root)", comm->rank == root ? sendbuff : nullptr, count},
                             {"recvbuff", recvbuff, count}});
     size_t bytes = count * loom::dtypeSize(datatype);
     OpArgs base{Collective::kScatter, nullptr, nullptr, count, datatype, ncclSum, root, false,
@@ -265,8 +279,8 @@ LOOM_NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, s
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                    int peer, ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclSend";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -280,8 +294,8 @@ LOOM_NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDa
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
-              int peer, ncclComm_t comm, cudaStream_t stream) {
+LOOM_NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                    ncclComm_t comm, cudaStream_t stream) {
   const char* fn = "ncclRecv";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -294,3 +308,16 @@ LOOM_NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType
                    true, comm}, mem, stream, fn);
   });
 }
+
+// The pncclX profiling names (nccl.h declares both; NCCL exports both).
+LOOM_NCCL_PROFILING_ALIAS(ncclAllReduce);
+LOOM_NCCL_PROFILING_ALIAS(ncclBroadcast);
+LOOM_NCCL_PROFILING_ALIAS(ncclBcast);
+LOOM_NCCL_PROFILING_ALIAS(ncclReduce);
+LOOM_NCCL_PROFILING_ALIAS(ncclAllGather);
+LOOM_NCCL_PROFILING_ALIAS(ncclReduceScatter);
+LOOM_NCCL_PROFILING_ALIAS(ncclAlltoAll);
+LOOM_NCCL_PROFILING_ALIAS(ncclGather);
+LOOM_NCCL_PROFILING_ALIAS(ncclScatter);
+LOOM_NCCL_PROFILING_ALIAS(ncclSend);
+LOOM_NCCL_PROFILING_ALIAS(ncclRecv);

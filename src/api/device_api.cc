@@ -57,59 +57,73 @@ constexpr ncclTeam_t kEmptyTeam = {0, 0, 1};
 
 }  // namespace
 
-LOOM_NCCL_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm,
-              ncclDevCommRequirements_t const* reqs, ncclDevComm_t* outDevComm) {
+LOOM_NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const* reqs,
+                                             ncclDevComm_t* outDevComm) {
   return unsupported("ncclDevCommCreate", comm);
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclDevCommDestroy, ncclComm_t comm,
-              ncclDevComm_t const* devComm) {
+LOOM_NCCL_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const* devComm) {
   return unsupported("ncclDevCommDestroy", comm);
 }
 
-LOOM_NCCL_API(ncclTeam_t, ncclTeamWorld, ncclComm_t comm) {
+LOOM_NCCL_API ncclTeam_t ncclTeamWorld(ncclComm_t comm) {
   (void)unsupported("ncclTeamWorld", comm);
   return kEmptyTeam;
 }
 
-LOOM_NCCL_API(ncclTeam_t, ncclTeamLsa, ncclComm_t comm) {
+LOOM_NCCL_API ncclTeam_t ncclTeamLsa(ncclComm_t comm) {
   (void)unsupported("ncclTeamLsa", comm);
   return kEmptyTeam;
 }
 
-LOOM_NCCL_API(ncclTeam_t, ncclTeamRail, ncclComm_t comm) {
+LOOM_NCCL_API ncclTeam_t ncclTeamRail(ncclComm_t comm) {
   (void)unsupported("ncclTeamRail", comm);
   return kEmptyTeam;
 }
 
-LOOM_NCCL_API(int, ncclTeamRankToWorld, ncclComm_t comm, ncclTeam_t team, int rank) {
+LOOM_NCCL_API int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
   (void)unsupported("ncclTeamRankToWorld", comm);
   return -1;
 }
 
-LOOM_NCCL_API(int, ncclTeamRankToLsa, ncclComm_t comm, ncclTeam_t team, int rank) {
+LOOM_NCCL_API int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank) {
   (void)unsupported("ncclTeamRankToLsa", comm);
   return -1;
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclGinBarrierCreateRequirement, ncclComm_t comm,
-              ncclTeam_t team, int nBarriers, ncclGinBarrierHandle_t* outHandle,
-              ncclDevResourceRequirements_t* outReq) {
+LOOM_NCCL_API ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team,
+                                                           int nBarriers,
+                                                           ncclGinBarrierHandle_t* outHandle,
+                                                           ncclDevResourceRequirements_t* outReq) {
   return unsupported("ncclGinBarrierCreateRequirement", comm);
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclLsaBarrierCreateRequirement, ncclTeam_t team,
-              int nBarriers, ncclLsaBarrierHandle_t* outHandle,
-              ncclDevResourceRequirements_t* outReq) {
+LOOM_NCCL_API ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers,
+                                                           ncclLsaBarrierHandle_t* outHandle,
+                                                           ncclDevResourceRequirements_t* outReq) {
   return unsupported("ncclLsaBarrierCreateRequirement", nullptr);
 }
 
-LOOM_NCCL_API(int, ncclLLA2ACalcSlots, int maxElts, int maxEltSize) {
+LOOM_NCCL_API int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
   (void)unsupported("ncclLLA2ACalcSlots", nullptr);
   return -1;
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclLLA2ACreateRequirement, int nBlocks, int nSlots,
-              ncclLLA2AHandle_t* outHandle, ncclDevResourceRequirements_t* outReq) {
+LOOM_NCCL_API ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots,
+                                                      ncclLLA2AHandle_t* outHandle,
+                                                      ncclDevResourceRequirements_t* outReq) {
   return unsupported("ncclLLA2ACreateRequirement", nullptr);
 }
+
+// The pncclX profiling names (nccl.h declares both; NCCL exports both).
+LOOM_NCCL_PROFILING_ALIAS(ncclDevCommCreate);
+LOOM_NCCL_PROFILING_ALIAS(ncclDevCommDestroy);
+LOOM_NCCL_PROFILING_ALIAS(ncclTeamWorld);
+LOOM_NCCL_PROFILING_ALIAS(ncclTeamLsa);
+LOOM_NCCL_PROFILING_ALIAS(ncclTeamRail);
+LOOM_NCCL_PROFILING_ALIAS(ncclTeamRankToWorld);
+LOOM_NCCL_PROFILING_ALIAS(ncclTeamRankToLsa);
+LOOM_NCCL_PROFILING_ALIAS(ncclGinBarrierCreateRequirement);
+LOOM_NCCL_PROFILING_ALIAS(ncclLsaBarrierCreateRequirement);
+LOOM_NCCL_PROFILING_ALIAS(ncclLLA2ACalcSlots);
+LOOM_NCCL_PROFILING_ALIAS(ncclLLA2ACreateRequirement);

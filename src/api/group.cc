@@ -105,14 +105,14 @@ void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back(comm); }
 
 using loom::api::guard;
 
-LOOM_NCCL_API(ncclResult_t, ncclGroupStart) {
+LOOM_NCCL_API ncclResult_t ncclGroupStart(void) {
   return guard("ncclGroupStart", nullptr, [&] {
     loom::api::tlsGroup.depth++;
     return ncclSuccess;
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclGroupEnd) {
+LOOM_NCCL_API ncclResult_t ncclGroupEnd(void) {
   return guard("ncclGroupEnd", nullptr, [&] {
     auto& g = loom::api::tlsGroup;
     LOOM_CHECK_USAGE(g.depth > 0, "ncclGroupEnd: no matching ncclGroupStart");
@@ -129,7 +129,7 @@ LOOM_NCCL_API(ncclResult_t, ncclGroupEnd) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
+LOOM_NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   return guard("ncclGroupSimulateEnd", nullptr, [&] {
     auto& g = loom::api::tlsGroup;
     LOOM_CHECK_ARG(simInfo != nullptr, "ncclGroupSimulateEnd: simInfo is NULL");
@@ -145,3 +145,8 @@ LOOM_NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo) {
     return ncclSuccess;
   });
 }
+
+// The pncclX profiling names (nccl.h declares both; NCCL exports both).
+LOOM_NCCL_PROFILING_ALIAS(ncclGroupStart);
+LOOM_NCCL_PROFILING_ALIAS(ncclGroupEnd);
+LOOM_NCCL_PROFILING_ALIAS(ncclGroupSimulateEnd);

@@ -32,8 +32,11 @@ ncclResult_t guard(const char* fn, ncclComm_t comm, Fn&& body) noexcept {
 
 }  // namespace loom::api
 
-// Defines `pncclX` and exports `ncclX` as a weak alias of it, like NCCL, so profilers can
-// interpose on either name.
-#define LOOM_NCCL_API(ret, func, ...)                                                        \
-  extern "C" __attribute__((visibility("default"), weak, alias("p" #func))) ret func(__VA_ARGS__); \
-  extern "C" __attribute__((visibility("default"))) ret p##func(__VA_ARGS__)
+// An NCCL entry point is defined under its own name, where grep and tools find it:
+//   LOOM_NCCL_API ncclResult_t ncclAllReduce(...) { ... }
+// exported and weak, as NCCL's are, so profilers and shims can interpose on it. Its
+// profiling name pncclX is a strong alias (LOOM_NCCL_PROFILING_ALIAS(ncclX), at the end of
+// the file), so calls made through pncclX always reach Loom's code.
+#define LOOM_NCCL_API extern "C" __attribute__((visibility("default"), weak))
+#define LOOM_NCCL_PROFILING_ALIAS(func) \
+  extern "C" __attribute__((visibility("default"), alias(#func))) decltype(func) p##func

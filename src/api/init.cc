@@ -119,7 +119,7 @@ void maybeStartEnvRoot(loom::JobId& job, int rank) {
 
 }  // namespace
 
-LOOM_NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
+LOOM_NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   return guard("ncclGetUniqueId", nullptr, [&] {
     LOOM_CHECK_ARG(uniqueId != nullptr, "ncclGetUniqueId: uniqueId is NULL");
     logVersionOnce();
@@ -131,8 +131,8 @@ LOOM_NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* uniqueId) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks,
-              ncclUniqueId commId, int rank, ncclConfig_t* config) {
+LOOM_NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                                  int rank, ncclConfig_t* config) {
   return guard("ncclCommInitRankConfig", nullptr, [&] {
     checkInitArgs(comm, nranks, rank, "ncclCommInitRankConfig");
     logVersionOnce();
@@ -142,8 +142,8 @@ LOOM_NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId,
-              int rank) {
+LOOM_NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                            int rank) {
   return guard("ncclCommInitRank", nullptr, [&] {
     checkInitArgs(comm, nranks, rank, "ncclCommInitRank");
     logVersionOnce();
@@ -153,8 +153,9 @@ LOOM_NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, nccl
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank,
-              int nId, ncclUniqueId* commIds, ncclConfig_t* config) {
+LOOM_NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                                    int nId, ncclUniqueId* commIds,
+                                                    ncclConfig_t* config) {
   return guard("ncclCommInitRankScalable", nullptr, [&] {
     checkInitArgs(newcomm, nranks, myrank, "ncclCommInitRankScalable");
     LOOM_CHECK_ARG(nId >= 1 && nId <= nranks,
@@ -169,7 +170,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int n
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+LOOM_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   return guard("ncclCommInitAll", nullptr, [&] {
     LOOM_CHECK_ARG(comms != nullptr, "ncclCommInitAll: comms is NULL");
     LOOM_CHECK_ARG(ndev >= 1, "ncclCommInitAll: ndev=%d must be at least 1", ndev);
@@ -208,8 +209,8 @@ LOOM_NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const 
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key,
-              ncclComm_t* newcomm, ncclConfig_t* config) {
+LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                         ncclConfig_t* config) {
   return guard("ncclCommSplit", comm, [&] {
     LOOM_CHECK_ARG(newcomm != nullptr, "ncclCommSplit: newcomm is NULL");
     *newcomm = nullptr;
@@ -263,8 +264,9 @@ LOOM_NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key,
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
-              int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList,
+                                          int excludeRanksCount, ncclComm_t* newcomm,
+                                          ncclConfig_t* config, int shrinkFlags) {
   const char* fn = "ncclCommShrink";
   return guard(fn, comm, [&] {
     LOOM_CHECK_ARG(newcomm != nullptr, "%s: newcomm is NULL", fn);
@@ -325,7 +327,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksLi
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+LOOM_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", comm, [&] {
     loom::api::checkComm(comm, "ncclCommFinalize");
     // Host operations complete before their call returns: nothing is left to flush.
@@ -334,7 +336,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+LOOM_NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return guard("ncclCommDestroy", nullptr, [&] {
     if (!comm) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
@@ -352,7 +354,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+LOOM_NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return guard("ncclCommAbort", nullptr, [&] {
     if (!comm) return ncclSuccess;
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
@@ -375,7 +377,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+LOOM_NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   return guard("ncclCommRevoke", comm, [&] {
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm), "ncclCommRevoke: comm is not a live communicator");
     LOOM_CHECK_ARG(revokeFlags == NCCL_REVOKE_DEFAULT,
@@ -387,7 +389,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+LOOM_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return guard("ncclCommGetAsyncError", comm, [&] {
     LOOM_CHECK_ARG(asyncError != nullptr, "ncclCommGetAsyncError: asyncError is NULL");
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
@@ -398,7 +400,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+LOOM_NCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   return guard("ncclCommCount", comm, [&] {
     LOOM_CHECK_ARG(count != nullptr, "ncclCommCount: count is NULL");
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm), "ncclCommCount: comm is not a live communicator");
@@ -407,7 +409,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+LOOM_NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   return guard("ncclCommUserRank", comm, [&] {
     LOOM_CHECK_ARG(rank != nullptr, "ncclCommUserRank: rank is NULL");
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
@@ -417,7 +419,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) 
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+LOOM_NCCL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return guard("ncclCommCuDevice", comm, [&] {
     LOOM_CHECK_ARG(device != nullptr, "ncclCommCuDevice: device is NULL");
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
@@ -427,10 +429,28 @@ LOOM_NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device
   });
 }
 
-LOOM_NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
+LOOM_NCCL_API const char* ncclGetLastError(ncclComm_t comm) {
   if (comm && loom::api::isLiveComm(comm)) {
     std::lock_guard<std::mutex> lock(comm->errMu);
     return comm->lastError.c_str();
   }
   return loom::api::threadLastError();
 }
+
+// The pncclX profiling names (nccl.h declares both; NCCL exports both).
+LOOM_NCCL_PROFILING_ALIAS(ncclGetUniqueId);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommInitRankConfig);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommInitRank);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommInitRankScalable);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommInitAll);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommSplit);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommShrink);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommFinalize);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommDestroy);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommAbort);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommRevoke);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommGetAsyncError);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommCount);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommUserRank);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommCuDevice);
+LOOM_NCCL_PROFILING_ALIAS(ncclGetLastError);

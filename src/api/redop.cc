@@ -7,8 +7,10 @@
 
 using loom::api::guard;
 
-LOOM_NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar,
-              ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm) {
+LOOM_NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
+                                                    ncclDataType_t datatype,
+                                                    ncclScalarResidence_t residence,
+                                                    ncclComm_t comm) {
   const char* fn = "ncclRedOpCreatePreMulSum";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -38,7 +40,7 @@ LOOM_NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* sca
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+LOOM_NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   const char* fn = "ncclRedOpDestroy";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -53,8 +55,8 @@ LOOM_NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
-              void** handle) {
+LOOM_NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                            void** handle) {
   const char* fn = "ncclCommRegister";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -67,7 +69,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff,
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+LOOM_NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   const char* fn = "ncclCommDeregister";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -76,8 +78,8 @@ LOOM_NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* han
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size,
-              ncclWindow_t* win, int winFlags) {
+LOOM_NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                                  ncclWindow_t* win, int winFlags) {
   const char* fn = "ncclCommWindowRegister";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -90,7 +92,7 @@ LOOM_NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff,
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+LOOM_NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
@@ -98,3 +100,11 @@ LOOM_NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindo
     return ncclSuccess;
   });
 }
+
+// The pncclX profiling names (nccl.h declares both; NCCL exports both).
+LOOM_NCCL_PROFILING_ALIAS(ncclRedOpCreatePreMulSum);
+LOOM_NCCL_PROFILING_ALIAS(ncclRedOpDestroy);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommRegister);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommDeregister);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommWindowRegister);
+LOOM_NCCL_PROFILING_ALIAS(ncclCommWindowDeregister);

@@ -69,7 +69,7 @@ using loom::api::guard;
 
 extern "C" void ncclResetDebugInitInternal();
 
-LOOM_NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
+LOOM_NCCL_API ncclResult_t ncclGetVersion(int* version) {
   return guard("ncclGetVersion", nullptr, [&] {
     LOOM_CHECK_ARG(version != nullptr, "ncclGetVersion: version is NULL");
     *version = NCCL_VERSION_CODE;
@@ -78,7 +78,7 @@ LOOM_NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
 }
 
 // The strings are NCCL's, word for word: scripts and log scrapers match on them.
-LOOM_NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
+LOOM_NCCL_API const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
     case ncclSuccess: return "no error";
     case ncclUnhandledCudaError:
@@ -99,7 +99,7 @@ LOOM_NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
 // collectives on host memory, so it hands out page-aligned host memory: page alignment is
 // what registration and windows need (NCCL_WIN_REQUIRED_ALIGNMENT is 4096), and a buffer
 // from here works with every Loom collective. ncclMemFree releases it with free().
-LOOM_NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+LOOM_NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   return guard("ncclMemAlloc", nullptr, [&] {
     LOOM_CHECK_ARG(ptr != nullptr, "ncclMemAlloc: ptr is NULL");
     LOOM_CHECK_ARG(size > 0, "ncclMemAlloc: size is 0");
@@ -116,13 +116,13 @@ LOOM_NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
   });
 }
 
-LOOM_NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
+LOOM_NCCL_API ncclResult_t ncclMemFree(void* ptr) {
   free(ptr);  // NULL is a no-op, as for free()
   return ncclSuccess;
 }
 
 // Deprecated in nccl.h; still exported because NCCL exports it.
-LOOM_NCCL_API(void, ncclResetDebugInit, void) { ncclResetDebugInitInternal(); }
+LOOM_NCCL_API void ncclResetDebugInit(void) { ncclResetDebugInitInternal(); }
 
 // NCCL's non-deprecated spelling (used by its own tests); there is no pnccl variant.
 extern "C" __attribute__((visibility("default"))) void ncclResetDebugInitInternal() {
@@ -146,3 +146,14 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t loomGetFeatures(u
     return ncclSuccess;
   });
 }
+
+// The pncclX profiling names (nccl.h declares both; NCCL exports both).
+LOOM_NCCL_PROFILING_ALIAS(ncclGetVersion);
+LOOM_NCCL_PROFILING_ALIAS(ncclGetErrorString);
+LOOM_NCCL_PROFILING_ALIAS(ncclMemAlloc);
+LOOM_NCCL_PROFILING_ALIAS(ncclMemFree);
+// NCCL marks ncclResetDebugInit deprecated; Loom still exports it (and its alias).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+LOOM_NCCL_PROFILING_ALIAS(ncclResetDebugInit);
+#pragma GCC diagnostic pop

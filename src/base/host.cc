@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -78,6 +80,25 @@ uint64_t hostHash() {
     h *= 0x100000001b3ull;
   }
   return h;
+}
+
+int hostCpus() {
+  // "0-3,8,10-11"
+  std::ifstream f("/sys/fs/cgroup/cpuset.cpus.effective");
+  std::string list;
+  if (f && std::getline(f, list) && !list.empty()) {
+    int n = 0;
+    std::stringstream ss(list);
+    std::string range;
+    while (std::getline(ss, range, ',')) {
+      int lo = 0, hi = 0;
+      if (sscanf(range.c_str(), "%d-%d", &lo, &hi) == 2) n += hi - lo + 1;
+      else if (sscanf(range.c_str(), "%d", &lo) == 1) n += 1;
+    }
+    if (n > 0) return n;
+  }
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
 }
 
 }  // namespace loom

@@ -23,5 +23,9 @@ std::string hostIdString();
 // within one: shared memory's peer checks (pidfd, process_vm_readv, "same process") are
 // only valid between processes whose pid namespaces match.
 uint64_t pidNamespace();
+// CPUs the processes of this host may share: the cgroup's effective cpuset where there is
+// one, else the online CPUs. Not this process's affinity mask: a launcher that binds each
+// rank to its own core leaves one CPU per rank, not one for all of them.
+int hostCpus();
 
 }  // namespace loom

@@ -1,7 +1,6 @@
 #include "engine/communicator.h"
 
 #include <poll.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/hmac.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "base/shm.h"
 #include "topo/load.h"
@@ -51,13 +51,6 @@ HostLayout hostLayout(const std::vector<PeerInfo>& peers, int rank) {
     l.hosts[h].push_back(p.rank);
   }
   return l;
-}
-
-// CPUs this process may run on (its affinity mask), at least 1.
-int usableCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
 }
 
 }  // namespace
@@ -136,7 +129,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.depth = shape.depth;
   planCtx_.loadAlgoFilter();
   planCtx_.loadTuning(tuningModel());
-  oversubscribed_ = localRanks() > usableCpus();
+  oversubscribed_ = localRanks() > hostCpus();
   if (nranks > 1) connect({{ring_.next(), 0}}, {{ring_.prev(), 0}});
 } catch (...) {
   ShmSegment::sweepDead();

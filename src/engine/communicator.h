@@ -34,7 +34,7 @@ class Communicator {
   const std::atomic<bool>* abortFlag() const { return abort_; }
   uint64_t commHash() const { return commHash_; }
   int localRanks() const;  // ranks on this host (including this one)
-  // More ranks of this communicator on this host than CPUs this process may run on.
+  // More ranks of this communicator on this host than the host's CPUs (base/host.h).
   bool oversubscribed() const { return oversubscribed_; }
 
   // Makes sure the connections a plan needs exist (collective between each pair).

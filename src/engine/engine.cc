@@ -197,10 +197,9 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
         p2p.push_back(op);
         continue;
       }
+      CollRequest req{op->coll, op->count, op->eltSize, op->root};
       std::shared_ptr<CachedPlan> cp =
-          op == &ops[0] && first ? first
-                                 : core.planCache().get({op->coll, op->count, op->eltSize, op->root},
-                                                        core.planContext());
+          op == &ops[0] && first ? first : core.planCache().get(req, core.planContext());
       if (!cp->connected.load(std::memory_order_acquire)) cw.unconnected.push_back(cp);
       uint64_t seq = core.nextSeq();
       logColl(*op, seq, cp->plan.algo);
@@ -236,7 +235,8 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
     for (const CommWork& cw : comms) {
       size_t need = 0;
       for (const Task& t : batch->tasks)
-        if (t.transports == &cw.comm.core->transports()) need = std::max(need, t.plan->scratchBytes);
+        if (t.transports == &cw.comm.core->transports())
+          need = std::max(need, t.plan->scratchBytes);
       if (need == 0) continue;
       if (need > cw.comm.core->scratchBytes()) cw.comm.core->executor().drain();
       void* scratch = cw.comm.core->scratch(need);
