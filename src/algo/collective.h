@@ -34,6 +34,10 @@ enum class Protocol : int {
   kCount,
 };
 
+constexpr int kCollectiveCount = static_cast<int>(Collective::kCount);
+constexpr int kAlgoCount = static_cast<int>(Algorithm::kCount);
+constexpr int kProtoCount = static_cast<int>(Protocol::kCount);
+
 const char* collectiveName(Collective c);  // "AllReduce", as NCCL prints it
 const char* algorithmName(Algorithm a);     // "Ring", "Tree", "HalvingDoubling", ...
 const char* protocolName(Protocol p);       // "Simple", "LL", "LL128"

@@ -122,6 +122,20 @@ size_t chunkFor(const NodeModel& m, Protocol p, size_t bytes, int channels, int 
   return std::clamp<size_t>(per, 128, slot);
 }
 
+// LL128's 128-byte lines must land whole: NVLink between GPUs, GPUDirect RDMA across hosts.
+bool ll128Unsupported(const NodeModel& m, int nnodes) {
+  return m.hostMemory || m.intra != LinkClass::kNvLink || (nnodes > 1 && m.inter != LinkClass::kNetIb);
+}
+constexpr const char* kLl128Why =
+    "LL128 relies on 128-byte stores arriving whole, which only NVLink-connected GPU memory "
+    "(and GPUDirect RDMA) guarantee";
+
+// The hierarchical all-reduce, broadcast and reduce on the CPU executor split large buffers
+// over two channels (each on its own connections): while one half crosses the network the
+// other is in its intra-host phases, so the three phases of one half overlap those of the
+// other instead of running one after another.
+constexpr size_t kHostTwoChannelBytes = 1 << 20;
+
 double toUs(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e3) : kInf; }
 
 // ---- NodeModel helpers ----
@@ -267,6 +281,50 @@ NodeModel buildNodeModel(const System& sys, int localRanks, bool hostMemory) {
   return m;
 }
 
+bool protocolRuns(const NodeModel& m, Protocol p, int nnodes, std::string* why) {
+  const char* no = nullptr;
+  if (m.hostMemory && p != Protocol::kSimple) no = "the CPU executor (host memory) moves data in Simple slots only";
+  else if (p == Protocol::kLL128 && ll128Unsupported(m, nnodes)) no = kLl128Why;
+  if (no && why) *why = no;
+  return no == nullptr;
+}
+
+PlanShape planShape(const NodeModel& m, Collective coll, Algorithm algo, Protocol proto, size_t bytes,
+                    int nranks) {
+  PlanShape s;
+  s.chunkBytes = bytes;
+  if (nranks <= 1) return s;
+  const bool rooted = coll == Collective::kBroadcast || coll == Collective::kReduce;
+  if (m.hostMemory) {
+    // Ring and halving-doubling exchanges send before they receive, so a step must fit in
+    // half a FIFO for the two ends of a link never to wait on each other; a chain
+    // (broadcast, reduce) and the one-shot send whole messages, which stream through the
+    // FIFO slot by slot; the double binary tree pipelines two-slot chunks, one tree per
+    // channel.
+    const size_t half = m.fifoSlotBytes * static_cast<size_t>(m.fifoDepth) / 2;
+    switch (algo) {
+      case Algorithm::kRing: s.chunkBytes = rooted ? bytes : half; break;
+      case Algorithm::kTree:
+        s.channels = 2;
+        s.chunkBytes = 2 * m.fifoSlotBytes;
+        break;
+      case Algorithm::kHalvingDoubling: s.chunkBytes = half; break;
+      case Algorithm::kHierarchical: {
+        const bool split = coll == Collective::kAllReduce || rooted;
+        s.channels = split && bytes >= kHostTwoChannelBytes ? 2 : 1;
+        s.chunkBytes = half;
+        break;
+      }
+      default: break;  // Direct: one whole message per peer
+    }
+    return s;
+  }
+  s.channels = channelsFor(m, proto, bytes);
+  s.chunkBytes = algo == Algorithm::kDirect ? (bytes + s.channels - 1) / s.channels
+                                            : chunkFor(m, proto, bytes, s.channels, nranks);
+  return s;
+}
+
 Estimate estimate(const NodeModel& m, Collective coll, Algorithm algo, Protocol proto, size_t bytes,
                   int nranks, int nnodes) {
   LOOM_CHECK_ARG(nranks >= 1 && nnodes >= 1 && nnodes <= nranks,
@@ -283,13 +341,13 @@ Estimate estimate(const NodeModel& m, Collective coll, Algorithm algo, Protocol 
   const bool ar = coll == Collective::kAllReduce, ag = coll == Collective::kAllGather,
              rs = coll == Collective::kReduceScatter, bc = coll == Collective::kBroadcast,
              rd = coll == Collective::kReduce;
-  if (proto == Protocol::kLL128 && (m.hostMemory || m.intra != LinkClass::kNvLink ||
-                                    (N > 1 && m.inter != LinkClass::kNetIb)))
-    return no("LL128 relies on 128-byte stores arriving whole, which only NVLink-connected GPU memory "
-              "(and GPUDirect RDMA) guarantee");
+  if (proto == Protocol::kLL128 && ll128Unsupported(m, N)) return no(kLl128Why);
   if (n == 1 && algo != Algorithm::kDirect) return no("one rank: only a local copy (Direct)");
 
-  const int ch = channelsFor(m, proto, bytes);
+  const PlanShape shape = planShape(m, coll, algo, proto, bytes, n);
+  // Channels beyond what the executor drives at once add no bandwidth: the CPU executor
+  // runs all of a rank's channels on one thread.
+  const int ch = std::min(shape.channels, std::max(1, m.maxChannels));
   const double intraStep = step(m.intra, true, proto);
   const double intraTreeStep = step(m.intra, false, proto);
   const double netStep = step(m.inter, true, proto);
@@ -412,8 +470,8 @@ Estimate estimate(const NodeModel& m, Collective coll, Algorithm algo, Protocol 
   e.feasible = true;
   e.latencyUs = lat;
   e.us = lat + xfer;
-  e.channels = ch;
-  e.chunkBytes = chunkFor(m, proto, bytes, ch, n);
+  e.channels = shape.channels;
+  e.chunkBytes = shape.chunkBytes;
   e.busBw = e.us > 0 ? busBwFactor(coll, n) * S / (e.us * 1e3) : 0;
   return e;
 }

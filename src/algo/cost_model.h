@@ -41,6 +41,10 @@ struct NodeModel {
   int rails = 0;               // NICs the host's ranks use
   std::vector<int> ringOrder;  // GPU indices of the intra-host ring (empty for host memory)
   std::string notes;           // assumptions made (shown by loom-topo and TUNING logs)
+  // The CPU executor's connection FIFOs (LOOM_SLOT_BYTES x LOOM_FIFO_DEPTH): its plans cut
+  // their steps to fit them. GPU figures keep NCCL's buffer sizes.
+  size_t fifoSlotBytes = 256 << 10;
+  int fifoDepth = 8;
 };
 
 // Builds the host model for `localRanks` ranks per host. GPUs 0..localRanks-1 carry the
@@ -54,9 +58,26 @@ struct Estimate {
   double us = 0;            // predicted time
   double latencyUs = 0;     // the alpha part of `us`
   double busBw = 0;         // GB/s implied, nccl-tests' definition for the collective
-  int channels = 0;
+  int channels = 0;         // planShape()'s, which the plan builders get
   size_t chunkBytes = 0;    // per pipeline step and channel
 };
+
+// How an algorithm's plan is cut for a message: `channels` pipelines that run at once, each
+// on its own share of the buffer and its own connections, and the most one step of a
+// channel carries (a step larger than a FIFO slot still streams through it slot by slot).
+// These are what the plan builders are given, so the plan is the one the model priced.
+struct PlanShape {
+  int channels = 1;
+  size_t chunkBytes = 0;
+};
+// `bytes` as for estimate(). One rank's plan is a local copy: one channel, uncut.
+PlanShape planShape(const NodeModel& node, Collective coll, Algorithm algo, Protocol proto, size_t bytes,
+                    int nranks);
+
+// Whether the executor of this host model can move data in protocol `p` across `nnodes`
+// hosts at all (the CPU executor only has Simple slots; LL128 needs NVLink and GPUDirect);
+// `why` says why not.
+bool protocolRuns(const NodeModel& node, Protocol p, int nnodes, std::string* why = nullptr);
 
 // `bytes` is nccl-tests' "size" for the collective: the buffer for AllReduce, Broadcast,
 // Reduce and SendRecv; the full (gathered / scattered / exchanged) buffer for AllGather,

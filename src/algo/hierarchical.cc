@@ -152,17 +152,14 @@ Seg part(size_t base, size_t bytes, size_t elt, int n, int i) {
   return {base + b * elt, base + b * elt, (e - b) * elt};
 }
 
-// Large buffers are split over two channels (each on its own connections): while one
-// half crosses the network the other is in its intra-host phases, so the three phases of
-// one half overlap those of the other instead of running one after another.
-constexpr size_t kTwoChannelBytes = 1 << 20;
-
-// An empty plan; with `bytes`, on the channels a buffer of that size gets.
-Plan start(Collective c, size_t bytes = 0) {
+// An empty plan on `channels` channels: each takes its share of the buffer over
+// connections of its own, so one share's network phase overlaps another's intra-host
+// phases (how many pays off is the cost model's call: algo::planShape).
+Plan start(Collective c, int channels) {
   Plan p;
   p.coll = c;
   p.algo = Algorithm::kHierarchical;
-  p.channels.resize(bytes >= kTwoChannelBytes ? 2 : 1);
+  p.channels.resize(static_cast<size_t>(std::max(1, channels)));
   return p;
 }
 
@@ -172,27 +169,35 @@ std::vector<int> rail(const HostLayout& l, int j) {
   return g;
 }
 
+// The part of every per-rank block a channel moves: bytes [off, off + len) of each block,
+// blocks `stride` bytes apart in rank order.
+struct Blocks {
+  size_t stride, off, len;
+};
+
 // Rails for collectives on per-rank blocks: local rank o of a host belongs to rail o % R,
 // and that rail's rank (local o % R) carries o's block across hosts. Every rail has a
 // rank on every host; with the same number of ranks everywhere each carries one block.
 // The blocks of host h's rail-k ranks, in rank order: where they sit in a buffer of
-// B-byte blocks in rank order (src) and where they go (dst: packed from `packedAt` in
-// steps of B, or the same place when packedAt < 0).
-Piece railGroupBlocks(const HostLayout& l, int h, int k, size_t B, long packedAt) {
+// blocks in rank order (src) and where they go (dst: packed from `packedAt` in steps of
+// the block part, or the same place when packedAt < 0).
+Piece railGroupBlocks(const HostLayout& l, int h, int k, const Blocks& b, long packedAt) {
   const int R = l.minLocal();
   Piece p;
   for (size_t o = k; o < l.hosts[h].size(); o += R) {
-    size_t at = l.hosts[h][o] * B;
-    p.push_back({at, packedAt < 0 ? at : packedAt + p.size() * B, B});
+    size_t at = l.hosts[h][o] * b.stride + b.off;
+    p.push_back({at, packedAt < 0 ? at : packedAt + p.size() * b.len, b.len});
   }
   return p;
 }
 
-// Rail k's blocks on every host, in host order (what local rank k sums or gathers).
-Piece railAllBlocks(const HostLayout& l, int k, size_t B, bool packed) {
+// Rail k's blocks on every host, in host order (what local rank k sums or gathers), packed
+// from `packedAt` or in place (< 0).
+Piece railAllBlocks(const HostLayout& l, int k, const Blocks& b, long packedAt) {
   Piece p;
   for (int h = 0; h < l.nhosts(); ++h) {
-    Piece q = railGroupBlocks(l, h, k, B, packed ? static_cast<long>(p.size() * B) : -1);
+    long at = packedAt < 0 ? -1 : packedAt + static_cast<long>(p.size() * b.len);
+    Piece q = railGroupBlocks(l, h, k, b, at);
     p.insert(p.end(), q.begin(), q.end());
   }
   return p;
@@ -212,9 +217,9 @@ int hostOf(const HostLayout& l, int root) {
 }
 
 // Channel c of `channels`: its share of count elements, as (byte offset, bytes).
-std::pair<size_t, size_t> channelShare(size_t count, size_t elt, int channels, int c) {
-  const size_t lo = count * c / channels, hi = count * (c + 1) / channels;
-  return {lo * elt, (hi - lo) * elt};
+std::pair<size_t, size_t> channelBytes(size_t count, size_t elt, int channels, int c) {
+  const Share s = channelShare(count, channels, c);
+  return {s.begin * elt, s.size() * elt};
 }
 
 // Part k < R of [base, base + bytes) belongs to local rank k; local ranks >= R own nothing.
@@ -246,9 +251,9 @@ void forEachPartChunk(size_t base, size_t bytes, size_t elt, int R, size_t chunk
 
 }  // namespace
 
-Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
+Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t chunk, int nch) {
   checkLayout(l);
-  Plan plan = start(Collective::kAllReduce, count * elt);
+  Plan plan = start(Collective::kAllReduce, nch);
   const int channels = static_cast<int>(plan.channels.size());
   const int R = l.minLocal();
   SubRing host{l.hosts[l.host], l.local};
@@ -257,7 +262,7 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
   for (int c = 0; c < channels; ++c) {
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
-    const auto [base, bytes] = channelShare(count, elt, channels, c);
+    const auto [base, bytes] = channelBytes(count, elt, channels, c);
     const PieceFn owned = ownedParts(base, bytes, elt, R);
     if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, 0, kDstPartial, chunk);
     if (l.local < R) {
@@ -272,93 +277,111 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
   return plan;
 }
 
-Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
+Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, size_t chunk, int nch) {
   checkLayout(l);
-  Plan plan = start(Collective::kReduceScatter);
-  PlanBuilder b(plan.channels[0], -1, -1);
+  Plan plan = start(Collective::kReduceScatter, nch);
+  const int channels = static_cast<int>(plan.channels.size());
   const size_t B = count * elt;
   const int R = l.minLocal();
   const std::vector<int>& mine = l.hosts[l.host];
   SubRing host{mine, l.local};
-  // 1. Local rank k < R sums, over its host, the blocks of rail k on every host (packed
-  //    into scratch). Local ranks >= R only relay.
-  PieceFn sums = [&](int k) { return k < R ? railAllBlocks(l, k, B, true) : Piece{}; };
-  if (l.local < R) plan.scratchBytes = total(sums(l.local));
-  ringReduceScatter(b, host, sums, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
-  if (l.local >= R) {
-    // 3. (for a rank beyond the rails) its block, finished by its rail's rank.
-    b.setPeers(-1, mine[l.local % R]);
-    if (B) b.add(StepOp::kRecv, {}, recvBuf(0), B, kDstPartial);
-    return plan;
-  }
-  // 2. Each rail finishes every host's blocks of that rail: the block of local rank k
-  //    lands in its receive buffer, the others (hosts with more ranks than R) in scratch.
-  std::vector<int> group = rail(l, l.local);
-  SubRing net{group, l.host};
-  const Piece packed = sums(l.local);
-  const bool direct = mine.size() <= static_cast<size_t>(R);
-  const size_t finals = plan.scratchBytes;
-  PieceFn finish = [&](int m) {
-    // Where host m's rail blocks sit in this rank's packed scratch, and where they end up.
-    Piece p;
-    size_t first = 0;
-    for (int h = 0; h < m; ++h) first += railGroupBlocks(l, h, l.local, B, -1).size();
-    Piece blocks = railGroupBlocks(l, m, l.local, B, -1);
-    for (size_t i = 0; i < blocks.size(); ++i)
-      p.push_back({packed[first + i].dst, direct ? 0 : finals + i * B, B});
-    return p;
-  };
-  Buf out = direct ? Buf::kRecv : Buf::kScratch;
-  if (!direct) plan.scratchBytes += total(finish(l.host));
-  ringReduceScatter(b, net, finish, Buf::kScratch, out, kSrcPartial, 0, chunk);
-  if (!direct && B) {
-    // 3. Hand the finished blocks to their owners on this host.
-    const uint8_t done = kSrcPartial | kDstPartial;
-    b.copy({Buf::kScratch, finals}, recvBuf(0), B, done);
-    for (size_t o = l.local + R, i = 1; o < mine.size(); o += R, ++i) {
-      b.setPeers(mine[o], -1);
-      b.add(StepOp::kSend, {Buf::kScratch, finals + i * B}, {}, B, done);
+  for (int c = 0; c < channels; ++c) {
+    const Share share = channelShare(count, channels, c);
+    if (share.size() == 0 && c > 0) continue;
+    const size_t off = share.begin * elt, len = share.size() * elt;
+    PlanBuilder b(plan.channels[c], -1, -1);
+    b.setConn(c);
+    const Blocks blk{B, off, len};
+    // 1. Local rank k < R sums, over its host, this channel's part of the blocks of rail k
+    //    on every host (packed into its scratch). Local ranks >= R only relay.
+    const long packedAt = static_cast<long>(plan.scratchBytes);
+    PieceFn sums = [&](int k) { return k < R ? railAllBlocks(l, k, blk, packedAt) : Piece{}; };
+    if (l.local < R) plan.scratchBytes += total(sums(l.local));
+    ringReduceScatter(b, host, sums, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
+    if (l.local >= R) {
+      // 3. (for a rank beyond the rails) its block, finished by its rail's rank.
+      b.setPeers(-1, mine[l.local % R]);
+      if (len) b.add(StepOp::kRecv, {}, recvBuf(off), len, kDstPartial);
+      continue;
+    }
+    // 2. Each rail finishes every host's blocks of that rail: the block of local rank k
+    //    lands in its receive buffer, the others (hosts with more ranks than R) in scratch.
+    std::vector<int> group = rail(l, l.local);
+    SubRing net{group, l.host};
+    const Piece packed = sums(l.local);
+    const bool direct = mine.size() <= static_cast<size_t>(R);
+    const size_t finals = plan.scratchBytes;
+    PieceFn finish = [&](int m) {
+      // Where host m's rail blocks sit in this rank's packed scratch, and where they end up.
+      Piece p;
+      size_t first = 0;
+      for (int h = 0; h < m; ++h) first += railGroupBlocks(l, h, l.local, blk, -1).size();
+      Piece blocks = railGroupBlocks(l, m, l.local, blk, -1);
+      for (size_t i = 0; i < blocks.size(); ++i)
+        p.push_back({packed[first + i].dst, direct ? off : finals + i * len, len});
+      return p;
+    };
+    Buf out = direct ? Buf::kRecv : Buf::kScratch;
+    if (!direct) plan.scratchBytes += total(finish(l.host));
+    ringReduceScatter(b, net, finish, Buf::kScratch, out, kSrcPartial, 0, chunk);
+    if (!direct && len) {
+      // 3. Hand the finished blocks to their owners on this host.
+      const uint8_t done = kSrcPartial | kDstPartial;
+      b.copy({Buf::kScratch, finals}, recvBuf(off), len, done);
+      for (size_t o = l.local + R, i = 1; o < mine.size(); o += R, ++i) {
+        b.setPeers(mine[o], -1);
+        b.add(StepOp::kSend, {Buf::kScratch, finals + i * len}, {}, len, done);
+      }
     }
   }
   return plan;
 }
 
-Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t chunk) {
+Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t chunk, int nch) {
   checkLayout(l);
-  Plan plan = start(Collective::kAllGather);
-  PlanBuilder b(plan.channels[0], -1, -1);
+  Plan plan = start(Collective::kAllGather, nch);
+  const int channels = static_cast<int>(plan.channels.size());
   const size_t B = count * elt;
   const int R = l.minLocal();
   const std::vector<int>& mine = l.hosts[l.host];
   const int me = mine[l.local];
   const uint8_t f = kSrcPartial | kDstPartial;
-  // 1. Every block into place; a rank beyond the rails also hands its block to its rail.
-  if (l.local < R) {
-    b.copy(sendBuf(0), recvBuf(me * B), B, f);
-    for (size_t o = l.local + R; o < mine.size(); o += R) {
-      b.setPeers(-1, mine[o]);
-      if (B) b.add(StepOp::kRecv, {}, recvBuf(mine[o] * B), B, f);
+  for (int c = 0; c < channels; ++c) {
+    const Share share = channelShare(count, channels, c);
+    if (share.size() == 0 && c > 0) continue;
+    const size_t off = share.begin * elt, len = share.size() * elt;
+    PlanBuilder b(plan.channels[c], -1, -1);
+    b.setConn(c);
+    const Blocks blk{B, off, len};
+    // 1. Every block into place; a rank beyond the rails also hands its block to its rail.
+    if (l.local < R) {
+      b.copy(sendBuf(off), recvBuf(me * B + off), len, f);
+      for (size_t o = l.local + R; o < mine.size(); o += R) {
+        b.setPeers(-1, mine[o]);
+        if (len) b.add(StepOp::kRecv, {}, recvBuf(mine[o] * B + off), len, f);
+      }
+      // 2. Each rail gathers its blocks of every host.
+      std::vector<int> group = rail(l, l.local);
+      SubRing net{group, l.host};
+      PieceFn railPiece = [&](int m) { return railGroupBlocks(l, m, l.local, blk, -1); };
+      ringAllGather(b, net, railPiece, Buf::kRecv, false, chunk);
+    } else {
+      b.setPeers(mine[l.local % R], -1);
+      if (len) b.add(StepOp::kSend, sendBuf(off), recvBuf(me * B + off), len, f);
+      else b.copy(sendBuf(off), recvBuf(me * B + off), len, f);
     }
-    // 2. Each rail gathers its blocks of every host.
-    std::vector<int> group = rail(l, l.local);
-    SubRing net{group, l.host};
-    PieceFn railPiece = [&](int m) { return railGroupBlocks(l, m, l.local, B, -1); };
-    ringAllGather(b, net, railPiece, Buf::kRecv, false, chunk);
-  } else {
-    b.setPeers(mine[l.local % R], -1);
-    if (B) b.add(StepOp::kSend, sendBuf(0), recvBuf(me * B), B, f);
-    else b.copy(sendBuf(0), recvBuf(me * B), B, f);
+    // 3. Within the host, each rail's rank passes on what its rail gathered.
+    SubRing host{mine, l.local};
+    PieceFn gathered = [&](int k) { return k < R ? railAllBlocks(l, k, blk, -1) : Piece{}; };
+    ringAllGather(b, host, gathered, Buf::kRecv, true, chunk);
   }
-  // 3. Within the host, each rail's rank passes on what its rail gathered.
-  SubRing host{mine, l.local};
-  PieceFn gathered = [&](int k) { return k < R ? railAllBlocks(l, k, B, false) : Piece{}; };
-  ringAllGather(b, host, gathered, Buf::kRecv, true, chunk);
   return plan;
 }
 
-Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
+Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk,
+                           int nch) {
   checkLayout(l);
-  Plan plan = start(Collective::kBroadcast, count * elt);
+  Plan plan = start(Collective::kBroadcast, nch);
   const int channels = static_cast<int>(plan.channels.size());
   const RootedChains ch(l, root);
   const int R = ch.R, me = ch.me, dist = ch.dist;
@@ -371,7 +394,7 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
   for (int c = 0; c < channels; ++c) {
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
-    const auto [base, bytes] = channelShare(count, elt, channels, c);
+    const auto [base, bytes] = channelBytes(count, elt, channels, c);
     if (me == root) b.copy({Buf::kSend, base}, recvBuf(base), bytes, f);
     // 1-2. Part k goes down a chain: root -> local rank k of the root's host (when that is
     //      not the root) -> local rank k of each following host.
@@ -401,9 +424,9 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
   return plan;
 }
 
-Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk) {
+Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt, size_t chunk, int nch) {
   checkLayout(l);
-  Plan plan = start(Collective::kReduce, count * elt);
+  Plan plan = start(Collective::kReduce, nch);
   const int channels = static_cast<int>(plan.channels.size());
   const RootedChains ch(l, root);
   const int R = ch.R, N = ch.N, me = ch.me, dist = ch.dist;
@@ -416,7 +439,7 @@ Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt,
   for (int c = 0; c < channels; ++c) {
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
-    const auto [base, bytes] = channelShare(count, elt, channels, c);
+    const auto [base, bytes] = channelBytes(count, elt, channels, c);
     // 1. Local rank k < R sums part k over its host (in scratch).
     const PieceFn owned = ownedParts(base, bytes, elt, R);
     if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);

@@ -39,14 +39,18 @@ struct HostLayout {
   static HostLayout single(int nranks, int rank);
 };
 
-// chunkBytes bounds one pipeline step, as for the ring algorithms.
-Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t eltSize, size_t chunkBytes);
+// chunkBytes bounds one pipeline step, as for the ring algorithms. With `channels` > 1
+// each channel carries its share of the buffer (of every per-rank block, for all-gather
+// and reduce-scatter) through all phases on connections of its own.
+Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t eltSize, size_t chunkBytes,
+                           int channels = 1);
 Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t eltSize,
-                               size_t chunkBytes);
-Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t eltSize, size_t chunkBytes);
+                               size_t chunkBytes, int channels = 1);
+Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t eltSize, size_t chunkBytes,
+                           int channels = 1);
 Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t eltSize,
-                           size_t chunkBytes);
+                           size_t chunkBytes, int channels = 1);
 Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t eltSize,
-                        size_t chunkBytes);
+                        size_t chunkBytes, int channels = 1);
 
 }  // namespace loom

@@ -46,6 +46,41 @@ void Plan::peers(std::vector<std::pair<int, int>>* sends,
     }
 }
 
+Plan splitByChannel(int channels, size_t count, size_t elt, const std::function<Plan(size_t count)>& build) {
+  if (channels <= 1) return build(count);
+  Plan plan;
+  int nextConn = 0;
+  for (int c = 0; c < channels; ++c) {
+    const Share share = channelShare(count, channels, c);
+    if (share.size() == 0 && c > 0) continue;
+    const Plan part = build(share.size());
+    plan.coll = part.coll;
+    plan.algo = part.algo;
+    int conns = 1;  // the part's own connection indices, kept apart per channel
+    for (const ChannelPlan& ch : part.channels)
+      for (const Step& s : ch.steps) conns = std::max(conns, s.conn + 1);
+    const size_t base = share.begin * elt, scratchBase = plan.scratchBytes;
+    auto shift = [&](BufRef r) {
+      if (r.buf == Buf::kSend || r.buf == Buf::kRecv) r.offset += base;
+      else if (r.buf == Buf::kScratch) r.offset += scratchBase;
+      return r;
+    };
+    const int connBase = nextConn;
+    nextConn += conns;
+    for (const ChannelPlan& ch : part.channels) {
+      ChannelPlan& out = plan.channels.emplace_back();
+      out.steps = ch.steps;
+      for (Step& s : out.steps) {
+        s.src = shift(s.src);
+        s.dst = shift(s.dst);
+        s.conn = static_cast<uint8_t>(connBase + s.conn);
+      }
+    }
+    plan.scratchBytes += part.scratchBytes;
+  }
+  return plan;
+}
+
 std::string Plan::str() const {
   std::string out = strprintf("%s/%s, %zu channel(s)\n", collectiveName(coll),
                               algorithmName(algo), channels.size());

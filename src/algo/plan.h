@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,22 @@ class PlanBuilder {
   int recvPeer_;
   uint8_t conn_ = 0;
 };
+
+// Channel c's share [begin, end) of `count` elements split over `channels`: channels work
+// on contiguous, nearly equal parts of the buffer.
+struct Share {
+  size_t begin, end;
+  size_t size() const { return end - begin; }
+};
+inline Share channelShare(size_t count, int channels, int c) {
+  return {count * static_cast<size_t>(c) / static_cast<size_t>(channels),
+          count * static_cast<size_t>(c + 1) / static_cast<size_t>(channels)};
+}
+
+// An elementwise collective (all-reduce) on `channels` channels, from a builder that knows
+// one: channel c runs build(its share's count) on its share, at the same offsets of the
+// send and receive buffers, with scratch of its own and connections of its own.
+Plan splitByChannel(int channels, size_t count, size_t eltSize, const std::function<Plan(size_t count)>& build);
 
 inline BufRef sendBuf(size_t off) { return {Buf::kSend, off}; }
 inline BufRef recvBuf(size_t off) { return {Buf::kRecv, off}; }

@@ -27,13 +27,21 @@ struct Ring {
   static Ring identity(int nranks, int rank);
 };
 
-// counts are elements of eltSize bytes. chunkBytes bounds what one ring step carries; it
-// must fit in a connection FIFO (see ringAllReduce).
-Plan ringAllReduce(const Ring& ring, size_t count, size_t eltSize, size_t chunkBytes);
-Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t eltSize, size_t chunkBytes);
+// counts are elements of eltSize bytes. chunkBytes bounds what one ring step carries; for
+// all-reduce, all-gather and reduce-scatter it must fit in half a connection FIFO (every
+// rank sends before it receives). With `channels` > 1 each channel carries its share of
+// the buffer over connections of its own (index = channel), so the shares pipeline side
+// by side.
+Plan ringAllReduce(const Ring& ring, size_t count, size_t eltSize, size_t chunkBytes, int channels = 1);
+Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t eltSize, size_t chunkBytes,
+                   int channels = 1);
 Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t eltSize,
-                       size_t chunkBytes);
-Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t eltSize);
-Plan ringReduce(const Ring& ring, int rank, int root, size_t count, size_t eltSize);
+                       size_t chunkBytes, int channels = 1);
+// A chain from (or to) the root. chunkBytes 0 (or at least the buffer): one step per
+// message, which the executor still streams slot by slot.
+Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t eltSize,
+                   size_t chunkBytes = 0, int channels = 1);
+Plan ringReduce(const Ring& ring, int rank, int root, size_t count, size_t eltSize,
+                size_t chunkBytes = 0, int channels = 1);
 
 }  // namespace loom

@@ -12,25 +12,36 @@
 
 namespace loom {
 
+// A hook may ask for more channels than any host keeps busy; past this, each channel's
+// connections cost more than the parallelism gains.
+constexpr int kMaxPlanChannels = 64;
+
 PlanContext::PlanContext() {
   for (auto& a : allowed) a.fill(true);
+  for (auto& p : allowedProtocols) p.fill(true);
+  node.hostMemory = true;  // the CPU executor, until loadTuning says otherwise
   for (auto& perSize : ranking)
     for (Ranking& r : perSize) {
-      for (int a = 0; a < kAlgoCount; ++a) r.order[a] = static_cast<Algorithm>(a);
-      r.us.fill(-1);
+      size_t i = 0;
+      for (int a = 0; a < kAlgoCount; ++a)
+        for (int p = 0; p < kProtoCount; ++p)
+          r.order[i++] = {-1, static_cast<Algorithm>(a), static_cast<Protocol>(p)};
     }
 }
 
 void PlanContext::loadAlgoFilter() {
-  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
-    algo::AlgoFilter f = algo::filterFromEnv(static_cast<Collective>(c));
-    allowed[c] = f.algorithms;
+  for (int c = 0; c < kCollectiveCount; ++c) {
+    const Collective coll = static_cast<Collective>(c);
+    algo::AlgoFilter f = algo::filterFromEnv(coll);
+    // AlltoAll, Gather, Scatter and SendRecv have one algorithm, which NCCL_ALGO does not
+    // govern (as in NCCL).
+    const bool p2p = coll == Collective::kAlltoAll || coll == Collective::kGather || coll == Collective::kScatter ||
+                     coll == Collective::kSendRecv;
+    if (!p2p) allowed[c] = f.algorithms;
+    allowedProtocols[c] = f.protocols;
   }
 }
 
-namespace {
-
-// nccl-tests' "size" of a request, which the cost model takes (see cost_model.h).
 size_t modelBytes(Collective coll, size_t bytes, int nranks) {
   switch (coll) {
     case Collective::kAllGather:
@@ -42,35 +53,76 @@ size_t modelBytes(Collective coll, size_t bytes, int nranks) {
   }
 }
 
+namespace {
+
 int bucketOf(size_t bytes) {
   int k = 0;
   while (k + 1 < kSizeBuckets && (size_t{1} << k) < bytes) ++k;
   return k;
 }
 
+int hostsOf(const PlanContext& ctx) { return std::max(1, ctx.layout.nhosts()); }
+
+// The model's plan shape for `algo`/`proto` at this request's exact size, with a tuner
+// hook's channel count when it set one.
+Selection shapeOf(const CollRequest& req, const PlanContext& ctx, Algorithm algo, Protocol proto,
+                  int hookChannels) {
+  const size_t bytes = modelBytes(req.coll, req.count * req.eltSize, ctx.nranks);
+  const algo::PlanShape s = algo::planShape(ctx.node, req.coll, algo, proto, bytes, ctx.nranks);
+  Selection sel{algo, proto, s.channels, s.chunkBytes};
+  if (hookChannels > 0 && ctx.nranks > 1) sel.channels = std::min(hookChannels, kMaxPlanChannels);
+  return sel;
+}
+
+const PlanContext::Ranking& rankingOf(const CollRequest& req, const PlanContext& ctx) {
+  const size_t bytes = modelBytes(req.coll, req.count * req.eltSize, ctx.nranks);
+  return ctx.ranking[static_cast<size_t>(req.coll)][static_cast<size_t>(bucketOf(bytes))];
+}
+
+void logChoice(const CollRequest& req, const PlanContext& ctx, const PlanContext::Ranking& r,
+               const Selection& sel) {
+  const size_t c = static_cast<size_t>(req.coll);
+  std::string why;
+  for (const algo::Ranked& x : r.order) {
+    // Protocols this executor has no use for would only bury the candidates.
+    if (!algo::protocolRuns(ctx.node, x.proto, hostsOf(ctx))) continue;
+    const char* note = !ctx.allowed[c][static_cast<size_t>(x.algo)]            ? " (excluded by NCCL_ALGO)"
+                       : !ctx.allowedProtocols[c][static_cast<size_t>(x.proto)] ? " (excluded by NCCL_PROTO)"
+                       : !canServe(x.algo, x.proto, req, ctx)                   ? " (cannot serve this call)"
+                                                                                : "";
+    if (x.us < 0)
+      why += strprintf(", %s/%s ruled out by the model%s", algorithmName(x.algo), protocolName(x.proto), note);
+    else
+      why += strprintf(", %s/%s %.1f us%s", algorithmName(x.algo), protocolName(x.proto), x.us, note);
+  }
+  LOOM_INFO(kLogTuning,
+            "%s of %zu bytes per rank, %d ranks on %d host(s) -> %s/%s, %d channel(s), chunk %zu; predicted: %s; "
+            "model: %s",
+            collectiveName(req.coll), req.count * req.eltSize, ctx.nranks, ctx.layout.nhosts(),
+            algorithmName(sel.algorithm), protocolName(sel.protocol), sel.channels, sel.chunkBytes,
+            why.empty() ? "-" : why.c_str() + 2, ctx.modelNotes.c_str());
+}
+
 }  // namespace
 
-void PlanContext::loadTuning(const algo::NodeModel& node) {
-  modelNotes = strprintf("host memory, %d rank(s) per host over %s at %.1f GB/s, hosts joined by %s at %.2f GB/s",
-                         node.localRanks, algo::linkClassName(node.intra), node.ringBw,
-                         algo::linkClassName(node.inter), node.netBw);
+void PlanContext::loadTuning(const algo::NodeModel& hostModel, algo::TunerHook* hook) {
+  node = hostModel;
+  node.fifoSlotBytes = slotBytes;
+  node.fifoDepth = depth;
+  modelNotes = strprintf("%s, %d rank(s) per host over %s at %.1f GB/s, hosts joined by %s at %.2f GB/s",
+                         node.hostMemory ? "host memory" : "GPU memory", node.localRanks,
+                         algo::linkClassName(node.intra), node.ringBw, algo::linkClassName(node.inter), node.netBw);
   if (!node.notes.empty()) modelNotes += "; " + node.notes;
-  int nnodes = layout.nhosts();
-  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c)
+  const int nnodes = hostsOf(*this);
+  for (int c = 0; c < kCollectiveCount; ++c)
     for (int k = 0; k < kSizeBuckets; ++k) {
-      Ranking& r = ranking[c][k];
-      size_t bytes = modelBytes(static_cast<Collective>(c), size_t{1} << k, nranks);
-      for (int a = 0; a < kAlgoCount; ++a) {
-        // The CPU executor moves data in Simple-protocol slots only.
-        algo::Estimate e = algo::estimate(node, static_cast<Collective>(c), static_cast<Algorithm>(a),
-                                          Protocol::kSimple, bytes, nranks, nnodes);
-        r.us[a] = e.feasible ? e.us : -1;
-      }
-      std::stable_sort(r.order.begin(), r.order.end(), [&](Algorithm x, Algorithm y) {
-        double ux = r.us[static_cast<int>(x)], uy = r.us[static_cast<int>(y)];
-        if ((ux < 0) != (uy < 0)) return uy < 0;  // ruled out last
-        return ux < uy;
-      });
+      const Collective coll = static_cast<Collective>(c);
+      // Bucket k holds requests whose model size (modelBytes) rounds up to 2^k: price it there.
+      algo::CostTable t = algo::costTable(node, coll, size_t{1} << k, nranks, nnodes);
+      if (hook) hook->adjust(t);
+      Ranking& r = ranking[static_cast<size_t>(c)][static_cast<size_t>(k)];
+      r.order = algo::rankCosts(t);
+      r.channels = std::max(0, t.channels);
     }
 }
 
@@ -97,77 +149,93 @@ bool canServe(Algorithm algo, const CollRequest& req, const PlanContext& ctx) {
   }
 }
 
-Algorithm selectAlgorithm(const CollRequest& req, const PlanContext& ctx) {
-  size_t bytes = req.count * req.eltSize;
-  const int c = static_cast<int>(req.coll);
-  const PlanContext::Ranking& r = ctx.ranking[c][bucketOf(modelBytes(req.coll, bytes, ctx.nranks))];
-  const auto& allowed = ctx.allowed[c];
-  auto ok = [&](Algorithm a) { return allowed[static_cast<size_t>(a)] && canServe(a, req, ctx); };
-  Algorithm chosen = Algorithm::kCount;
-  for (Algorithm a : r.order)
-    if (ok(a)) {
-      chosen = a;
-      break;
+bool canServe(Algorithm algo, Protocol proto, const CollRequest& req, const PlanContext& ctx) {
+  return algo::protocolRuns(ctx.node, proto, hostsOf(ctx)) && canServe(algo, req, ctx);
+}
+
+Selection select(const CollRequest& req, const PlanContext& ctx) {
+  const size_t c = static_cast<size_t>(req.coll);
+  const PlanContext::Ranking& r = rankingOf(req, ctx);
+  for (const algo::Ranked& x : r.order)
+    if (ctx.allowed[c][static_cast<size_t>(x.algo)] && ctx.allowedProtocols[c][static_cast<size_t>(x.proto)] &&
+        canServe(x.algo, x.proto, req, ctx)) {
+      Selection sel = shapeOf(req, ctx, x.algo, x.proto, r.channels);
+      if (logEnabled(LogLevel::kInfo, kLogTuning)) logChoice(req, ctx, r, sel);
+      return sel;
     }
-  if (chosen == Algorithm::kCount) {
-    // NCCL_ALGO left nothing that can serve: run correctly anyway and say so.
-    for (Algorithm a : r.order)
-      if (canServe(a, req, ctx)) {
-        LOOM_INFO(kLogTuning, "%s of %zu bytes: no allowed algorithm can serve it; using %s",
-                  collectiveName(req.coll), bytes, algorithmName(a));
-        return a;
-      }
-    LOOM_THROW(kInternalError, "no algorithm serves %s", collectiveName(req.coll));
-  }
-  if (logEnabled(LogLevel::kInfo, kLogTuning)) {
-    std::string why;
-    for (Algorithm a : r.order) {
-      double us = r.us[static_cast<int>(a)];
-      const char* note = !allowed[static_cast<size_t>(a)] ? " (excluded by NCCL_ALGO)"
-                         : !canServe(a, req, ctx)        ? " (cannot serve this call)"
-                                                         : "";
-      if (us < 0) why += strprintf(", %s ruled out by the model%s", algorithmName(a), note);
-      else why += strprintf(", %s %.1f us%s", algorithmName(a), us, note);
+  // NCCL_ALGO / NCCL_PROTO left nothing that can serve: run correctly anyway and say so.
+  for (const algo::Ranked& x : r.order)
+    if (canServe(x.algo, x.proto, req, ctx)) {
+      LOOM_INFO(kLogTuning, "%s of %zu bytes: no allowed algorithm can serve it; using %s/%s",
+                collectiveName(req.coll), req.count * req.eltSize, algorithmName(x.algo), protocolName(x.proto));
+      return shapeOf(req, ctx, x.algo, x.proto, r.channels);
     }
-    LOOM_INFO(kLogTuning, "%s of %zu bytes per rank, %d ranks on %d host(s) -> %s; predicted: %s; model: %s",
-              collectiveName(req.coll), bytes, ctx.nranks, ctx.layout.nhosts(), algorithmName(chosen),
-              why.c_str() + 2, ctx.modelNotes.c_str());
-  }
-  return chosen;
+  LOOM_THROW(kInternalError, "no algorithm serves %s", collectiveName(req.coll));
+}
+
+Algorithm selectAlgorithm(const CollRequest& req, const PlanContext& ctx) { return select(req, ctx).algorithm; }
+
+Selection selectionFor(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
+  return shapeOf(req, ctx, algo, Protocol::kSimple, rankingOf(req, ctx).channels);
 }
 
 Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
+  return buildPlan(req, ctx, selectionFor(req, ctx, algo));
+}
+
+Plan buildPlan(const CollRequest& req, const PlanContext& ctx, const Selection& sel) {
   const Ring& ring = *ctx.ring;
-  size_t n = req.count, e = req.eltSize;
-  // Exchanges and tree chunks stay within half a FIFO so the two ends of a link never
-  // wait on each other.
-  size_t half = ctx.slotBytes * ctx.depth / 2;
-  if (algo == Algorithm::kHierarchical) {
+  const size_t n = req.count, e = req.eltSize;
+  const int ch = std::max(1, sel.channels);
+  // An uncut step carries the whole buffer.
+  const size_t chunk = sel.chunkBytes > 0 ? sel.chunkBytes : std::max<size_t>(n * e, 1);
+  if (sel.algorithm == Algorithm::kHierarchical) {
     switch (req.coll) {
-      case Collective::kAllReduce: return hierarchicalAllReduce(ctx.layout, n, e, half);
-      case Collective::kAllGather: return hierarchicalAllGather(ctx.layout, n, e, half);
-      case Collective::kReduceScatter: return hierarchicalReduceScatter(ctx.layout, n, e, half);
-      case Collective::kBroadcast: return hierarchicalBroadcast(ctx.layout, req.root, n, e, half);
-      case Collective::kReduce: return hierarchicalReduce(ctx.layout, req.root, n, e, half);
+      case Collective::kAllReduce: return hierarchicalAllReduce(ctx.layout, n, e, chunk, ch);
+      case Collective::kAllGather: return hierarchicalAllGather(ctx.layout, n, e, chunk, ch);
+      case Collective::kReduceScatter: return hierarchicalReduceScatter(ctx.layout, n, e, chunk, ch);
+      case Collective::kBroadcast: return hierarchicalBroadcast(ctx.layout, req.root, n, e, chunk, ch);
+      case Collective::kReduce: return hierarchicalReduce(ctx.layout, req.root, n, e, chunk, ch);
       default: break;
     }
   }
   switch (req.coll) {
     case Collective::kAllReduce:
-      switch (algo) {
-        case Algorithm::kTree: return treeAllReduce(ctx.nranks, ctx.rank, n, e, ctx.slotBytes * 2);
+      switch (sel.algorithm) {
+        case Algorithm::kTree: return treeAllReduce(ctx.nranks, ctx.rank, n, e, chunk, ch);
         case Algorithm::kHalvingDoubling:
-          return halvingDoublingAllReduce(ctx.nranks, ctx.rank, n, e, half);
-        case Algorithm::kDirect: return directAllReduce(ctx.nranks, ctx.rank, n, e);
-        default: return ringAllReduce(ring, n, e, half);
+          return splitByChannel(ch, n, e, [&](size_t part) {
+            return halvingDoublingAllReduce(ctx.nranks, ctx.rank, part, e, chunk);
+          });
+        case Algorithm::kDirect:
+          return splitByChannel(ch, n, e, [&](size_t part) { return directAllReduce(ctx.nranks, ctx.rank, part, e); });
+        default: return ringAllReduce(ring, n, e, chunk, ch);
       }
-    case Collective::kAllGather: return ringAllGather(ring, ctx.rank, n, e, half);
-    case Collective::kReduceScatter: return ringReduceScatter(ring, ctx.rank, n, e, half);
-    case Collective::kBroadcast: return ringBroadcast(ring, ctx.rank, req.root, n, e);
-    case Collective::kReduce: return ringReduce(ring, ctx.rank, req.root, n, e);
+    case Collective::kAllGather: return ringAllGather(ring, ctx.rank, n, e, chunk, ch);
+    case Collective::kReduceScatter: return ringReduceScatter(ring, ctx.rank, n, e, chunk, ch);
+    case Collective::kBroadcast: return ringBroadcast(ring, ctx.rank, req.root, n, e, chunk, ch);
+    case Collective::kReduce: return ringReduce(ring, ctx.rank, req.root, n, e, chunk, ch);
     default: break;
   }
   LOOM_THROW(kInternalError, "%s has no plan builder", collectiveName(req.coll));
+}
+
+double estimateMicros(const std::vector<CollRequest>& reqs, const PlanContext& ctx) {
+  const int nnodes = hostsOf(ctx);
+  double total = 0;
+  for (const CollRequest& req : reqs) {
+    const Selection sel = select(req, ctx);
+    const size_t bytes = modelBytes(req.coll, req.count * req.eltSize, ctx.nranks);
+    algo::Estimate e = algo::estimate(ctx.node, req.coll, sel.algorithm, sel.protocol, bytes, ctx.nranks, nnodes);
+    if (e.feasible) {
+      total += e.us;
+      continue;
+    }
+    const algo::CostTable t = algo::costTable(ctx.node, req.coll, bytes, ctx.nranks, nnodes);
+    const algo::Ranked best = algo::rankCosts(t)[0];
+    total += std::max(0.0, best.us);
+  }
+  return total;
 }
 
 }  // namespace loom

@@ -1,17 +1,29 @@
-// Turns a collective request into a plan: picks the algorithm (among those NCCL_ALGO /
-// LOOM_ALGO allow, the fastest by the tuner's cost model for this communicator's hosts)
-// and builds that algorithm's plan. An algorithm that cannot serve a request falls through
-// to the next one, never to a wrong result.
+// The one selector: a collective request and a communicator's context -> the algorithm,
+// protocol, channels and chunk size that run it (select), and the plan that does
+// (buildPlan). The engine and loom-topo both call it.
+//
+// At communicator creation the context ranks every (algorithm, protocol) for every
+// collective and power-of-two size with the cost model of its hosts (the same model on
+// every rank, so every rank picks the same), after an optional tuner hook has adjusted the
+// costs. A call takes the first candidate of its size's ranking that NCCL_ALGO / NCCL_PROTO
+// (LOOM_ALGO / LOOM_PROTO) allow and that the executor can run for it; the channels and
+// chunk size come from the cost model's plan shape for that candidate at the call's exact
+// size. An algorithm that cannot serve a request falls through to the next one, never to a
+// wrong result.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "algo/collective.h"
 #include "algo/cost_model.h"
 #include "algo/hierarchical.h"
 #include "algo/plan.h"
 #include "algo/ring.h"
+#include "algo/tuner.h"
+#include "algo/tuner_hook.h"
 
 namespace loom {
 
@@ -22,7 +34,15 @@ struct CollRequest {
   int root = 0;
 };
 
-constexpr int kAlgoCount = static_cast<int>(Algorithm::kCount);
+struct Selection {
+  Algorithm algorithm = Algorithm::kRing;
+  Protocol protocol = Protocol::kSimple;  // always Simple on the CPU executor (host memory)
+  int channels = 1;                       // pipelines run at once, each on its own connections
+  size_t chunkBytes = 0;                  // the most one step of a channel carries
+
+  bool operator==(const Selection&) const = default;
+};
+
 constexpr int kSizeBuckets = 41;  // message sizes up to 2^40 bytes, by power of two
 
 struct PlanContext {
@@ -32,29 +52,56 @@ struct PlanContext {
   HostLayout layout;           // which ranks share a host
   size_t slotBytes = 256 << 10;
   int depth = 8;
-  // Per collective: which algorithms NCCL_ALGO allows (read once per communicator).
-  std::array<std::array<bool, kAlgoCount>, static_cast<size_t>(Collective::kCount)> allowed;
-  // Per collective and size bucket (ceil(log2 bytes)): the algorithms fastest first by the
-  // cost model, and their predicted times (us; < 0: the model rules it out).
+  // Per collective: which algorithms NCCL_ALGO and which protocols NCCL_PROTO allow (read
+  // once per communicator).
+  std::array<std::array<bool, kAlgoCount>, kCollectiveCount> allowed;
+  std::array<std::array<bool, kProtoCount>, kCollectiveCount> allowedProtocols;
+  // The host model the ranking came from; hostMemory: the CPU executor runs the plans.
+  algo::NodeModel node;
+  // Per collective and size bucket (ceil(log2 bytes)): every (algorithm, protocol) fastest
+  // first by the cost model (us < 0: ruled out), and a tuner hook's channel count (0: the
+  // model's).
   struct Ranking {
-    std::array<Algorithm, kAlgoCount> order;
-    std::array<double, kAlgoCount> us;
+    algo::Ranking order;
+    int channels = 0;
   };
-  std::array<std::array<Ranking, kSizeBuckets>, static_cast<size_t>(Collective::kCount)> ranking;
+  std::array<std::array<Ranking, kSizeBuckets>, kCollectiveCount> ranking;
   std::string modelNotes;  // the host model's figures, for TUNING logs
 
   PlanContext();
-  // Reads NCCL_ALGO / LOOM_ALGO into `allowed`; throws kInvalidArgument on bad syntax.
+  // Reads NCCL_ALGO / LOOM_ALGO and NCCL_PROTO / LOOM_PROTO into `allowed*`; throws
+  // kInvalidArgument on bad syntax.
   void loadAlgoFilter();
-  // Ranks the algorithms for every collective and size with the cost model of this host
-  // (the same model on every rank, so every rank picks the same algorithm).
-  void loadTuning(const algo::NodeModel& node);
+  // Ranks the candidates for every collective and size with the cost model of this host
+  // (its FIFO shape taken from slotBytes / depth), after `hook`, if any, has adjusted each
+  // cost table.
+  void loadTuning(const algo::NodeModel& node, algo::TunerHook* hook = nullptr);
 };
 
-// Whether `algo` can run this request at all.
+// nccl-tests' "size" of a request of `bytes` per rank, which the cost model takes: the
+// whole gathered / scattered buffer for AllGather, ReduceScatter, AlltoAll, Gather, Scatter.
+size_t modelBytes(Collective coll, size_t bytes, int nranks);
+
+// Whether the executor can run this request with `algo` (and `proto`) at all.
 bool canServe(Algorithm algo, const CollRequest& req, const PlanContext& ctx);
-// The algorithm that will run: the size rule's preference among those allowed and able.
+bool canServe(Algorithm algo, Protocol proto, const CollRequest& req, const PlanContext& ctx);
+
+// What runs this request on this communicator.
+Selection select(const CollRequest& req, const PlanContext& ctx);
+// The plan of this rank for the request, cut as `sel` says.
+Plan buildPlan(const CollRequest& req, const PlanContext& ctx, const Selection& sel);
+
+// select(req, ctx).algorithm.
 Algorithm selectAlgorithm(const CollRequest& req, const PlanContext& ctx);
+// The Simple-protocol selection of `algo` for this request (the model's channels and chunk).
+Selection selectionFor(const CollRequest& req, const PlanContext& ctx, Algorithm algo);
+// buildPlan(req, ctx, selectionFor(req, ctx, algo)).
 Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo);
+
+// The cost model's prediction (microseconds) for running `reqs` one after another on this
+// communicator, each with what select() picks for it: what ncclGroupSimulateEnd reports.
+// Where the model rules out the algorithm that would run (NCCL_ALGO forcing one), the
+// fastest candidate the model prices at that size stands in.
+double estimateMicros(const std::vector<CollRequest>& reqs, const PlanContext& ctx);
 
 }  // namespace loom

@@ -54,7 +54,7 @@ void broadcastDown(PlanBuilder& b, const Tree& t, size_t off, size_t bytes) {
 
 }  // namespace
 
-Plan treeAllReduce(int n, int rank, size_t count, size_t elt, size_t chunkBytes) {
+Plan treeAllReduce(int n, int rank, size_t count, size_t elt, size_t chunkBytes, int channels) {
   Plan plan;
   plan.coll = Collective::kAllReduce;
   plan.algo = Algorithm::kTree;
@@ -63,17 +63,17 @@ Plan treeAllReduce(int n, int rank, size_t count, size_t elt, size_t chunkBytes)
     PlanBuilder(plan.channels[0], -1, -1).copy(sendBuf(0), recvBuf(0), count * elt);
     return plan;
   }
-  plan.channels.resize(2);
-  size_t half = count / 2;
+  channels = std::max(1, channels);
+  plan.channels.resize(static_cast<size_t>(channels));
   size_t chunkElems = std::max<size_t>(1, chunkBytes / elt);
-  for (int ch = 0; ch < 2; ++ch) {
-    Tree t = binaryTree(n, rank, ch == 1);
-    size_t begin = ch == 0 ? 0 : half, end = ch == 0 ? half : count;
+  for (int ch = 0; ch < channels; ++ch) {
+    Tree t = binaryTree(n, rank, ch % 2 == 1);
+    const Share share = channelShare(count, channels, ch);
     PlanBuilder b(plan.channels[ch], -1, -1);
-    b.setConn(ch);  // the two trees share edges: each gets its own connections
+    b.setConn(ch);  // the trees share edges: each channel gets its own connections
     std::vector<std::pair<size_t, size_t>> chunks;
-    for (size_t e = begin; e < end; e += chunkElems)
-      chunks.push_back({e * elt, (std::min(end, e + chunkElems) - e) * elt});
+    for (size_t e = share.begin; e < share.end; e += chunkElems)
+      chunks.push_back({e * elt, (std::min(share.end, e + chunkElems) - e) * elt});
     if (chunks.empty()) continue;
     // Broadcast trails the reduction by a few chunks so both directions stay busy.
     const size_t lag = 2;

@@ -18,9 +18,6 @@ StringKnob kAlgo("LOOM_ALGO", "NCCL_ALGO", "",
 StringKnob kProto("LOOM_PROTO", "NCCL_PROTO", "",
                   "Restrict protocols (NCCL syntax: LL,Simple | ^LL128 | allreduce:LL;broadcast:Simple)");
 
-constexpr int kAlgoCount = static_cast<int>(Algorithm::kCount);
-constexpr int kProtoCount = static_cast<int>(Protocol::kCount);
-
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
   return s;
@@ -122,12 +119,6 @@ bool p2pStyle(Collective c) {
          c == Collective::kSendRecv;
 }
 
-struct Candidate {
-  Algorithm algo;
-  Protocol proto;
-  Estimate est;
-};
-
 std::string describeModel(const NodeModel& m, const TuningRequest& req) {
   std::string s = strprintf("model: %d local rank(s), %s ring %.1f GB/s", m.localRanks, linkClassName(m.intra),
                             m.ringBw);
@@ -166,6 +157,41 @@ AlgoFilter filterFromEnv(Collective coll) {
   return combine(parseAlgoSpec(kAlgo.get(), coll), parseProtoSpec(kProto.get(), coll));
 }
 
+CostTable costTable(const NodeModel& node, Collective coll, size_t bytes, int nranks, int nnodes) {
+  CostTable t;
+  t.coll = coll;
+  t.bytes = bytes;
+  t.nranks = nranks;
+  t.nnodes = nnodes;
+  for (int a = 0; a < kAlgoCount; ++a)
+    for (int p = 0; p < kProtoCount; ++p) {
+      Algorithm algo = static_cast<Algorithm>(a);
+      Protocol proto = static_cast<Protocol>(p);
+      double& us = t.at(algo, proto);
+      us = -1;
+      if (!protocolRuns(node, proto, nnodes)) continue;
+      Estimate e = estimate(node, coll, algo, proto, bytes, nranks, nnodes);
+      if (e.feasible) us = e.us;
+    }
+  return t;
+}
+
+Ranking rankCosts(const CostTable& table) {
+  Ranking r;
+  size_t i = 0;
+  for (int a = 0; a < kAlgoCount; ++a)
+    for (int p = 0; p < kProtoCount; ++p) {
+      Algorithm algo = static_cast<Algorithm>(a);
+      Protocol proto = static_cast<Protocol>(p);
+      r[i++] = {table.at(algo, proto), algo, proto};
+    }
+  std::stable_sort(r.begin(), r.end(), [](const Ranked& x, const Ranked& y) {
+    if ((x.us < 0) != (y.us < 0)) return y.us < 0;  // ruled out last
+    return x.us >= 0 && x.us < y.us;
+  });
+  return r;
+}
+
 int localRanksOf(const TuningRequest& req) {
   return (req.nranks + std::max(1, req.nnodes) - 1) / std::max(1, req.nnodes);
 }
@@ -174,51 +200,59 @@ TuningChoice tune(const NodeModel& node, const TuningRequest& req, const AlgoFil
   LOOM_CHECK_ARG(req.nranks >= 1 && req.nnodes >= 1 && req.nnodes <= req.nranks,
                  "tune: %d ranks on %d hosts is not a valid layout", req.nranks, req.nnodes);
   const bool ignoreAlgoFilter = p2pStyle(req.coll);
-  std::vector<Candidate> feasible;
+  CostTable table;
+  table.coll = req.coll;
+  table.bytes = req.bytes;
+  table.nranks = req.nranks;
+  table.nnodes = req.nnodes;
+  std::array<std::array<Estimate, kProtoCount>, kAlgoCount> est;
   std::vector<std::string> rejected;  // one line per distinct reason
+  auto reject = [&](const std::string& line) {
+    if (std::find(rejected.begin(), rejected.end(), line) == rejected.end()) rejected.push_back(line);
+  };
   for (int a = 0; a < kAlgoCount; ++a) {
     Algorithm algo = static_cast<Algorithm>(a);
-    if (!ignoreAlgoFilter && !allowed.allows(algo)) continue;
     for (int p = 0; p < kProtoCount; ++p) {
       Protocol proto = static_cast<Protocol>(p);
+      double& us = table.at(algo, proto);
+      us = -1;
+      if (!ignoreAlgoFilter && !allowed.allows(algo)) continue;
       if (!allowed.allows(proto)) continue;
-      if (node.hostMemory && proto != Protocol::kSimple) {
-        std::string line = strprintf("%s: the CPU executor (host memory) moves data in Simple slots only",
-                                     protocolName(proto));
-        if (std::find(rejected.begin(), rejected.end(), line) == rejected.end()) rejected.push_back(line);
+      std::string why;
+      if (node.hostMemory && !protocolRuns(node, proto, req.nnodes, &why)) {
+        reject(strprintf("%s: %s", protocolName(proto), why.c_str()));
         continue;
       }
-      Estimate e = estimate(node, req.coll, algo, proto, req.bytes, req.nranks, req.nnodes);
+      Estimate& e = est[static_cast<size_t>(a)][static_cast<size_t>(p)];
+      e = estimate(node, req.coll, algo, proto, req.bytes, req.nranks, req.nnodes);
       if (e.feasible) {
-        feasible.push_back({algo, proto, e});
+        us = e.us;
         continue;
       }
-      std::string line = e.why.rfind("LL128", 0) == 0 ? e.why : strprintf("%s: %s", algorithmName(algo), e.why.c_str());
-      if (std::find(rejected.begin(), rejected.end(), line) == rejected.end()) rejected.push_back(line);
+      reject(e.why.rfind("LL128", 0) == 0 ? e.why : strprintf("%s: %s", algorithmName(algo), e.why.c_str()));
     }
   }
   std::string reasons;
   for (const std::string& r : rejected) reasons += (reasons.empty() ? "" : "; ") + r;
-  if (feasible.empty())
+  const Ranking ranked = rankCosts(table);
+  if (ranked[0].us < 0)
     LOOM_THROW(kInvalidUsage, "no algorithm/protocol can run %s of %zu bytes on %d ranks over %d host(s)%s%s: %s",
                collectiveName(req.coll), req.bytes, req.nranks, req.nnodes,
                allowed.restriction.empty() ? "" : " with ", allowed.restriction.c_str(),
                reasons.empty() ? "every candidate is excluded" : reasons.c_str());
-  // stable: on equal predictions the enum order (Ring, Tree, ...; Simple, LL, LL128) decides.
-  std::stable_sort(feasible.begin(), feasible.end(),
-                   [](const Candidate& x, const Candidate& y) { return x.est.us < y.est.us; });
-  const Candidate& best = feasible.front();
+  const Ranked& best = ranked[0];
+  const Estimate& be = est[static_cast<size_t>(best.algo)][static_cast<size_t>(best.proto)];
   TuningChoice c;
   c.algorithm = best.algo;
   c.protocol = best.proto;
-  c.channels = best.est.channels;
-  c.chunkBytes = best.est.chunkBytes;
-  c.predictedUs = best.est.us;
-  c.busBw = best.est.busBw;
-  c.why = strprintf("%s/%s %.1f us", algorithmName(best.algo), protocolName(best.proto), best.est.us);
-  for (size_t i = 1; i < feasible.size() && i < 4; ++i)
-    c.why += strprintf("%s %s/%s %.1f us", i == 1 ? "; next" : ",", algorithmName(feasible[i].algo),
-                       protocolName(feasible[i].proto), feasible[i].est.us);
+  c.channels = be.channels;
+  c.chunkBytes = be.chunkBytes;
+  c.predictedUs = be.us;
+  c.busBw = be.busBw;
+  c.why = strprintf("%s/%s %.1f us", algorithmName(best.algo), protocolName(best.proto), best.us);
+  for (size_t i = 1; i < ranked.size() && i < 4 && ranked[i].us >= 0; ++i)
+    c.why += strprintf("%s %s/%s %.1f us", i == 1 ? "; next" : ",", algorithmName(ranked[i].algo),
+                       protocolName(ranked[i].proto), ranked[i].us);
   c.why += "; " + describeModel(node, req);
   if (!allowed.restriction.empty() && !ignoreAlgoFilter) c.why += "; restricted by " + allowed.restriction;
   LOOM_INFO(kLogTuning, "%s %zu bytes, %d ranks on %d host(s)%s -> %s/%s, %d channel(s), chunk %zu: %s",

@@ -13,6 +13,7 @@
 
 #include "algo/collective.h"
 #include "algo/cost_model.h"
+#include "algo/tuner_hook.h"
 #include "topo/system.h"
 
 namespace loom::algo {
@@ -63,6 +64,24 @@ AlgoFilter parseProtoSpec(const std::string& ncclProto, Collective coll);
 AlgoFilter combine(const AlgoFilter& algos, const AlgoFilter& protos);
 // From NCCL_ALGO/LOOM_ALGO and NCCL_PROTO/LOOM_PROTO.
 AlgoFilter filterFromEnv(Collective coll);
+
+// The model's cost table for one collective and size: estimate() for every algorithm and
+// protocol, < 0 where the model rules it out or the executor has no such protocol.
+CostTable costTable(const NodeModel& node, Collective coll, size_t bytes, int nranks, int nnodes);
+
+// One candidate of a ranking.
+struct Ranked {
+  double us;  // < 0: ruled out
+  Algorithm algo;
+  Protocol proto;
+};
+constexpr int kChoiceCount = kAlgoCount * kProtoCount;
+using Ranking = std::array<Ranked, kChoiceCount>;
+
+// Every (algorithm, protocol) of a cost table, fastest first; ties keep the enum order
+// (Ring, Tree, ...; Simple, LL, LL128) and the ruled-out come last in that order. The one
+// ordering both tune() and the communicator's selector (select.h) use.
+Ranking rankCosts(const CostTable& table);
 
 // The fastest allowed (algorithm, protocol) by the cost model. AlltoAll, Gather, Scatter
 // and SendRecv have one algorithm (Direct), which NCCL_ALGO does not govern (as in NCCL).

@@ -89,10 +89,21 @@ std::string checkForced(ncclComm_t comm) {
 
 // Every rank must hold the same ranking of algorithms, or ranks would run different plans.
 std::string checkSameRanking(ncclComm_t comm, int nranks) {
-  const auto& ranking = comm->core->planContext().ranking;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(&ranking);
+  // Field by field: padding bytes carry whatever the memory held.
   uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < sizeof(ranking); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  auto mix = [&](const void* v, size_t n) {
+    const unsigned char* p = static_cast<const unsigned char*>(v);
+    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  for (const auto& perSize : comm->core->planContext().ranking)
+    for (const loom::PlanContext::Ranking& r : perSize) {
+      for (const loom::algo::Ranked& x : r.order) {
+        mix(&x.us, sizeof(x.us));
+        mix(&x.algo, sizeof(x.algo));
+        mix(&x.proto, sizeof(x.proto));
+      }
+      mix(&r.channels, sizeof(r.channels));
+    }
   std::vector<uint64_t> all(nranks);
   if (ncclAllGather(&h, all.data(), 1, ncclUint64, comm, nullptr) != ncclSuccess)
     return std::string("all-gather of the ranking hashes: ") + ncclGetLastError(comm);

@@ -153,20 +153,54 @@ void printText(FILE* out, const Report& r) {
   if (!r.model.notes.empty()) fprintf(out, "  notes: %s\n", r.model.notes.c_str());
   Collective last = Collective::kCount;
   for (const TuningRow& row : r.tuning) {
-    if (row.req.coll != last) {
-      last = row.req.coll;
+    if (row.coll != last) {
+      last = row.coll;
       fprintf(out, "\nTuning %s, %d ranks on %d host(s):\n  %8s  %-16s %-7s %3s %8s %12s %10s\n",
               collectiveName(last), r.nranks, r.nodes, "size", "algorithm", "proto", "ch", "chunk",
               "predicted us", "busbw GB/s");
     }
     if (!row.error.empty()) {
-      fprintf(out, "  %8s  %s\n", sizeName(row.req.bytes).c_str(), row.error.c_str());
+      fprintf(out, "  %8s  %s\n", sizeName(row.bytes).c_str(), row.error.c_str());
       continue;
     }
-    fprintf(out, "  %8s  %-16s %-7s %3d %8s %12.2f %10.2f\n", sizeName(row.req.bytes).c_str(),
-            algorithmName(row.choice.algorithm), protocolName(row.choice.protocol), row.choice.channels,
-            sizeName(row.choice.chunkBytes).c_str(), row.choice.predictedUs, row.choice.busBw);
+    fprintf(out, "  %8s  %-16s %-7s %3d %8s %12.2f %10.2f\n", sizeName(row.bytes).c_str(),
+            algorithmName(row.sel.algorithm), protocolName(row.sel.protocol), row.sel.channels,
+            sizeName(row.sel.chunkBytes).c_str(), row.predictedUs, row.busBw);
   }
+}
+
+bool printPlan(FILE* out, const CollRequest& req, const JobContexts& job, int rank, bool hostMemory) {
+  const PlanContext& ctx = job[rank];
+  const size_t bytes = req.count * req.eltSize;
+  fprintf(out, "%s of %zu bytes per rank (%zu x %zu-byte elements), %d ranks on %d host(s), %s, FIFOs %d x %s\n",
+          collectiveName(req.coll), bytes, req.count, req.eltSize, job.nranks(), ctx.layout.nhosts(),
+          hostMemory ? "host memory" : "GPU memory", ctx.depth, sizeName(ctx.slotBytes).c_str());
+  if (req.coll == Collective::kBroadcast || req.coll == Collective::kReduce) fprintf(out, "Root: rank %d\n", req.root);
+  SimReport sim = simulate(req, job);
+  const Selection& sel = sim.selection;
+  fprintf(out, "Selected: %s/%s, %d channel(s), chunk %s", algorithmName(sel.algorithm),
+          protocolName(sel.protocol), sel.channels, sizeName(sel.chunkBytes).c_str());
+  if (sim.predictedUs >= 0) fprintf(out, "; predicted %.2f us", sim.predictedUs);
+  else fprintf(out, "; the cost model rules this algorithm out here (forced by NCCL_ALGO?)");
+  fprintf(out, "\n");
+  if (!sim.error.empty()) {
+    fprintf(out, "Simulated: FAILED: %s\n", sim.error.c_str());
+  } else {
+    size_t steps = 0, sent = 0;
+    for (const SimStats& st : sim.stats) {
+      steps += st.steps;
+      sent += st.bytesSent;
+    }
+    fprintf(out, "Simulated: every rank finished%s (%zu steps, %zu bytes sent in all)\n",
+            sim.dataChecked ? " with the exact result" : "; sizes and order only, too large to check the data",
+            steps, sent);
+  }
+  if (sim.plans.size() <= static_cast<size_t>(rank) || sim.stats.size() <= static_cast<size_t>(rank)) return false;
+  const SimStats& mine = sim.stats[static_cast<size_t>(rank)];
+  fprintf(out, "Plan of rank %d (%zu steps, %zu bytes sent, %zu received, scratch %zu bytes):\n", rank, mine.steps,
+          mine.bytesSent, mine.bytesReceived, sim.plans[static_cast<size_t>(rank)].scratchBytes);
+  fputs(sim.plans[static_cast<size_t>(rank)].str().c_str(), out);
+  return sim.error.empty();
 }
 
 std::string toJson(const Report& r) {
@@ -231,16 +265,16 @@ std::string toJson(const Report& r) {
     if (!row.error.empty()) {
       j += strprintf("    {\"collective\":%s,\"bytes\":%zu,\"nranks\":%d,\"algorithm\":null,\"protocol\":null,"
                      "\"channels\":0,\"predicted_us\":null,\"error\":%s}%s\n",
-                     jsonString(collectiveName(row.req.coll)).c_str(), row.req.bytes, row.req.nranks,
+                     jsonString(collectiveName(row.coll)).c_str(), row.bytes, row.nranks,
                      jsonString(row.error).c_str(), sep);
       continue;
     }
     j += strprintf("    {\"collective\":%s,\"bytes\":%zu,\"nranks\":%d,\"algorithm\":%s,\"protocol\":%s,"
-                   "\"channels\":%d,\"predicted_us\":%s,\"busbw_gbps\":%s}%s\n",
-                   jsonString(collectiveName(row.req.coll)).c_str(), row.req.bytes, row.req.nranks,
-                   jsonString(algorithmName(row.choice.algorithm)).c_str(),
-                   jsonString(protocolName(row.choice.protocol)).c_str(), row.choice.channels,
-                   jsonNumber(row.choice.predictedUs).c_str(), jsonNumber(row.choice.busBw).c_str(), sep);
+                   "\"channels\":%d,\"chunk_bytes\":%zu,\"predicted_us\":%s,\"busbw_gbps\":%s}%s\n",
+                   jsonString(collectiveName(row.coll)).c_str(), row.bytes, row.nranks,
+                   jsonString(algorithmName(row.sel.algorithm)).c_str(),
+                   jsonString(protocolName(row.sel.protocol)).c_str(), row.sel.channels, row.sel.chunkBytes,
+                   jsonNumber(row.predictedUs).c_str(), jsonNumber(row.busBw).c_str(), sep);
   }
   j += "  ]\n}\n";
   return j;

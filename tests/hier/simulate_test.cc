@@ -1,0 +1,195 @@
+// The plan simulator (algo/simulate): every algorithm's plans of every collective it
+// serves run to the exact result on one and several hosts and channel counts; and the
+// simulator catches what it exists to catch (size mismatches, ranks left waiting, FIFOs
+// too small for a one-shot, a wrong partial-result flag, out-of-bounds scratch).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "algo/direct.h"
+#include "algo/ring.h"
+#include "algo/simulate.h"
+#include "topo/load.h"
+
+namespace loom {
+namespace {
+
+const topo::System& cpuOnly() {
+  static const topo::System s = topo::loadSystemFile(LOOM_TOPO_FIXTURES "/cpu_only.xml");
+  return s;
+}
+
+JobContexts job(const std::vector<int>& hostOf, size_t slot = 256 << 10, int depth = 8) {
+  int local = 0;
+  for (int h : hostOf) local = std::max(local, static_cast<int>(std::count(hostOf.begin(), hostOf.end(), h)));
+  return JobContexts(hostOf, algo::buildNodeModel(cpuOnly(), local, true), slot, depth);
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(Simulate, EveryAlgorithmAndChannelCountGivesTheExactResult) {
+  const std::vector<std::vector<int>> layouts = {{0}, {0, 0}, {0, 0, 0}, {0, 0, 0, 0, 0}, {0, 0, 1, 1}, {0, 1, 1}};
+  const Collective colls[] = {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                              Collective::kBroadcast, Collective::kReduce};
+  size_t runs = 0;
+  for (const auto& hostOf : layouts) {
+    JobContexts j = job(hostOf, 4096, 4);  // small FIFOs: many pieces and slices
+    const int n = j.nranks();
+    for (Collective coll : colls)
+      for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{5000}})
+        for (int a = 0; a < kAlgoCount; ++a)
+          for (int channels : {1, 2, 3}) {
+            const Algorithm algo = static_cast<Algorithm>(a);
+            CollRequest req{coll, count, 4, n - 1};
+            if (!canServe(algo, req, j[0])) continue;
+            Selection sel = selectionFor(req, j[0], algo);
+            sel.channels = channels;
+            SimReport r = simulate(req, j, sel);
+            ASSERT_EQ(r.error, "") << collectiveName(coll) << "/" << algorithmName(algo) << " count " << count << " on "
+                                   << n << " ranks, " << channels << " channel(s)";
+            ASSERT_TRUE(r.dataChecked);
+            ++runs;
+          }
+  }
+  EXPECT_GT(runs, 500u);
+}
+
+TEST(Simulate, ReportsSelectionStatsAndPrediction) {
+  JobContexts j = job({0, 0, 0, 0});
+  CollRequest req{Collective::kAllReduce, 1 << 18, 4, 0};  // 1 MiB
+  SimReport r = simulate(req, j);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.selection, select(req, j[0]));
+  EXPECT_DOUBLE_EQ(r.predictedUs, estimateMicros({req}, j[0]));
+  ASSERT_EQ(r.stats.size(), 4u);
+  ASSERT_EQ(r.plans.size(), 4u);
+  // Whatever the algorithm, an all-reduce sends and receives the same total.
+  size_t sent = 0, received = 0;
+  for (const SimStats& s : r.stats) {
+    sent += s.bytesSent;
+    received += s.bytesReceived;
+    EXPECT_GT(s.steps, 0u);
+  }
+  EXPECT_EQ(sent, received);
+  // The ring sends 2(n-1)/n of the buffer per rank, all of it to its successor.
+  SimReport ring = simulate(req, j, selectionFor(req, j[0], Algorithm::kRing));
+  ASSERT_EQ(ring.error, "");
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(ring.stats[rank].bytesSent, size_t{2} * 3 * (1 << 20) / 4);
+    EXPECT_EQ(ring.stats[rank].bytesTo[(rank + 1) % 4], ring.stats[rank].bytesSent);
+  }
+  // Too large to hold: sizes and order only.
+  SimReport big = simulate({Collective::kAllReduce, size_t{1} << 26, 4, 0}, j);
+  EXPECT_EQ(big.error, "");
+  EXPECT_FALSE(big.dataChecked);
+}
+
+// Two ranks that exchange `a` and `b` bytes: both send, then both receive.
+std::vector<Plan> exchange(size_t a, size_t b, bool sendFirst = true) {
+  std::vector<Plan> plans(2);
+  for (int r = 0; r < 2; ++r) {
+    plans[r].channels.resize(1);
+    PlanBuilder pb(plans[r].channels[0], 1 - r, 1 - r);
+    size_t bytes = r == 0 ? a : b;
+    if (sendFirst) pb.send(sendBuf(0), bytes);
+    pb.recv(recvBuf(0), bytes);
+    if (!sendFirst) pb.send(sendBuf(0), bytes);
+  }
+  return plans;
+}
+
+TEST(Simulate, CatchesBrokenPlans) {
+  SimOptions opt;
+  opt.eltSize = 8;
+  opt.slotBytes = 64;
+  opt.depth = 2;
+  std::vector<SimBuffers> bufs(2);
+  for (auto& b : bufs) {
+    b.send.assign(16, 1);
+    b.recv.assign(16, 0);
+  }
+  EXPECT_EQ(runPlans(exchange(128, 128), bufs, opt), "");
+  EXPECT_EQ(bufs[1].recv[15], 1);
+  // The two ends disagree on a message's size.
+  EXPECT_TRUE(contains(runPlans(exchange(128, 120), bufs, opt), "sent 64 bytes where 56 were expected"));
+  // Both wait for the other.
+  std::string err = runPlans(exchange(64, 64, false), bufs, opt);
+  EXPECT_TRUE(contains(err, "no rank can move")) << err;
+  EXPECT_TRUE(contains(err, "rank 0 channel 0 step 0 (recv of 64 bytes) waits for rank 1")) << err;
+  // Both send more than a FIFO holds before receiving: fine with unbounded FIFOs, a
+  // deadlock with the real ones.
+  bufs[0].send.assign(64, 1);
+  bufs[1].send.assign(64, 1);
+  bufs[0].recv.assign(64, 0);
+  bufs[1].recv.assign(64, 0);
+  err = runPlans(exchange(512, 512), bufs, opt);
+  EXPECT_TRUE(contains(err, "waits for room toward rank")) << err;
+  SimOptions unbounded = opt;
+  unbounded.depth = 0;
+  EXPECT_EQ(runPlans(exchange(512, 512), bufs, unbounded), "");
+  // A receive into memory the plan does not have.
+  err = runPlans(exchange(1024, 1024), bufs, unbounded);
+  EXPECT_TRUE(contains(err, "lies outside the 512-byte buffer")) << err;
+}
+
+// The one-shot all-reduce sends everything before it receives: beyond a FIFO's capacity
+// it would hang, which is why canServe() keeps it to messages that fit.
+TEST(Simulate, OneShotNeedsTheFifoToHoldItsMessage) {
+  JobContexts j = job({0, 0, 0}, 4096, 4);
+  CollRequest fits{Collective::kAllReduce, 4096, 4, 0}, tooBig{Collective::kAllReduce, 4097, 4, 0};
+  EXPECT_TRUE(canServe(Algorithm::kDirect, fits, j[0]));
+  EXPECT_FALSE(canServe(Algorithm::kDirect, tooBig, j[0]));
+  EXPECT_EQ(simulate(fits, j, selectionFor(fits, j[0], Algorithm::kDirect)).error, "");
+  std::string err = simulate(tooBig, j, selectionFor(tooBig, j[0], Algorithm::kDirect)).error;
+  EXPECT_TRUE(contains(err, "no rank can move")) << err;
+}
+
+// A reduction's pre-scaling and final step are modelled, so a partial-result flag set or
+// dropped by mistake changes the result.
+TEST(Simulate, CatchesAWrongPartialResultFlag) {
+  JobContexts j = job({0, 0, 0});
+  CollRequest req{Collective::kAllReduce, 3000, 4, 0};
+  Selection sel = selectionFor(req, j[0], Algorithm::kRing);
+  ASSERT_EQ(simulate(req, j, sel).error, "");
+  std::vector<Plan> plans;
+  for (int r = 0; r < 3; ++r) plans.push_back(buildPlan(req, j[r], sel));
+  // Rank 1's final receive applies no final step: its result misses the post-op.
+  for (Step& s : plans[1].channels[0].steps)
+    if (s.op == StepOp::kRecv) s.flags |= kDstPartial;
+  std::vector<SimBuffers> bufs(3);
+  for (int r = 0; r < 3; ++r) {
+    bufs[r].send.assign(3000, r + 1);
+    bufs[r].recv.assign(3000, 0);
+  }
+  SimOptions opt;
+  opt.eltSize = 4;
+  opt.scaledReduction = true;
+  ASSERT_EQ(runPlans(plans, bufs, opt), "");
+  EXPECT_EQ(bufs[0].recv[0], 2 * (1 + 2 + 3) + 0.5);
+  bool wrong = false;
+  for (double v : bufs[1].recv) wrong |= v != 2 * (1 + 2 + 3) + 0.5;
+  EXPECT_TRUE(wrong);
+}
+
+TEST(Simulate, CatchesScratchTooSmall) {
+  JobContexts j = job({0, 0, 1, 1});
+  CollRequest req{Collective::kReduceScatter, 1000, 4, 0};
+  Selection sel = selectionFor(req, j[0], Algorithm::kHierarchical);
+  std::vector<Plan> plans;
+  std::vector<SimBuffers> bufs(4);
+  for (int r = 0; r < 4; ++r) {
+    plans.push_back(buildPlan(req, j[r], sel));
+    ASSERT_GT(plans[r].scratchBytes, 0u);
+    bufs[r].send.assign(4000, 1);
+    bufs[r].recv.assign(1000, 0);
+    bufs[r].scratch.assign(plans[r].scratchBytes / 4 - 1, 0);  // one element short
+  }
+  SimOptions opt;
+  opt.eltSize = 4;
+  std::string err = runPlans(plans, bufs, opt);
+  EXPECT_TRUE(contains(err, "scratch+")) << err;
+  EXPECT_TRUE(contains(err, "lies outside")) << err;
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Checks loom-topo's --plan and its selector table end to end by running the binary.
+
+usage: loom_topo_test.py <loom-topo> <source dir> <case>
+
+Each case runs loom-topo on the topology fixtures of tests/topo in a scrubbed environment
+(no LOOM_* / NCCL_* variables but the ones the case sets) and fails with a message naming
+what differed.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+BIN, SRC, CASE = sys.argv[1:4]
+FIXTURES = os.path.join(SRC, "tests", "topo", "fixtures")
+
+
+def run(*args, env=None, rc=0):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LOOM_", "NCCL_"))}
+    clean.update(env or {})
+    p = subprocess.run([BIN, *args], env=clean, capture_output=True, text=True, timeout=120)
+    if p.returncode != rc:
+        fail(f"loom-topo {' '.join(args)} with {env}: exit {p.returncode}, expected {rc}\n"
+             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p.stdout, p.stderr
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def expect(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def topo(name):
+    return ["--topo-file", os.path.join(FIXTURES, name)]
+
+
+def selected(out):
+    """(algorithm, protocol, channels, chunk) from --plan's "Selected:" line."""
+    m = re.search(r"^Selected: (\w+)/(\w+), (\d+) channel\(s\), chunk (\S+?);", out, re.M)
+    expect(m, f"no Selected: line in\n{out}")
+    return m.group(1), m.group(2), int(m.group(3)), m.group(4)
+
+
+def plan_steps(out):
+    """The plan's step lines: (channel, op, bytes, to, from)."""
+    steps = []
+    for m in re.finditer(r"^  ch(\d+) (\w+)\s+bytes=(\d+)\s.*?to=(-?\d+) from=(-?\d+)", out, re.M):
+        steps.append((int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))))
+    return steps
+
+
+def case_plan_text():
+    out, _ = run("--plan", "allreduce", "1M", "--nranks", "4", *topo("cpu_only.xml"))
+    expect(out.startswith("AllReduce of 1048576 bytes per rank (262144 x 4-byte elements), 4 ranks on 1 host(s), "
+                          "host memory"), out)
+    algo, proto, ch, _ = selected(out)
+    expect(proto == "Simple", f"host memory runs Simple only, got {proto}")
+    expect("Simulated: every rank finished with the exact result" in out, out)
+    expect(re.search(r"^Plan of rank 0 \(\d+ steps", out, re.M), out)
+    expect(re.search(rf"^AllReduce/{algo}, {ch} channel\(s\)$", out, re.M), f"plan header does not match\n{out}")
+    steps = plan_steps(out)
+    expect(steps, f"no steps printed\n{out}")
+    # Rank 0 moves the message: what it sends adds up to what the algorithm sends.
+    expect(sum(b for _, op, b, to, _ in steps if to >= 0) > 0, out)
+    # The same selection loom-topo's table shows for that size.
+    table, _ = run("--json", "--nranks", "4", *topo("cpu_only.xml"))
+    rows = [r for r in json.loads(table)["tuning"] if r["collective"] == "AllReduce" and r["bytes"] == 1 << 20]
+    expect(len(rows) == 1 and rows[0]["algorithm"] == algo and rows[0]["channels"] == ch,
+           f"table says {rows}, --plan says {algo} on {ch} channel(s)")
+    expect("chunk_bytes" in rows[0], f"{rows[0]}")
+
+
+def case_plan_hierarchical():
+    # Two hosts of two ranks over a socket: large all-reduces go hierarchical, on two
+    # channels from 1 MiB, with the half-FIFO chunk.
+    out, _ = run("--plan", "allreduce", "4M", "--nodes", "2", "--nranks", "4", "--host-memory",
+                 *topo("workstation_2gpu.xml"))
+    expect(selected(out) == ("Hierarchical", "Simple", 2, "1M"), f"{selected(out)}\n{out}")
+    expect("2 host(s)" in out and "Simulated: every rank finished with the exact result" in out, out)
+    expect({c for c, *_ in plan_steps(out)} == {0, 1}, "steps on both channels expected")
+    # The FIFO shape a job would use cuts the steps.
+    out, _ = run("--plan", "allreduce", "4M", "--nodes", "2", "--nranks", "4", "--host-memory",
+                 *topo("workstation_2gpu.xml"), env={"LOOM_SLOT_BYTES": "64K", "LOOM_FIFO_DEPTH": "4"})
+    expect("FIFOs 4 x 64K" in out and selected(out)[3] == "128K", out)
+    expect(max(b for _, _, b, _, _ in plan_steps(out)) <= 128 << 10, "a step larger than the chunk")
+
+
+def case_plan_rank_and_root():
+    # A chain broadcast from rank 5 of 6: rank 2 relays from 1 to 3; rank 4 only receives.
+    out, _ = run("--plan", "broadcast", "4K", "--nranks", "6", "--root", "5", "--rank", "2", *topo("cpu_only.xml"))
+    expect("Root: rank 5" in out and "Plan of rank 2" in out, out)
+    expect(plan_steps(out) == [(0, "recvCopySend", 4096, 3, 1)], f"{plan_steps(out)}\n{out}")
+    out, _ = run("--plan", "broadcast", "4K", "--nranks", "6", "--root", "5", "--rank", "4", *topo("cpu_only.xml"))
+    expect(plan_steps(out) == [(0, "recv", 4096, -1, 3)], f"{plan_steps(out)}\n{out}")
+
+
+def case_plan_forced():
+    for algo, name in (("tree", "Tree"), ("ring", "Ring"), ("hd", "HalvingDoubling"), ("direct", "Direct")):
+        out, _ = run("--plan", "allreduce", "64K", "--nranks", "3", *topo("cpu_only.xml"), env={"NCCL_ALGO": algo})
+        expect(selected(out)[0] == name, f"NCCL_ALGO={algo}: {selected(out)}")
+        expect("with the exact result" in out, out)
+    # GPU memory: protocols are the selector's too.
+    out, _ = run("--plan", "allreduce", "1G", *topo("dgx_h100.xml"), env={"NCCL_PROTO": "LL"})
+    expect(selected(out)[1] == "LL", f"{selected(out)}")
+    out, _ = run("--plan", "allreduce", "1G", *topo("dgx_h100.xml"))
+    algo, proto, ch, _ = selected(out)
+    expect((algo, proto, ch) == ("Ring", "Simple", 16), f"{selected(out)}")
+    expect("sizes and order only" in out, out)  # too large to hold the data
+
+
+def case_plan_errors():
+    _, err = run("--plan", "alltoall", "1K", *topo("cpu_only.xml"), rc=1)
+    expect("not a collective loom-topo can plan" in err, err)
+    _, err = run("--plan", "allreduce", *topo("cpu_only.xml"), rc=2)
+    expect("--plan takes a collective and a size" in err, err)
+    _, err = run("--plan", "allreduce", "1K", "--nranks", "2", "--rank", "2", *topo("cpu_only.xml"), rc=1)
+    expect("--rank 2" in err, err)
+    _, err = run("--plan", "allreduce", "lots", *topo("cpu_only.xml"), rc=1)
+    expect("lots" in err, err)
+    _, err = run("--plan", "allreduce", "1K", "--json", *topo("cpu_only.xml"), rc=2)
+    expect("--json" in err, err)
+
+
+def case_table_follows_selector():
+    # The table is the selector's: NCCL_ALGO forces it, and a restriction nothing can
+    # satisfy is an error row naming what a job would run instead.
+    out, _ = run("--json", "--nranks", "4", *topo("cpu_only.xml"), env={"NCCL_ALGO": "allreduce:tree"})
+    rows = json.loads(out)["tuning"]
+    expect(all(r["algorithm"] == "Tree" for r in rows if r["collective"] == "AllReduce"), "tree not forced")
+    out, _ = run("--json", "--nranks", "4", *topo("cpu_only.xml"), env={"NCCL_ALGO": "tree"})
+    ag = [r for r in json.loads(out)["tuning"] if r["collective"] == "AllGather"]
+    expect(ag and all(r["algorithm"] is None and "Ring/Simple instead" in r["error"] for r in ag), f"{ag[:2]}")
+    a2a = [r for r in json.loads(out)["tuning"] if r["collective"] == "AlltoAll"]
+    expect(all(r["algorithm"] == "Direct" for r in a2a), "NCCL_ALGO does not govern AlltoAll")
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+if CASE not in CASES:
+    fail(f"unknown case {CASE}; cases: {sorted(CASES)}")
+CASES[CASE]()
+print("PASS", CASE)
