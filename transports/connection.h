@@ -26,7 +26,7 @@ class Connection {
 
   FifoEnd& fifo() { return fifo_; }
   int peer() const { return peer_; }
-  // The registered name of the transport that made it ("shm", "socket", ...).
+  // The transport that made it, as the INIT line names it ("shm", "socket", "net/Socket").
   const std::string& transport() const { return transport_; }
   // Whether progress() must be driven for data to move (the FIFO is not shared memory).
   virtual bool needsProgress() const { return false; }

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "transports/net/net_transport.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/socket/socket_transport.h"
 
@@ -14,6 +15,7 @@ namespace {
 std::vector<TransportSpec> builtins() {
   return {
       {"shm", 100, makeShmTransport},
+      {"net", 150, makeNetTransport},  // only when NCCL_NET names a backend
       {"socket", 200, makeSocketTransport},
   };
 }

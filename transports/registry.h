@@ -65,7 +65,7 @@ class Transport {
 
 struct TransportSpec {
   std::string name;
-  int priority;  // lower is tried first; the built-ins are shm 100, socket 200
+  int priority;  // lower is tried first; the built-ins are shm 100, net 150, socket 200
   std::function<std::unique_ptr<Transport>(const TransportContext&)> make;
 };
 

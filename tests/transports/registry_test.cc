@@ -3,24 +3,21 @@
 // results, and is named by the INIT summary; priority order and canConnect() decide each
 // pair; a blob or peer-info section over its limit, or ranks offering different
 // transports, fail init with an error that says so.
-#include <dirent.h>
 #include <nccl.h>
-#include <sys/stat.h>
 
-#include <fstream>
-#include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
 #include "base/log.h"
-#include "core/core_util.h"
 #include "transports/loopback_transport.h"
 #include "transports/registry.h"
+#include "transports/transport_test_util.h"
 
 namespace loomtest {
 namespace {
+
+using TransportRegistry = TransportLogTest;
 
 std::vector<std::string> registeredNames() {
   std::vector<std::string> v;
@@ -28,103 +25,8 @@ std::vector<std::string> registeredNames() {
   return v;
 }
 
-// An all-reduce at sizes from one element to several FIFO slots, an all-gather and a ring
-// exchange, each checked exactly.
-std::string exercise(int rank, int nranks, ncclComm_t comm) {
-  for (size_t count : {size_t{1}, size_t{4097}, size_t{1} << 20}) {
-    std::vector<int32_t> in(count), out(count, -1);
-    for (size_t i = 0; i < count; ++i) in[i] = (rank + 1) * static_cast<int32_t>(i % 1000);
-    RANK_NCCL(ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr));
-    int32_t f = nranks * (nranks + 1) / 2;
-    for (size_t i = 0; i < count; ++i)
-      RANK_CHECK(out[i] == f * static_cast<int32_t>(i % 1000), "all-reduce count %zu: [%zu] = %d",
-                 count, i, out[i]);
-  }
-  const size_t per = 70001;
-  std::vector<int32_t> mine(per), all(per * nranks, -1);
-  for (size_t i = 0; i < per; ++i) mine[i] = rank * 1000000 + static_cast<int32_t>(i);
-  RANK_NCCL(ncclAllGather(mine.data(), all.data(), per, ncclInt32, comm, nullptr));
-  for (int r = 0; r < nranks; ++r)
-    for (size_t i = 0; i < per; ++i)
-      RANK_CHECK(all[r * per + i] == r * 1000000 + static_cast<int32_t>(i),
-                 "all-gather block %d [%zu] = %d", r, i, all[r * per + i]);
-  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-  std::vector<int32_t> got(per, -1);
-  RANK_NCCL(ncclGroupStart());
-  RANK_NCCL(ncclSend(mine.data(), per, ncclInt32, next, comm, nullptr));
-  RANK_NCCL(ncclRecv(got.data(), per, ncclInt32, prev, comm, nullptr));
-  RANK_NCCL(ncclGroupEnd());
-  for (size_t i = 0; i < per; ++i)
-    RANK_CHECK(got[i] == prev * 1000000 + static_cast<int32_t>(i), "recv [%zu] = %d", i, got[i]);
-  return "";
-}
-
-// Ranks log INIT to files in a directory of their own; initLines() reads back each
-// rank's "Init COMPLETE" line (it lists "peer:transport" for every connected peer).
-class TransportRegistry : public testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = testing::TempDir() + "loom_registry_" + std::to_string(getpid()) + "_" +
-           testing::UnitTest::GetInstance()->current_test_info()->name();
-    mkdir(dir_.c_str(), 0700);
-    logFile_ = dir_ + "/log.%p";
-    debug_.emplace("NCCL_DEBUG", "INFO");
-    subsys_.emplace("NCCL_DEBUG_SUBSYS", "INIT");
-    file_.emplace("NCCL_DEBUG_FILE", logFile_.c_str());
-    loom::logReset();
-  }
-  void TearDown() override {
-    debug_.reset();
-    subsys_.reset();
-    file_.reset();
-    loom::logReset();
-    if (DIR* d = opendir(dir_.c_str())) {
-      while (dirent* e = readdir(d))
-        if (e->d_name[0] != '.') unlink((dir_ + "/" + e->d_name).c_str());
-      closedir(d);
-    }
-    rmdir(dir_.c_str());
-  }
-
-  std::map<int, std::string> initLines() {
-    std::map<int, std::string> lines;
-    if (DIR* d = opendir(dir_.c_str())) {
-      while (dirent* e = readdir(d)) {
-        if (strncmp(e->d_name, "log.", 4) != 0) continue;
-        std::ifstream in(dir_ + "/" + e->d_name);
-        std::string line;
-        while (std::getline(in, line)) {
-          size_t at = line.find(" rank ");
-          if (line.find("Init COMPLETE") == std::string::npos || at == std::string::npos) continue;
-          lines[atoi(line.c_str() + at + 6)] = line;
-        }
-      }
-      closedir(d);
-    }
-    return lines;
-  }
-
-  // Rank r's INIT line names `want(r, peer)` for both ring neighbours.
-  void expectRingTransports(int n, const std::function<std::string(int, int)>& want) {
-    auto lines = initLines();
-    ASSERT_EQ(static_cast<int>(lines.size()), n) << "expected one Init COMPLETE line per rank";
-    for (int r = 0; r < n; ++r)
-      for (int peer : {(r + 1) % n, (r + n - 1) % n}) {
-        if (peer == r) continue;
-        std::string entry = std::to_string(peer) + ":" + want(r, peer);
-        EXPECT_NE(lines[r].find(entry), std::string::npos)
-            << "rank " << r << " should reach rank " << peer << " as '" << entry << "': " << lines[r];
-      }
-  }
-
-  std::string dir_;
-  std::string logFile_;
-  std::optional<EnvGuard> debug_, subsys_, file_;
-  EnvGuard stallLimit_{"LOOM_TIMEOUT", "60"};
-};
-
 TEST_F(TransportRegistry, BuiltinsAndRegistrationsInPriorityOrder) {
-  EXPECT_EQ(registeredNames(), (std::vector<std::string>{"shm", "socket"}));
+  EXPECT_EQ(registeredNames(), (std::vector<std::string>{"shm", "net", "socket"}));
   uint64_t builtin = loom::transportSetHash(loom::registeredTransports());
   {
     LoopbackOptions late, early, middle;
@@ -137,10 +39,10 @@ TEST_F(TransportRegistry, BuiltinsAndRegistrationsInPriorityOrder) {
     loom::TransportRegistration a(loopbackSpec(late)), b(loopbackSpec(early)),
         c(loopbackSpec(middle));
     EXPECT_EQ(registeredNames(),
-              (std::vector<std::string>{"early", "shm", "middle", "socket", "late"}));
+              (std::vector<std::string>{"early", "shm", "net", "middle", "socket", "late"}));
     EXPECT_NE(loom::transportSetHash(loom::registeredTransports()), builtin);
   }
-  EXPECT_EQ(registeredNames(), (std::vector<std::string>{"shm", "socket"}));
+  EXPECT_EQ(registeredNames(), (std::vector<std::string>{"shm", "net", "socket"}));
   EXPECT_EQ(loom::transportSetHash(loom::registeredTransports()), builtin);
 }
 
@@ -155,7 +57,7 @@ TEST_F(TransportRegistry, DuplicateNamesAndTooManyAreRefused) {
     EXPECT_NE(std::string(e.what()).find("'shm' is already registered"), std::string::npos) << e.what();
   }
   std::vector<std::unique_ptr<loom::TransportRegistration>> regs;
-  for (int i = 2; i < loom::kMaxTransports; ++i) {
+  for (int i = static_cast<int>(registeredNames().size()); i < loom::kMaxTransports; ++i) {
     LoopbackOptions o;
     o.name = "extra" + std::to_string(i);
     regs.push_back(std::make_unique<loom::TransportRegistration>(loopbackSpec(o)));
@@ -215,12 +117,14 @@ TEST_F(TransportRegistry, PriorityOrderAndCanConnectDecideEachPair) {
 TEST_F(TransportRegistry, TestTransportDeclinesOtherProcesses) {
   LoopbackOptions opt;
   loom::TransportRegistration reg(loopbackSpec(opt));
-  auto f = runRanks(Mode::kProcesses, 3, exercise, 60);
+  RankOptions ranks = processRanks();
+  auto f = runRanks(Mode::kProcesses, 3, exercise, ranks);
   ASSERT_TRUE(f.empty()) << joinFailures(f);
   expectRingTransports(3, [](int, int) { return "shm"; });
+  clearLogs();
   {
     EnvGuard off("NCCL_SHM_DISABLE", "1");
-    auto g = runRanks(Mode::kProcesses, 3, exercise, 60);
+    auto g = runRanks(Mode::kProcesses, 3, exercise, ranks);
     ASSERT_TRUE(g.empty()) << joinFailures(g);
   }
   auto lines = initLines();

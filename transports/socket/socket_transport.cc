@@ -2,23 +2,17 @@
 
 #include <netinet/in.h>
 
-#include <map>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "base/error.h"
-#include "base/log.h"
 #include "base/time.h"
-#include "bootstrap/hello_acceptor.h"
 #include "bootstrap/wire.h"
 
 namespace loom {
 namespace {
 
 constexpr uint16_t kKindStream = 3;
-constexpr uint32_t kMaxStreams = 64;
 
 // What a receiver tells its sender: which connection the streams belong to, and how many.
 struct SocketBlob {
@@ -69,25 +63,12 @@ class SocketPending : public PendingRecv {
 class SocketTransport : public Transport {
  public:
   explicit SocketTransport(const TransportContext& ctx)
-      : bs_(ctx.bootstrap), shape_(ctx.shape) {
-    addr_ = bs_.iface().addr;
-    addr_.setPort(0);
-    listener_ = Socket::listen(addr_);
-    JobId job = bs_.job();
-    int me = bs_.rank(), nranks = bs_.nranks();
-    // From here on strangers on the listener are dropped by the acceptor's thread even
-    // while no connection is being made; a replayed stream hello counts as a stranger.
-    acceptor_ = std::make_unique<HelloAcceptor>(
-        &listener_, strprintf("rank %d transport listener %s", me, addr_.str().c_str()),
-        [job, me, nranks, seen = std::set<std::string>()](const PeerHello& h) mutable {
-          if (!verifyPeerHello(job, h, kKindStream, me) || h.fromRank < 0 || h.fromRank >= nranks)
-            return false;
-          return seen.insert(std::string(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce)))
-              .second;
-        });
-  }
+      : bs_(ctx.bootstrap),
+        shape_(ctx.shape),
+        streams_(bs_.job(), bs_.rank(), bs_.nranks(), listenAddr(bs_), kKindStream,
+                 "transport listener") {}
 
-  Blob localInfo() override { return addrBlob(addr_); }
+  Blob localInfo() override { return addrBlob(streams_.addr()); }
 
   bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
 
@@ -106,7 +87,7 @@ class SocketTransport : public Transport {
     if (!fromBlob(blob, &b))
       LOOM_THROW(kRemoteError, "rank %d: rank %d sent a %zu-byte TCP connection setup, expected %zu",
                  me, p, blob.size(), sizeof(b));
-    if (b.nstreams < 1 || b.nstreams > kMaxStreams)
+    if (b.nstreams < 1 || b.nstreams > StreamAcceptor::kMaxStreams)
       LOOM_THROW(kRemoteError, "rank %d: rank %d asked for %u TCP streams", me, p, b.nstreams);
     SocketAddr a = parseAddr(req);
     std::vector<Socket> streams;
@@ -114,7 +95,7 @@ class SocketTransport : public Transport {
     for (uint32_t s = 0; s < b.nstreams; ++s) {
       // The listener was up before its address was published: refused means gone.
       Socket sock = Socket::connect(a, Deadline::in(60), what.c_str(), false);
-      PeerHello h = makePeerHello(bs_.job(), kKindStream, me, p, (b.connId << 8) | s);
+      PeerHello h = makePeerHello(bs_.job(), kKindStream, me, p, StreamAcceptor::streamId(b.connId, s));
       sock.sendAll(&h, sizeof(h), Deadline::in(60), what.c_str());
       streams.push_back(std::move(sock));
     }
@@ -122,66 +103,42 @@ class SocketTransport : public Transport {
                                               a.str());
   }
 
-  // Accepts streams until the `n` streams of connection `connId` from `from` are here.
+  // Waits until the `n` streams of connection `connId` from `from` are here.
   std::vector<Socket> acceptStreams(int from, uint64_t connId, uint32_t n) {
     Deadline deadline = Deadline::in(60);
-    int me = bs_.rank();
-    auto arrived = [&] {
-      bool all = true;
-      for (uint32_t s = 0; s < n; ++s) all &= early_.count({from, connId, s}) > 0;
-      return all;
-    };
-    while (!arrived()) {
+    for (;;) {
       try {
         bs_.checkPeer(from, "transport setup");  // aborted, or the peer died
       } catch (const Error&) {
         // A peer may open its streams, finish its init and exit before we get here: its
         // streams are then still queued, or their hellos being read. Take those first.
-        while (!arrived() && acceptor_->busy()) takeStreams(100);
-        if (!arrived()) throw;
-        break;
+        for (;;) {
+          bool busy = streams_.busy();
+          if (auto got = streams_.tryTake(from, connId, n, 100)) return std::move(*got);
+          if (!busy) throw;
+        }
       }
+      if (auto got = streams_.tryTake(from, connId, n, 100)) return std::move(*got);
       if (deadline.expired())
         LOOM_THROW(kRemoteError,
-                   "rank %d: timed out waiting for rank %d to open its TCP streams to %s", me,
-                   from, addr_.str().c_str());
-      takeStreams(100);
+                   "rank %d: timed out waiting for rank %d to open its TCP streams to %s",
+                   bs_.rank(), from, streams_.addr().str().c_str());
     }
-    std::vector<Socket> out;
-    for (uint32_t s = 0; s < n; ++s) {
-      auto it = early_.find({from, connId, s});
-      out.push_back(std::move(it->second));
-      early_.erase(it);
-    }
-    return out;
   }
 
   FifoShape shape() const { return shape_; }
 
  private:
-  // Authenticated streams the acceptor has for us, by (rank, connection, stream).
-  void takeStreams(int waitMs) {
-    int me = bs_.rank();
-    for (auto& [h, sock] : acceptor_->take(waitMs)) {
-      auto key = std::make_tuple(h.fromRank, h.connId >> 8, static_cast<uint32_t>(h.connId & 0xff));
-      if (early_.count(key)) {
-        LOOM_WARN("rank %d: dropped a second TCP stream claiming to be %llu/%u of rank %d from %s",
-                  me, static_cast<unsigned long long>(h.connId >> 8),
-                  static_cast<unsigned>(h.connId & 0xff), h.fromRank, sock.peer().str().c_str());
-        continue;
-      }
-      early_[key] = std::move(sock);
-    }
+  static SocketAddr listenAddr(const Bootstrap& bs) {
+    SocketAddr a = bs.iface().addr;
+    a.setPort(0);
+    return a;
   }
 
   Bootstrap& bs_;
   FifoShape shape_;
-  SocketAddr addr_;
-  Socket listener_;
-  std::unique_ptr<HelloAcceptor> acceptor_;  // strangers on the listener never block us
+  StreamAcceptor streams_;  // strangers on the listener never block us
   uint64_t nextConnId_ = 1;
-  // Authenticated streams that arrived before we looked for them: (from, connId, stream).
-  std::map<std::tuple<int, uint64_t, uint32_t>, Socket> early_;
 };
 
 std::unique_ptr<Connection> SocketPending::finish() {

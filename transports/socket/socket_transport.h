@@ -8,6 +8,7 @@
 
 #include "transports/registry.h"
 #include "transports/socket/socket_connection.h"
+#include "transports/socket/stream_acceptor.h"
 
 namespace loom {
 

@@ -1,0 +1,473 @@
+// Conformance suite for network backends: what any NetBackend must do for the generic
+// net transport to run over it, checked through the interface alone against every
+// backend this build offers (TCP today; verbs, UCX and NCCL plugins as they come).
+// Two instances of the backend play ranks 0 and 1 of one job in this process, driven
+// from one thread (the API is non-blocking); the peer-death cases fork a process that is
+// killed mid-transfer. Every case is bounded: a backend that hangs fails, never stalls.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/hmac.h"
+#include "transports/net/net_backend.h"
+
+namespace loomtest {
+namespace {
+
+using loom::NetBackend;
+using loom::NetHandle;
+using loom::NetRecvComm;
+using loom::NetRequest;
+using loom::NetSendComm;
+using Clock = std::chrono::steady_clock;
+
+loom::JobId randomJob() {
+  loom::JobId j;
+  loom::randomBytes(j.secret, sizeof(j.secret));
+  return j;
+}
+
+loom::NetInterface loopback() {
+  return {"lo", loom::SocketAddr::parse("127.0.0.1:0", "conformance test")};
+}
+
+// Byte i of message `m`: every message distinct, every offset distinct within it.
+uint8_t pattern(int m, size_t i) { return static_cast<uint8_t>(m * 131 + i * 7 + (i >> 9)); }
+
+std::vector<uint8_t> message(int m, size_t bytes) {
+  std::vector<uint8_t> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = pattern(m, i);
+  return v;
+}
+
+// Keeps calling `step` until it returns true; fails the test after `seconds`.
+void drive(const std::function<bool()>& step, double seconds, const char* what) {
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!step()) {
+    if (Clock::now() > end) FAIL() << what << ": not done after " << seconds << " s";
+  }
+}
+
+struct Conn {
+  std::unique_ptr<loom::NetListenComm> listen;
+  std::unique_ptr<NetSendComm> send;
+  std::unique_ptr<NetRecvComm> recv;
+  std::unique_ptr<loom::NetMr> sendMr, recvMr;
+};
+
+class NetBackendConformance : public testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<NetBackend> make(const loom::JobId& job, int rank) {
+    return loom::findNetBackend(GetParam()).make(loom::NetContext{job, rank, 2, loopback()});
+  }
+  void SetUp() override {
+    job_ = randomJob();
+    a_ = make(job_, 0);
+    b_ = make(job_, 1);
+  }
+
+  // A connection from `from` to `to`: listen, then connect and accept polled in turn.
+  Conn connect(NetBackend& from, NetBackend& to) {
+    Conn c;
+    NetHandle h;
+    c.listen = to.listen(0, &h);
+    std::unique_ptr<loom::NetStage> cs, as;
+    drive([&] {
+      if (!c.send) c.send = from.connect(0, h, cs);
+      if (!c.recv) c.recv = c.listen->accept(as);
+      return c.send && c.recv;
+    }, 10, "connect/accept");
+    if (c.send && c.recv) {
+      c.sendMr = c.send->regMr(nullptr, 0, loom::NetMemType::kHost);
+      c.recvMr = c.recv->regMr(nullptr, 0, loom::NetMemType::kHost);
+    }
+    return c;
+  }
+
+  // One message each way through `c`, both ends driven until done; returns the size the
+  // receiver saw.
+  size_t transfer(Conn& c, const void* data, size_t bytes, void* into, size_t capacity) {
+    NetRequest* s = nullptr;
+    NetRequest* r = nullptr;
+    drive([&] {
+      if (!s) s = c.send->isend(data, bytes, 0, c.sendMr.get());
+      if (!r) r = c.recv->irecv(into, capacity, 0, c.recvMr.get());
+      return s && r;
+    }, 10, "posting");
+    bool sent = false, got = false;
+    size_t sentBytes = 0, gotBytes = 0;
+    drive([&] {
+      if (!sent) sent = c.send->test(s, &sentBytes);
+      if (!got) got = c.recv->test(r, &gotBytes);
+      return sent && got;
+    }, 20, "transfer");
+    EXPECT_EQ(sentBytes, bytes);
+    return gotBytes;
+  }
+
+  loom::JobId job_;
+  std::unique_ptr<NetBackend> a_, b_;
+};
+
+TEST_P(NetBackendConformance, DevicesAndProperties) {
+  ASSERT_GE(a_->devices(), 1);
+  loom::NetProperties p = a_->properties(0);
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_TRUE(p.ptrSupport & loom::kNetPtrHost) << "the net transport's FIFOs are host memory";
+  EXPECT_GE(p.maxRecvs, 1);
+  EXPECT_THROW(a_->properties(a_->devices()), loom::Error);
+}
+
+// Two connections made in opposite directions on the same backends are independent: each
+// accept gets its own peer, and each message arrives where it was sent.
+TEST_P(NetBackendConformance, ConnectAcceptHandshake) {
+  Conn ab = connect(*a_, *b_);
+  Conn ba = connect(*b_, *a_);
+  ASSERT_TRUE(ab.send && ab.recv && ba.send && ba.recv);
+  std::vector<uint8_t> x = message(1, 1000), y = message(2, 3000), gx(4096), gy(4096);
+  EXPECT_EQ(transfer(ab, x.data(), x.size(), gx.data(), gx.size()), x.size());
+  EXPECT_EQ(transfer(ba, y.data(), y.size(), gy.data(), gy.size()), y.size());
+  EXPECT_TRUE(std::equal(x.begin(), x.end(), gx.begin()));
+  EXPECT_TRUE(std::equal(y.begin(), y.end(), gy.begin()));
+}
+
+// Every size from empty to several MiB arrives whole, into receives larger than the
+// message; bytes past the message are left alone.
+TEST_P(NetBackendConformance, SizesFromZeroToSeveralMiB) {
+  Conn c = connect(*a_, *b_);
+  ASSERT_TRUE(c.send && c.recv);
+  int m = 0;
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{3}, size_t{4095}, size_t{4096}, size_t{65537},
+                       size_t{1} << 20, (size_t{3} << 20) + 5, size_t{8} << 20}) {
+    std::vector<uint8_t> out = message(++m, bytes), in(bytes + 64, 0xee);
+    ASSERT_EQ(transfer(c, out.data(), bytes, in.data(), in.size()), bytes) << bytes << " bytes";
+    ASSERT_TRUE(std::equal(out.begin(), out.end(), in.begin())) << bytes << " bytes corrupted";
+    for (size_t i = bytes; i < in.size(); ++i) ASSERT_EQ(in[i], 0xee) << "wrote past " << bytes;
+  }
+}
+
+// Many requests in flight before any is tested (at least a FIFO's depth): messages match
+// receives in posting order whatever order the requests are tested in.
+TEST_P(NetBackendConformance, ManyOutstandingRequestsInOrder) {
+  Conn c = connect(*a_, *b_);
+  ASSERT_TRUE(c.send && c.recv);
+  const int n = 24;
+  std::vector<std::vector<uint8_t>> out, in;
+  std::vector<NetRequest*> sends, recvs;
+  for (int m = 0; m < n; ++m) {
+    out.push_back(message(m, 1000 + 37000 * m));
+    in.emplace_back(out.back().size() + 100);
+  }
+  for (int m = 0; m < n; ++m) {
+    NetRequest* r = c.recv->irecv(in[m].data(), in[m].size(), m, c.recvMr.get());
+    NetRequest* s = c.send->isend(out[m].data(), out[m].size(), m, c.sendMr.get());
+    ASSERT_TRUE(r && s) << "request " << m << " refused: fewer than " << n << " in flight";
+    recvs.push_back(r);
+    sends.push_back(s);
+  }
+  std::vector<bool> sent(n), got(n);
+  int left = 2 * n;
+  drive([&] {
+    for (int m = n - 1; m >= 0; --m) {  // newest first: completion must not depend on it
+      size_t b;
+      if (!sent[m] && c.send->test(sends[m], &b)) sent[m] = true, --left;
+      if (!got[m] && c.recv->test(recvs[m], &b)) {
+        got[m] = true, --left;
+        EXPECT_EQ(b, out[m].size()) << "message " << m;
+      }
+    }
+    return left == 0;
+  }, 30, "outstanding requests");
+  for (int m = 0; m < n; ++m)
+    EXPECT_TRUE(std::equal(out[m].begin(), out[m].end(), in[m].begin())) << "message " << m;
+}
+
+TEST_P(NetBackendConformance, HostMemoryNeedsNoFlush) {
+  Conn c = connect(*a_, *b_);
+  ASSERT_TRUE(c.recv);
+  char buf[64];
+  NetRequest* f = c.recv->iflush(buf, sizeof(buf), c.recvMr.get());
+  if (f) {
+    size_t b;
+    drive([&] { return c.recv->test(f, &b); }, 5, "flush");
+  }
+}
+
+// A message larger than its receive is an error, and nothing is written past the receive.
+TEST_P(NetBackendConformance, OversizedMessageIsAnError) {
+  Conn c = connect(*a_, *b_);
+  ASSERT_TRUE(c.send && c.recv);
+  std::vector<uint8_t> out = message(7, 1000), in(200, 0xee);
+  NetRequest* s = c.send->isend(out.data(), out.size(), 0, c.sendMr.get());
+  NetRequest* r = c.recv->irecv(in.data(), 100, 0, c.recvMr.get());
+  ASSERT_TRUE(s && r);
+  bool threw = false;
+  auto end = Clock::now() + std::chrono::seconds(10);
+  size_t b;
+  bool sent = false;
+  while (!threw && Clock::now() < end) {
+    if (!sent) sent = c.send->test(s, &b);
+    try {
+      c.recv->test(r, &b);
+    } catch (const loom::Error&) {
+      threw = true;
+    }
+  }
+  EXPECT_TRUE(threw) << "a 1000-byte message into a 100-byte receive was not reported";
+  for (size_t i = 100; i < in.size(); ++i) ASSERT_EQ(in[i], 0xee) << "wrote past the receive";
+}
+
+// A sender that closes after its last message: the receives it matched complete, the one
+// after fails (kRemoteError) instead of waiting for ever.
+TEST_P(NetBackendConformance, PeerClosedBetweenMessagesFailsTheNextReceive) {
+  Conn c = connect(*a_, *b_);
+  ASSERT_TRUE(c.send && c.recv);
+  std::vector<uint8_t> out = message(3, 5000), in(6000);
+  ASSERT_EQ(transfer(c, out.data(), out.size(), in.data(), in.size()), out.size());
+  ASSERT_EQ(transfer(c, out.data(), 17, in.data(), in.size()), 17u);
+  c.sendMr.reset();
+  c.send.reset();
+  NetRequest* r = c.recv->irecv(in.data(), in.size(), 0, c.recvMr.get());
+  ASSERT_TRUE(r);
+  size_t b;
+  try {
+    drive([&] { return c.recv->test(r, &b); }, 10, "receive after close");
+    ADD_FAILURE() << "a receive completed after its sender closed";
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(e.code(), loom::Code::kRemoteError) << e.what();
+  }
+}
+
+// A connection made with another job's secret is never handed over; ours still is.
+TEST_P(NetBackendConformance, OtherJobsAreNotAccepted) {
+  std::unique_ptr<NetBackend> stranger = make(randomJob(), 0);
+  NetHandle h;
+  auto listen = b_->listen(0, &h);
+  std::unique_ptr<loom::NetStage> ss, as;
+  std::unique_ptr<NetSendComm> theirs;
+  std::unique_ptr<NetRecvComm> got;
+  auto end = Clock::now() + std::chrono::milliseconds(1500);
+  while (Clock::now() < end && !got) {
+    try {
+      if (!theirs) theirs = stranger->connect(0, h, ss);
+    } catch (const loom::Error&) {
+      break;  // refused outright: as good
+    }
+    got = listen->accept(as);
+  }
+  EXPECT_FALSE(got) << "accepted a connection that did not know the job's secret";
+}
+
+TEST_P(NetBackendConformance, MalformedHandleIsRefused) {
+  NetHandle h;
+  memset(h.bytes, 0x41, sizeof(h.bytes));
+  std::unique_ptr<loom::NetStage> st;
+  EXPECT_THROW(
+      {
+        for (int i = 0; i < 1000; ++i)
+          if (a_->connect(0, h, st)) break;
+      },
+      loom::Error);
+}
+
+// ---- peer death: a forked peer is SIGKILLed mid-transfer ----
+
+// Runs `fn` in a child process; the child never returns into the test.
+pid_t forkPeer(const std::function<void()>& fn) {
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    try {
+      fn();
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  return pid;
+}
+
+void writeAll(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t k = write(fd, c, n);
+    if (k <= 0) return;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+bool readAll(int fd, void* p, size_t n) {
+  char* c = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t k = read(fd, c, n);
+    if (k <= 0) return false;
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// The survivor's requests fail within this bound once its peer is killed.
+constexpr double kDeathBoundSec = 10;
+
+class NetBackendDeath : public testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<NetBackend> make(const loom::JobId& job, int rank) {
+    return loom::findNetBackend(GetParam()).make(loom::NetContext{job, rank, 2, loopback()});
+  }
+};
+
+// The sender dies: the receiver's next receive fails within the bound.
+TEST_P(NetBackendDeath, SenderKilledFailsTheReceiver) {
+  loom::JobId job = randomJob();
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  // Fork first: the child must not inherit threads' locks (the acceptor's among them).
+  pid_t child = forkPeer([&] {
+    close(p[1]);
+    NetHandle h;
+    if (!readAll(p[0], &h, sizeof(h))) return;
+    auto be = make(job, 1);
+    std::unique_ptr<loom::NetStage> st;
+    std::unique_ptr<NetSendComm> s;
+    while (!(s = be->connect(0, h, st))) usleep(100);
+    auto mr = s->regMr(nullptr, 0, loom::NetMemType::kHost);
+    std::vector<uint8_t> big(1 << 20, 0x5a);
+    for (;;) {
+      NetRequest* r = nullptr;
+      while (!(r = s->isend(big.data(), big.size(), 0, mr.get()))) usleep(10);
+      size_t b;
+      while (!s->test(r, &b)) {
+      }
+    }
+  });
+  close(p[0]);
+  auto be = make(job, 0);
+  NetHandle h;
+  auto listen = be->listen(0, &h);
+  writeAll(p[1], &h, sizeof(h));
+  close(p[1]);
+  std::unique_ptr<loom::NetStage> st;
+  std::unique_ptr<NetRecvComm> r;
+  drive([&] { return (r = listen->accept(st)) != nullptr; }, 10, "accept");
+  ASSERT_TRUE(r);
+  auto mr = r->regMr(nullptr, 0, loom::NetMemType::kHost);
+  std::vector<uint8_t> in(1 << 20);
+  for (int m = 0; m < 3; ++m) {
+    NetRequest* q = r->irecv(in.data(), in.size(), 0, mr.get());
+    size_t b;
+    drive([&] { return r->test(q, &b); }, 10, "receive before the kill");
+    ASSERT_EQ(b, in.size());
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto killed = Clock::now();
+  bool failed = false;
+  while (!failed && Clock::now() - killed < std::chrono::duration<double>(kDeathBoundSec)) {
+    NetRequest* q = r->irecv(in.data(), in.size(), 0, mr.get());
+    ASSERT_TRUE(q);
+    size_t b;
+    try {
+      while (!r->test(q, &b) && Clock::now() - killed < std::chrono::duration<double>(kDeathBoundSec)) {
+      }
+    } catch (const loom::Error& e) {
+      EXPECT_EQ(e.code(), loom::Code::kRemoteError) << e.what();
+      failed = true;
+    }
+  }
+  EXPECT_TRUE(failed) << "no error " << kDeathBoundSec << " s after the sender was killed";
+}
+
+// The receiver dies: the sender's sends fail within the bound.
+TEST_P(NetBackendDeath, ReceiverKilledFailsTheSender) {
+  loom::JobId job = randomJob();
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pid_t child = forkPeer([&] {
+    close(p[0]);
+    auto be = make(job, 1);
+    NetHandle h;
+    auto listen = be->listen(0, &h);
+    writeAll(p[1], &h, sizeof(h));
+    std::unique_ptr<loom::NetStage> st;
+    std::unique_ptr<NetRecvComm> r;
+    while (!(r = listen->accept(st))) usleep(100);
+    auto mr = r->regMr(nullptr, 0, loom::NetMemType::kHost);
+    std::vector<uint8_t> in(1 << 20);
+    for (;;) {
+      NetRequest* q = r->irecv(in.data(), in.size(), 0, mr.get());
+      size_t b;
+      while (!r->test(q, &b)) {
+      }
+    }
+  });
+  close(p[1]);
+  NetHandle h;
+  ASSERT_TRUE(readAll(p[0], &h, sizeof(h)));
+  close(p[0]);
+  auto be = make(job, 0);
+  std::unique_ptr<loom::NetStage> st;
+  std::unique_ptr<NetSendComm> s;
+  drive([&] { return (s = be->connect(0, h, st)) != nullptr; }, 10, "connect");
+  ASSERT_TRUE(s);
+  auto mr = s->regMr(nullptr, 0, loom::NetMemType::kHost);
+  std::vector<uint8_t> big(1 << 20, 0x33);
+  auto sendOne = [&](double bound) {
+    NetRequest* q = nullptr;
+    auto end = Clock::now() + std::chrono::duration<double>(bound);
+    while (!(q = s->isend(big.data(), big.size(), 0, mr.get())))
+      if (Clock::now() > end) return false;
+    size_t b;
+    while (!s->test(q, &b))
+      if (Clock::now() > end) return false;
+    return true;
+  };
+  for (int m = 0; m < 3; ++m) ASSERT_TRUE(sendOne(10)) << "send " << m << " before the kill";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto killed = Clock::now();
+  bool failed = false;
+  try {
+    while (Clock::now() - killed < std::chrono::duration<double>(kDeathBoundSec)) sendOne(1);
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(e.code(), loom::Code::kRemoteError) << e.what();
+    failed = true;
+  }
+  EXPECT_TRUE(failed) << "sends still succeed " << kDeathBoundSec << " s after the receiver died";
+}
+
+std::vector<std::string> backendNames() {
+  std::vector<std::string> v;
+  for (const auto& b : loom::netBackends()) v.push_back(b.name);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Net, NetBackendConformance, testing::ValuesIn(backendNames()),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Net, NetBackendDeath, testing::ValuesIn(backendNames()),
+                         [](const auto& info) { return info.param; });
+
+TEST(NetBackendSelection, NamesAreCaseInsensitiveAndUnknownOnesListWhatExists) {
+  EXPECT_EQ(loom::findNetBackend("socket").name, "Socket");
+  EXPECT_EQ(loom::findNetBackend("SOCKET").name, "Socket");
+  try {
+    loom::findNetBackend("IB");
+    FAIL() << "an unknown backend was found";
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(e.code(), loom::Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("NCCL_NET=IB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Socket"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace loomtest

@@ -1,0 +1,111 @@
+// The generic net transport through the public API: NCCL_NET names a backend (any case),
+// pairs that shm does not serve then go through the FIFO<->network pump with exact
+// results, the INIT line says "net/<backend>", an unknown name is ncclInvalidArgument
+// naming what exists, ranks that disagree about NCCL_NET are told so, and a peer killed
+// mid-collective fails the others promptly instead of hanging them.
+#include <nccl.h>
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "transports/transport_test_util.h"
+
+namespace loomtest {
+namespace {
+
+using NetTransport = TransportLogTest;
+
+// Ranks posing as hosts of their own (LOOM_HOSTID) never share memory.
+std::function<void(int)> ownHosts() {
+  return [](int rank) { setenv("LOOM_HOSTID", ("nethost" + std::to_string(rank)).c_str(), 1); };
+}
+
+TEST_F(NetTransport, NcclNetCarriesEveryPairBetweenHosts) {
+  EnvGuard net("NCCL_NET", "Socket");
+  auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks(ownHosts()));
+  ASSERT_TRUE(f.empty()) << joinFailures(f);
+  expectRingTransports(4, [](int, int) { return "net/Socket"; });
+}
+
+// NCCL compares NCCL_NET without case; ranks that are threads go through it as well.
+TEST_F(NetTransport, NameInAnyCaseAndRanksAsThreads) {
+  EnvGuard net("NCCL_NET", "sOcKeT");
+  EnvGuard shmOff("NCCL_SHM_DISABLE", "1");
+  for (const char* streams : {"1", "3"}) {
+    EnvGuard n("LOOM_SOCKET_NSTREAMS", streams);
+    clearLogs();
+    auto f = runRanks(Mode::kThreads, 3, exercise, 60);
+    ASSERT_TRUE(f.empty()) << streams << " streams: " << joinFailures(f);
+    expectRingTransports(3, [](int, int) { return "net/Socket"; });
+  }
+}
+
+// Shared memory still comes first where it can: NCCL_NET is about the network.
+TEST_F(NetTransport, ShmStillServesRanksOfOneHost) {
+  EnvGuard net("NCCL_NET", "Socket");
+  std::vector<std::string> hosts = {"left", "left", "right", "right"};
+  auto f = runRanks(Mode::kProcesses, 4, exercise,
+                    processRanks([&](int r) { setenv("LOOM_HOSTID", hosts[r].c_str(), 1); }));
+  ASSERT_TRUE(f.empty()) << joinFailures(f);
+  expectRingTransports(4, [&](int r, int p) { return hosts[r] == hosts[p] ? "shm" : "net/Socket"; });
+}
+
+TEST_F(NetTransport, UnknownBackendIsInvalidArgumentNamingWhatExists) {
+  EnvGuard net("NCCL_NET", "NoSuchNet");
+  auto f = runRanks(Mode::kThreads, 2, [](int, int, ncclComm_t) { return std::string(); }, 60);
+  ASSERT_EQ(f.size(), 2u) << "init succeeded with NCCL_NET=NoSuchNet";
+  for (const auto& e : f) {
+    EXPECT_NE(e.find("invalid argument"), std::string::npos) << e;
+    EXPECT_NE(e.find("NCCL_NET=NoSuchNet"), std::string::npos) << e;
+    EXPECT_NE(e.find("Socket"), std::string::npos) << "does not name the backends there are: " << e;
+  }
+}
+
+// One rank without NCCL_NET: its peer picks the network for the pair, and it says that the
+// ranks disagree rather than failing obscurely or hanging.
+TEST_F(NetTransport, RanksDisagreeingAboutNcclNetAreTold) {
+  auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); },
+                    processRanks([](int rank) {
+                      setenv("LOOM_HOSTID", ("h" + std::to_string(rank)).c_str(), 1);
+                      if (rank == 0) setenv("NCCL_NET", "Socket", 1);
+                      else unsetenv("NCCL_NET");
+                    }));
+  ASSERT_FALSE(f.empty()) << "ranks with different NCCL_NET connected";
+  EXPECT_NE(joinFailures(f).find("every rank must set the same NCCL_NET"), std::string::npos)
+      << joinFailures(f);
+}
+
+// A rank SIGKILLs itself in the middle of a stream of all-reduces: the others fail with
+// ncclRemoteError within seconds, naming a peer, and never hang.
+TEST_F(NetTransport, KilledPeerFailsTheOthersPromptly) {
+  EnvGuard net("NCCL_NET", "Socket");
+  const int n = 3, victim = 1;
+  auto body = [](int rank, int nranks, ncclComm_t comm) -> std::string {
+    std::vector<float> v(1 << 16);
+    for (int it = 0; it < 100000; ++it) {
+      if (rank == victim && it == 5) raise(SIGKILL);
+      std::fill(v.begin(), v.end(), 1.0f);
+      auto t0 = std::chrono::steady_clock::now();
+      ncclResult_t rc = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rc == ncclSuccess) {
+        RANK_CHECK(v[0] == nranks && v.back() == nranks, "iteration %d: %g", it, v[0]);
+        continue;
+      }
+      std::string msg = ncclGetLastError(comm);
+      RANK_CHECK(rc == ncclRemoteError, "%s: %s", ncclGetErrorString(rc), msg.c_str());
+      RANK_CHECK(sec < 10, "the failure took %.1f s: %s", sec, msg.c_str());
+      RANK_CHECK(msg.find("via net/Socket") != std::string::npos, "no peer named: %s", msg.c_str());
+      return "";
+    }
+    return "the victim's death went unnoticed";
+  };
+  auto f = runRanks(Mode::kProcesses, n, body, processRanks(ownHosts()));
+  ASSERT_EQ(f.size(), 1u) << joinFailures(f);
+  EXPECT_EQ(f[0].rfind("rank 1: ", 0), 0u) << "only the victim should fail: " << f[0];
+}
+
+}  // namespace
+}  // namespace loomtest

@@ -1,0 +1,135 @@
+// Shared by the transport suites: a workload whose every result is checked exactly, and a
+// fixture whose ranks log INIT to files of their own so that a test can read which
+// transport each rank chose for each peer (the "Init COMPLETE" line lists them).
+#pragma once
+
+#include <dirent.h>
+#include <nccl.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "core/core_util.h"
+
+namespace loomtest {
+
+// An all-reduce at sizes from one element to several FIFO slots, an all-gather and a ring
+// exchange, each checked exactly.
+inline std::string exercise(int rank, int nranks, ncclComm_t comm) {
+  for (size_t count : {size_t{1}, size_t{4097}, size_t{1} << 20}) {
+    std::vector<int32_t> in(count), out(count, -1);
+    for (size_t i = 0; i < count; ++i) in[i] = (rank + 1) * static_cast<int32_t>(i % 1000);
+    RANK_NCCL(ncclAllReduce(in.data(), out.data(), count, ncclInt32, ncclSum, comm, nullptr));
+    int32_t f = nranks * (nranks + 1) / 2;
+    for (size_t i = 0; i < count; ++i)
+      RANK_CHECK(out[i] == f * static_cast<int32_t>(i % 1000), "all-reduce count %zu: [%zu] = %d",
+                 count, i, out[i]);
+  }
+  const size_t per = 70001;
+  std::vector<int32_t> mine(per), all(per * nranks, -1);
+  for (size_t i = 0; i < per; ++i) mine[i] = rank * 1000000 + static_cast<int32_t>(i);
+  RANK_NCCL(ncclAllGather(mine.data(), all.data(), per, ncclInt32, comm, nullptr));
+  for (int r = 0; r < nranks; ++r)
+    for (size_t i = 0; i < per; ++i)
+      RANK_CHECK(all[r * per + i] == r * 1000000 + static_cast<int32_t>(i),
+                 "all-gather block %d [%zu] = %d", r, i, all[r * per + i]);
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  std::vector<int32_t> got(per, -1);
+  RANK_NCCL(ncclGroupStart());
+  RANK_NCCL(ncclSend(mine.data(), per, ncclInt32, next, comm, nullptr));
+  RANK_NCCL(ncclRecv(got.data(), per, ncclInt32, prev, comm, nullptr));
+  RANK_NCCL(ncclGroupEnd());
+  for (size_t i = 0; i < per; ++i)
+    RANK_CHECK(got[i] == prev * 1000000 + static_cast<int32_t>(i), "recv [%zu] = %d", i, got[i]);
+  return "";
+}
+
+// Ranks log INIT to files in a directory of their own; initLines() reads back each
+// rank's "Init COMPLETE" line (it lists "peer:transport" for every connected peer).
+class TransportLogTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "loom_transports_" + std::to_string(getpid()) + "_" +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    mkdir(dir_.c_str(), 0700);
+    logFile_ = dir_ + "/log.%p";
+    debug_.emplace("NCCL_DEBUG", "INFO");
+    subsys_.emplace("NCCL_DEBUG_SUBSYS", "INIT");
+    file_.emplace("NCCL_DEBUG_FILE", logFile_.c_str());
+    loom::logReset();
+  }
+  void TearDown() override {
+    debug_.reset();
+    subsys_.reset();
+    file_.reset();
+    loom::logReset();
+    clearLogs();
+    rmdir(dir_.c_str());
+  }
+
+  // Removes the logs so far; this process's next line starts a new file.
+  void clearLogs() {
+    if (DIR* d = opendir(dir_.c_str())) {
+      while (dirent* e = readdir(d))
+        if (e->d_name[0] != '.') unlink((dir_ + "/" + e->d_name).c_str());
+      closedir(d);
+    }
+    loom::logReset();
+  }
+
+  std::map<int, std::string> initLines() {
+    std::map<int, std::string> lines;
+    if (DIR* d = opendir(dir_.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (strncmp(e->d_name, "log.", 4) != 0) continue;
+        std::ifstream in(dir_ + "/" + e->d_name);
+        std::string line;
+        while (std::getline(in, line)) {
+          size_t at = line.find(" rank ");
+          if (line.find("Init COMPLETE") == std::string::npos || at == std::string::npos) continue;
+          lines[atoi(line.c_str() + at + 6)] = line;
+        }
+      }
+      closedir(d);
+    }
+    return lines;
+  }
+
+  // Rank r's INIT line names `want(r, peer)` for both ring neighbours.
+  void expectRingTransports(int n, const std::function<std::string(int, int)>& want) {
+    auto lines = initLines();
+    ASSERT_EQ(static_cast<int>(lines.size()), n) << "expected one Init COMPLETE line per rank";
+    for (int r = 0; r < n; ++r)
+      for (int peer : {(r + 1) % n, (r + n - 1) % n}) {
+        if (peer == r) continue;
+        std::string entry = std::to_string(peer) + ":" + want(r, peer);
+        EXPECT_NE(lines[r].find(entry), std::string::npos)
+            << "rank " << r << " should reach rank " << peer << " as '" << entry << "': " << lines[r];
+      }
+  }
+
+  // Ranks as processes log to files of their own, not to the one they inherited from the
+  // test process; `env(rank)` may set a rank's environment first.
+  static RankOptions processRanks(std::function<void(int rank)> env = nullptr) {
+    RankOptions o;
+    o.timeoutSec = 60;
+    o.beforeInit = [env](int rank) {
+      if (env) env(rank);
+      loom::logReset();
+    };
+    return o;
+  }
+
+  std::string dir_;
+  std::string logFile_;
+  std::optional<EnvGuard> debug_, subsys_, file_;
+  EnvGuard stallLimit_{"LOOM_TIMEOUT", "60"};
+};
+
+}  // namespace loomtest

@@ -1,0 +1,245 @@
+#include "transports/net/net_transport.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/time.h"
+
+namespace loom {
+namespace {
+
+size_t ctrlBytes() { return (sizeof(FifoCtrl) + 4095) & ~size_t(4095); }
+int tagOf(uint64_t step) { return static_cast<int>(step & 0x7fffffff); }
+
+// Polls a non-blocking backend call until it yields, checking the peer between polls:
+// waits of microseconds at first (a LAN connect), up to a millisecond.
+template <class T, class Call, class Gone>
+std::unique_ptr<T> pollUntil(Bootstrap& bs, int peer, const char* what, Call call, Gone gone) {
+  Deadline deadline = Deadline::in(60);
+  unsigned us = 10;
+  for (;;) {
+    if (auto c = call()) return c;
+    try {
+      bs.checkPeer(peer, what);  // aborted, or the peer died
+    } catch (const Error&) {
+      // A peer may connect, finish its init and exit before we look: what it sent first
+      // is still ours to take.
+      for (;;) {
+        bool maybe = gone();
+        if (auto c = call()) return c;
+        if (!maybe) throw;
+        usleep(1000);
+      }
+    }
+    if (deadline.expired())
+      LOOM_THROW(kRemoteError, "rank %d: %s with rank %d timed out after 60 s", bs.rank(), what,
+                 peer);
+    usleep(us);
+    us = us < 1000 ? us * 2 : 1000;
+  }
+}
+
+class NetTransport;
+
+class NetPending : public PendingRecv {
+ public:
+  NetPending(NetTransport& t, const ConnRequest& req, std::unique_ptr<NetListenComm> listen)
+      : t_(t), peer_(req.peer), info_(req.peerInfo), where_(req.where), listen_(std::move(listen)) {}
+  std::unique_ptr<Connection> finish() override;
+
+ private:
+  NetTransport& t_;
+  int peer_;
+  const PeerInfo& info_;
+  std::string where_;
+  std::unique_ptr<NetListenComm> listen_;
+};
+
+class NetTransport : public Transport {
+ public:
+  explicit NetTransport(const TransportContext& ctx) : bs_(ctx.bootstrap), shape_(ctx.shape) {
+    std::string name = selectedNetBackend();
+    if (name.empty()) return;
+    NetBackendSpec spec = findNetBackend(name);
+    name_ = "net/" + spec.name;
+    backend_ = spec.make(NetContext{bs_.job(), bs_.rank(), bs_.nranks(), bs_.iface()});
+    if (backend_->devices() < 1)
+      LOOM_THROW(kSystemError, "rank %d: NCCL_NET=%s: the %s backend found no network device",
+                 bs_.rank(), name.c_str(), spec.name.c_str());
+  }
+
+  // Every pair that shm left over, when NCCL_NET names a backend.
+  bool canConnect(const PeerInfo&, const PeerInfo&) const override { return backend_ != nullptr; }
+
+  std::unique_ptr<PendingRecv> setup(const ConnRequest& req, Blob* blob) override {
+    NetHandle h;
+    auto listen = backend_->listen(0, &h);
+    blob->assign(h.bytes, h.bytes + sizeof(h.bytes));
+    return std::make_unique<NetPending>(*this, req, std::move(listen));
+  }
+
+  std::unique_ptr<Connection> connect(const ConnRequest& req,
+                                      std::span<const uint8_t> blob) override {
+    if (!backend_)
+      LOOM_THROW(kInvalidUsage,
+                 "rank %d: rank %d reaches this rank through NCCL_NET's backend, which is not "
+                 "set here: every rank must set the same NCCL_NET",
+                 bs_.rank(), req.peer);
+    NetHandle h;
+    if (blob.size() != sizeof(h.bytes))
+      LOOM_THROW(kRemoteError, "rank %d: rank %d sent a %zu-byte network handle, expected %zu",
+                 bs_.rank(), req.peer, blob.size(), sizeof(h.bytes));
+    memcpy(h.bytes, blob.data(), sizeof(h.bytes));
+    std::unique_ptr<NetStage> stage;
+    auto comm = pollUntil<NetSendComm>(
+        bs_, req.peer, "network connect", [&] { return backend_->connect(0, h, stage); },
+        [] { return false; });
+    return std::make_unique<NetConnection>(req.peer, req.peerInfo, shape_, name_, std::move(comm),
+                                           nullptr, req.where);
+  }
+
+  std::unique_ptr<Connection> accept(int peer, const PeerInfo& info, const std::string& where,
+                                     NetListenComm& listen) {
+    std::unique_ptr<NetStage> stage;
+    auto comm = pollUntil<NetRecvComm>(
+        bs_, peer, "network accept", [&] { return listen.accept(stage); },
+        [&] { return listen.mayStillArrive(); });
+    return std::make_unique<NetConnection>(peer, info, shape_, name_, nullptr, std::move(comm),
+                                           where);
+  }
+
+ private:
+  Bootstrap& bs_;
+  FifoShape shape_;
+  std::string name_;
+  std::unique_ptr<NetBackend> backend_;  // null: NCCL_NET is not set
+};
+
+std::unique_ptr<Connection> NetPending::finish() {
+  return t_.accept(peer_, info_, where_, *listen_);
+}
+
+}  // namespace
+
+NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
+                             const std::string& transport, std::unique_ptr<NetSendComm> send,
+                             std::unique_ptr<NetRecvComm> recv, const std::string& where)
+    : Connection(peer, transport, info, where),
+      sender_(send != nullptr),
+      send_(std::move(send)),
+      recv_(std::move(recv)) {
+  size_t slots = shape.slotBytes * static_cast<size_t>(shape.depth);
+  if (posix_memalign(&mem_, 4096, ctrlBytes() + slots) != 0)
+    LOOM_THROW(kSystemError, "out of memory allocating %zu bytes for a network FIFO",
+               ctrlBytes() + slots);
+  memset(mem_, 0, ctrlBytes());
+  fifo_.ctrl = static_cast<FifoCtrl*>(mem_);
+  fifo_.slots = static_cast<char*>(mem_) + ctrlBytes();
+  fifo_.slotBytes = shape.slotBytes;
+  fifo_.depth = shape.depth;
+  mr_ = send_ ? send_->regMr(fifo_.slots, slots, NetMemType::kHost)
+              : recv_->regMr(fifo_.slots, slots, NetMemType::kHost);
+}
+
+NetConnection::~NetConnection() {
+  close();
+  free(mem_);
+}
+
+void NetConnection::close() {
+  // Registrations go before their comm; closing the comm is what the peer notices.
+  mr_.reset();
+  send_.reset();
+  recv_.reset();
+}
+
+bool NetConnection::progress() {
+  if (error_ || (!send_ && !recv_)) return false;
+  try {
+    return send_ ? pumpSend() : pumpRecv();
+  } catch (const Error& e) {
+    error_.emplace(e.code(), strprintf("%s: %s", describe().c_str(), e.what()));
+    return false;
+  }
+}
+
+void NetConnection::checkPeer() const {
+  bool waiting = sender_ ? !fifo_.drained() : !fifo_.canRecv();
+  if (!waiting) return;
+  if (error_) throw *error_;
+  if (!send_ && !recv_)
+    LOOM_THROW(kRemoteError, "%s: the connection was closed on this rank", describe().c_str());
+}
+
+// Step s leaves as one message once the executor published it; its slot returns to the
+// executor (head) only when the backend says the bytes are out of it.
+bool NetConnection::pumpSend() {
+  bool any = false;
+  int depth = fifo_.depth;
+  uint64_t tail = loadAcquire(fifo_.ctrl->tail);
+  while (posted_ < tail) {
+    const FifoSlotInfo& info = fifo_.ctrl->info[posted_ % depth];
+    NetRequest* r = send_->isend(fifo_.slot(posted_), info.bytes, tagOf(posted_), mr_.get());
+    if (!r) break;
+    reqs_[posted_ % depth] = r;
+    ++posted_;
+    any = true;
+  }
+  uint64_t before = done_;
+  size_t bytes;
+  try {
+    while (done_ < posted_ && send_->test(reqs_[done_ % depth], &bytes)) ++done_;
+  } catch (const Error&) {
+    storeRelease(fifo_.ctrl->head, done_);  // what completed before the failure stands
+    throw;
+  }
+  if (done_ != before) {
+    storeRelease(fifo_.ctrl->head, done_);
+    any = true;
+  }
+  return any;
+}
+
+// A receive is posted into every slot the executor has released (s < head + depth);
+// completed steps are published in order.
+bool NetConnection::pumpRecv() {
+  bool any = false;
+  int depth = fifo_.depth;
+  uint64_t head = loadAcquire(fifo_.ctrl->head);
+  while (posted_ < head + depth) {
+    NetRequest* r = recv_->irecv(fifo_.slot(posted_), fifo_.slotBytes, tagOf(posted_), mr_.get());
+    if (!r) break;
+    reqs_[posted_ % depth] = r;
+    ++posted_;
+    any = true;
+  }
+  uint64_t before = done_;
+  size_t bytes;
+  try {
+    while (done_ < posted_ && recv_->test(reqs_[done_ % depth], &bytes)) {
+      FifoSlotInfo& info = fifo_.ctrl->info[done_ % depth];
+      info.bytes = bytes;
+      info.remote = 0;
+      ++done_;
+    }
+  } catch (const Error&) {
+    // A sender that finished and closed fails the receives posted ahead of its last
+    // message: the steps that arrived before are still the executor's.
+    storeRelease(fifo_.ctrl->tail, done_);
+    throw;
+  }
+  if (done_ != before) {
+    storeRelease(fifo_.ctrl->tail, done_);
+    any = true;
+  }
+  return any;
+}
+
+std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx) {
+  return std::make_unique<NetTransport>(ctx);
+}
+
+}  // namespace loom

@@ -1,0 +1,54 @@
+// The generic network transport: one connection type that pumps FIFO slots through any
+// NetBackend. The sender's pump posts each published slot as one isend and releases it
+// to the executor once the backend reports it sent; the receiver's pump keeps an irecv
+// posted into every free slot and publishes slots in order as they complete. Both FIFOs
+// live in local memory, so the executor's protocol is the one it runs over shm.
+//
+// Chosen for pairs of ranks that shm does not serve when NCCL_NET names a backend;
+// otherwise inert (the built-in socket transport carries those pairs).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/error.h"
+#include "transports/net/net_backend.h"
+#include "transports/registry.h"
+
+namespace loom {
+
+class NetConnection : public Connection {
+ public:
+  // Exactly one of `send` / `recv` is set: the side of the connection this rank holds.
+  NetConnection(int peer, const PeerInfo& info, FifoShape shape, const std::string& transport,
+                std::unique_ptr<NetSendComm> send, std::unique_ptr<NetRecvComm> recv,
+                const std::string& where);
+  ~NetConnection() override;
+
+  bool needsProgress() const override { return true; }
+  bool progress() override;
+  // The backend's error, once the executor waits on this connection. A receiver keeps
+  // receives posted ahead, so a peer that finished and closed is an error only when this
+  // side still expects data.
+  void checkPeer() const override;
+  void close() override;
+
+ private:
+  bool pumpSend();
+  bool pumpRecv();
+
+  bool sender_;
+  std::unique_ptr<NetSendComm> send_;
+  std::unique_ptr<NetRecvComm> recv_;
+  std::unique_ptr<NetMr> mr_;  // the FIFO's slots, registered with the comm
+  void* mem_ = nullptr;
+  NetRequest* reqs_[kMaxFifoDepth] = {};
+  uint64_t posted_ = 0;  // steps handed to the backend
+  uint64_t done_ = 0;    // steps the backend completed (published to the FIFO)
+  std::optional<Error> error_;
+};
+
+std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx);
+
+}  // namespace loom
