@@ -388,12 +388,22 @@ struct CommQueue {
   }
 };
 
+// Set once this thread's pool is destroyed; a bool needs no destructor, so it stays readable.
+thread_local bool tlsPoolGone = false;
+struct QueuePool {
+  std::vector<CommQueue> queues;
+  ~QueuePool() { tlsPoolGone = true; }
+};
+
 }  // namespace
 
 void runTasks(std::span<Task* const> tasks) {
   // Reused from call to call on this thread (a thread runs one launch at a time), so a
-  // small collective allocates nothing here.
-  thread_local std::vector<CommQueue> pool;
+  // small collective allocates nothing here. A collective called from an atexit handler
+  // runs after the thread's TLS destructors: it gets a pool of its own.
+  thread_local QueuePool tls;
+  std::vector<CommQueue> exiting;
+  std::vector<CommQueue>& pool = tlsPoolGone ? exiting : tls.queues;
   size_t used = 0;
   for (Task* t : tasks) {
     size_t q = 0;
