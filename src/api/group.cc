@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "algo/select.h"
 #include "api/comm.h"
 #include "api/guard.h"
 #include "base/log.h"
@@ -89,6 +91,25 @@ void runDeferredInits(std::vector<ncclComm_t> inits) {
 
 }  // namespace
 
+double estimateGroupMicros(const std::vector<OpArgs>& ops) {
+  // Each communicator runs its operations one after another; communicators run side by
+  // side, so the group takes as long as its slowest communicator.
+  std::vector<std::pair<ncclComm_t, std::vector<CollRequest>>> perComm;
+  for (const OpArgs& a : ops) {
+    auto it = std::find_if(perComm.begin(), perComm.end(), [&](const auto& p) { return p.first == a.comm; });
+    if (it == perComm.end()) it = perComm.insert(perComm.end(), {a.comm, {}});
+    it->second.push_back({a.coll, a.count, dtypeSize(static_cast<int>(a.dtype)), a.root});
+  }
+  double slowest = 0;
+  for (auto& [comm, reqs] : perComm) {
+    comm->waitInit();
+    LOOM_CHECK_USAGE(comm->core != nullptr,
+                     "ncclGroupSimulateEnd: communicator %p failed to initialize", static_cast<void*>(comm));
+    slowest = std::max(slowest, estimateMicros(reqs, comm->core->planContext()));
+  }
+  return slowest;
+}
+
 bool inGroup() { return tlsGroup.depth > 0; }
 
 void submit(const OpArgs& op) {
@@ -133,15 +154,18 @@ LOOM_NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   return guard("ncclGroupSimulateEnd", nullptr, [&] {
     auto& g = loom::api::tlsGroup;
     LOOM_CHECK_ARG(simInfo != nullptr, "ncclGroupSimulateEnd: simInfo is NULL");
+    LOOM_CHECK_ARG(simInfo->magic == 0x74685283u,
+                   "ncclGroupSimulateEnd: simInfo was not set up with NCCL_SIM_INFO_INITIALIZER "
+                   "(magic 0x%x)", simInfo->magic);
     LOOM_CHECK_USAGE(g.depth > 0, "ncclGroupSimulateEnd: no matching ncclGroupStart");
-    // The group ends without running anything, as NCCL's simulation does.
-    if (--g.depth == 0) {
-      g.ops.clear();
-      g.inits.clear();
-    }
-    LOOM_CHECK_USAGE(false,
-                     "ncclGroupSimulateEnd: Loom has no performance simulator yet; the group "
-                     "was ended without running its operations");
+    if (--g.depth > 0) return ncclSuccess;
+    // Communicator inits run as at ncclGroupEnd; the operations are priced, not run.
+    std::vector<ncclComm_t> inits = std::move(g.inits);
+    std::vector<loom::api::OpArgs> ops = std::move(g.ops);
+    g.inits.clear();
+    g.ops.clear();
+    if (!inits.empty()) loom::api::runDeferredInits(inits);
+    simInfo->estimatedTime = static_cast<float>(loom::api::estimateGroupMicros(ops));
     return ncclSuccess;
   });
 }

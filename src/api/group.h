@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <functional>
+#include <vector>
 
 #include "algo/collective.h"
 #include "base/mem_kind.h"
@@ -32,5 +33,8 @@ void submit(const OpArgs& op);
 // Queues a deferred communicator init to run (concurrently with the group's others) at
 // the outermost ncclGroupEnd.
 void deferInit(ncclComm_t comm);
+// The cost model's time (microseconds) for a group's operations: what
+// ncclGroupSimulateEnd reports.
+double estimateGroupMicros(const std::vector<OpArgs>& ops);
 
 }  // namespace loom::api

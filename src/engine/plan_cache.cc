@@ -21,7 +21,7 @@ std::shared_ptr<CachedPlan> PlanCache::get(const CollRequest& req, const PlanCon
   }
   // Built outside the lock: selection may log, and building large plans takes a while.
   auto made = std::make_shared<CachedPlan>();
-  made->plan = buildPlan(req, ctx, selectAlgorithm(req, ctx));
+  made->plan = buildPlan(req, ctx, select(req, ctx));
   std::lock_guard<std::mutex> lock(mu_);
   ++misses_;
   if (plans_.size() >= kCapacity) plans_.clear();  // entries in use live on in their launches

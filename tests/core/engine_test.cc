@@ -214,5 +214,50 @@ TEST(EngineAsync, OneLaunchMayNotSpanCommunicators) {
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
+// ncclGroupSimulateEnd prices a group with the cost model and runs nothing.
+TEST(EngineSimulate, GroupSimulateEndPricesWithoutRunning) {
+  auto f = runRanks(Mode::kThreads, 2, [](int rank, int, ncclComm_t comm) -> std::string {
+    auto price = [&](size_t count, int calls, std::vector<float>* out) -> float {
+      std::vector<float> in = input(rank, count);
+      ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+      if (ncclGroupStart() != ncclSuccess) return -1;
+      for (int i = 0; i < calls; ++i)
+        if (ncclAllReduce(in.data(), out->data(), count, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+          return -1;
+      if (ncclGroupSimulateEnd(&info) != ncclSuccess) return -1;
+      return info.estimatedTime;
+    };
+    std::vector<float> out(1 << 20, -7.0f);
+    float small = price(2, 1, &out), big = price(1 << 20, 1, &out), twice = price(1 << 20, 2, &out);
+    RANK_CHECK(small > 0, "an 8-byte all-reduce priced %g us", small);
+    RANK_CHECK(big > small, "4 MiB priced %g us, no more than 8 B (%g us)", big, small);
+    RANK_CHECK(twice > 1.9f * big && twice < 2.1f * big, "two 4 MiB all-reduces priced %g us, one %g us",
+               twice, big);
+    for (float v : out) RANK_CHECK(v == -7.0f, "a simulated group wrote the receive buffer");
+    // The communicator still works, and an empty group costs nothing.
+    ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+    RANK_NCCL(ncclGroupStart());
+    RANK_NCCL(ncclGroupSimulateEnd(&info));
+    RANK_CHECK(info.estimatedTime == 0.0f, "an empty group priced %g us", info.estimatedTime);
+    std::vector<float> in = input(rank, 1000), res(1000);
+    RANK_NCCL(ncclAllReduce(in.data(), res.data(), 1000, ncclFloat32, ncclSum, comm, nullptr));
+    res.resize(1000);
+    return checkSum(res, 2);
+  });
+  EXPECT_TRUE(f.empty()) << joinFailures(f);
+}
+
+TEST(EngineSimulate, GroupSimulateEndRejectsBadArguments) {
+  EXPECT_EQ(ncclGroupSimulateEnd(nullptr), ncclInvalidArgument);
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  EXPECT_EQ(ncclGroupSimulateEnd(&info), ncclInvalidUsage);  // no ncclGroupStart
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclGroupStart"), std::string::npos);
+  info.magic = 0;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupSimulateEnd(&info), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("NCCL_SIM_INFO_INITIALIZER"), std::string::npos);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);  // the bad call did not close the group
+}
+
 }  // namespace
 }  // namespace loomtest
