@@ -75,8 +75,8 @@ constexpr size_t kDeviceLineBytes = 256;
 // ---------------- Watchdog ----------------
 
 Watchdog::Watchdog(int timeoutSec, int nThreads, std::function<void(int)> onTimeout)
-    : timeoutSec_(timeoutSec), onTimeout_(std::move(onTimeout)), busySinceNs_(nThreads) {
-  for (auto& b : busySinceNs_) b = 0;
+    : timeoutSec_(timeoutSec), onTimeout_(std::move(onTimeout)), edges_(nThreads) {
+  for (auto& e : edges_) e.store(0, std::memory_order_relaxed);
   if (timeoutSec_ > 0) thread_ = std::thread([this] { loop(); });
 }
 
@@ -89,16 +89,28 @@ Watchdog::~Watchdog() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::enter(int thread) { busySinceNs_[thread] = nowNs(); }
-void Watchdog::leave(int thread) { busySinceNs_[thread] = 0; }
+void Watchdog::enter(int thread) {
+  auto& e = edges_[thread];
+  e.store(e.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+void Watchdog::leave(int thread) { enter(thread); }
 
+// A thread is stuck when it has been seen in the same call (same odd count) for longer
+// than the timeout.
 void Watchdog::loop() {
+  std::vector<uint64_t> seen(edges_.size(), 0);
+  std::vector<int64_t> sinceNs(edges_.size(), 0);
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stop_; })) {
     const int64_t now = nowNs();
-    for (size_t t = 0; t < busySinceNs_.size(); ++t) {
-      int64_t since = busySinceNs_[t];
-      if (since && now - since > int64_t(timeoutSec_) * 1000000000) {
+    for (size_t t = 0; t < edges_.size(); ++t) {
+      uint64_t e = edges_[t].load(std::memory_order_relaxed);
+      if (e % 2 == 0 || e != seen[t]) {
+        seen[t] = e;
+        sinceNs[t] = now;
+        continue;
+      }
+      if (now - sinceNs[t] > int64_t(timeoutSec_) * 1000000000) {
         lock.unlock();
         onTimeout_(static_cast<int>(t));  // does not return
       }
