@@ -88,6 +88,8 @@ void destroyComm(ncclComm_t comm) {
 void ncclComm::runInit() noexcept {
   ncclResult_t rc = loom::api::guard("ncclCommInitRank", this, [&]() {
     loom::ScopedLogRank lr(rank);
+    for (int t = 0; t < ncclNumTypes; ++t)
+      for (int o = 0; o < ncclNumOps; ++o) builtinOps[t][o] = loom::Reducer::make(t, o, nranks);
     auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag);
     LOOM_INFO(loom::kLogInit, "comm %p %s - Init COMPLETE", static_cast<void*>(this),
               c->initSummary().c_str());

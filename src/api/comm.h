@@ -45,6 +45,8 @@ struct ncclComm {
   };
   std::vector<UserOp> userOps;
   std::mutex opsMu;
+  // Every built-in (type, op) reducer, made once at init: a call only copies one.
+  loom::Reducer builtinOps[ncclNumTypes][ncclNumOps];
 
   std::mutex errMu;
   std::string lastError;

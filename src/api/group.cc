@@ -25,8 +25,7 @@ thread_local GroupState tlsGroup;
 
 Reducer reducerFor(const OpArgs& a) {
   ncclComm_t comm = a.comm;
-  if (a.op < ncclNumOps)
-    return Reducer::make(static_cast<int>(a.dtype), static_cast<int>(a.op), comm->nranks);
+  if (a.op < ncclNumOps) return comm->builtinOps[a.dtype][a.op];  // both checked by the entry point
   std::lock_guard<std::mutex> lock(comm->opsMu);
   return comm->userOps[a.op - ncclNumOps].red;
 }
