@@ -132,40 +132,41 @@ LOOM_NCCL_API ncclResult_t ncclGroupStart(void) {
   });
 }
 
+namespace loom::api {
+namespace {
+
+// The outermost end runs the group's communicator inits, then launches its operations,
+// or, with `sim`, prices them instead.
+ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
+  auto& g = tlsGroup;
+  LOOM_CHECK_USAGE(g.depth > 0, "%s: no matching ncclGroupStart", fn);
+  if (--g.depth > 0) return ncclSuccess;
+  std::vector<ncclComm_t> inits = std::move(g.inits);
+  std::vector<OpArgs> ops = std::move(g.ops);
+  g.inits.clear();
+  g.ops.clear();
+  if (!inits.empty()) runDeferredInits(inits);
+  if (sim) sim->estimatedTime = static_cast<float>(estimateGroupMicros(ops));
+  else if (!ops.empty()) launch(ops);
+  for (ncclComm_t c : inits)
+    if (!c->blocking) return ncclInProgress;
+  return ncclSuccess;
+}
+
+}  // namespace
+}  // namespace loom::api
+
 LOOM_NCCL_API ncclResult_t ncclGroupEnd(void) {
-  return guard("ncclGroupEnd", nullptr, [&] {
-    auto& g = loom::api::tlsGroup;
-    LOOM_CHECK_USAGE(g.depth > 0, "ncclGroupEnd: no matching ncclGroupStart");
-    if (--g.depth > 0) return ncclSuccess;
-    std::vector<ncclComm_t> inits = std::move(g.inits);
-    std::vector<loom::api::OpArgs> ops = std::move(g.ops);
-    g.inits.clear();
-    g.ops.clear();
-    if (!inits.empty()) loom::api::runDeferredInits(inits);
-    if (!ops.empty()) loom::api::launch(ops);
-    for (ncclComm_t c : inits)
-      if (!c->blocking) return ncclInProgress;
-    return ncclSuccess;
-  });
+  return guard("ncclGroupEnd", nullptr, [&] { return loom::api::endGroup("ncclGroupEnd", nullptr); });
 }
 
 LOOM_NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   return guard("ncclGroupSimulateEnd", nullptr, [&] {
-    auto& g = loom::api::tlsGroup;
     LOOM_CHECK_ARG(simInfo != nullptr, "ncclGroupSimulateEnd: simInfo is NULL");
     LOOM_CHECK_ARG(simInfo->magic == 0x74685283u,
                    "ncclGroupSimulateEnd: simInfo was not set up with NCCL_SIM_INFO_INITIALIZER "
                    "(magic 0x%x)", simInfo->magic);
-    LOOM_CHECK_USAGE(g.depth > 0, "ncclGroupSimulateEnd: no matching ncclGroupStart");
-    if (--g.depth > 0) return ncclSuccess;
-    // Communicator inits run as at ncclGroupEnd; the operations are priced, not run.
-    std::vector<ncclComm_t> inits = std::move(g.inits);
-    std::vector<loom::api::OpArgs> ops = std::move(g.ops);
-    g.inits.clear();
-    g.ops.clear();
-    if (!inits.empty()) loom::api::runDeferredInits(inits);
-    simInfo->estimatedTime = static_cast<float>(loom::api::estimateGroupMicros(ops));
-    return ncclSuccess;
+    return loom::api::endGroup("ncclGroupSimulateEnd", simInfo);
   });
 }
 
