@@ -10,7 +10,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/time.h"
-#include "kernels/copy.h"
+#include "kernels/cpu_step_ops.h"
+#include "kernels/step_primitive.h"
 
 namespace loom {
 namespace {
@@ -29,25 +30,6 @@ IntKnob kTimeout("LOOM_TIMEOUT", "", 1800,
 
 // Below this, posting an address (a cross-process read per step) costs more than copying.
 constexpr size_t kShareMinBytes = 64 << 10;
-
-// Steps that write one input to two places do it in blocks this size, so the second
-// copy reads from L1 (48 KiB and more on current x86 cores).
-constexpr size_t kBlock = 16 << 10;
-
-// dst <- src; dst is final data this rank will not read again in this operation.
-void copyOut(char* dst, const char* src, size_t n, bool stream) {
-  if (stream) copyStreaming(dst, src, n);
-  else memcpy(dst, src, n);
-}
-
-// a <- src and b <- src (b final, see copyOut), reading src from memory once.
-void copy2(char* a, char* b, const char* src, size_t n, bool stream) {
-  for (size_t off = 0; off < n; off += kBlock) {
-    size_t m = n - off < kBlock ? n - off : kBlock;
-    memcpy(a + off, src + off, m);
-    copyOut(b + off, a + off, m, stream);
-  }
-}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -116,159 +98,68 @@ class ChannelRun {
   }
   char* mptr(BufRef r, size_t off) const { return const_cast<char*>(ptr(r, off)); }
 
+  // The step primitive (kernels/step_primitive.h) over host memory, with the CPU's part
+  // of a receive: checking the size the sender posted and fetching a payload the sender
+  // posted by address.
+  struct Ops : CpuStepOps {
+    Connection* rc;
+    std::vector<char>* tmp;
+    const void* received(FifoEnd& f, StepPiece& p) const {
+      const FifoSlotInfo& info = f.recvInfo();
+      if (info.bytes != p.bytes)
+        LOOM_THROW(kInvalidUsage,
+                   "%s sent %llu bytes where %zu were expected; do all ranks call the same "
+                   "collective with the same count and datatype?",
+                   rc->describe().c_str(), static_cast<unsigned long long>(info.bytes), p.bytes);
+      if (!info.remote) return f.recvSlot();
+      // Without a second source the payload goes straight to dst (one copy).
+      void* to = p.dst && !p.b ? p.dst : nullptr;
+      if (!to) {
+        if (tmp->size() < p.bytes) tmp->resize(p.bytes);
+        to = tmp->data();
+      }
+      rc->readRemote(to, info.remote, p.bytes);
+      return to;
+    }
+  };
+
   bool tryPiece() {
     const Step& s = steps_[cur_];
     Connection* rc = s.recvPeer >= 0 ? t_.transports->recvConn(s.recvPeer, s.conn) : nullptr;
     Connection* sc = s.sendPeer >= 0 ? t_.transports->sendConn(s.sendPeer, s.conn) : nullptr;
-    size_t slot = rc ? rc->fifo().slotBytes : sc ? sc->fifo().slotBytes : s.bytes;
+    FifoEnd* rf = rc ? &rc->fifo() : nullptr;
+    FifoEnd* sf = sc ? &sc->fifo() : nullptr;
+    if (!stepReady(rf, sf)) return false;
+    size_t slot = rf ? rf->slotBytes : sf ? sf->slotBytes : s.bytes;
     size_t n = s.bytes - off_;
     if (n > slot) n = slot;
-    if (rc && !rc->fifo().canRecv()) return false;
-    if (sc && !sc->fifo().canSend()) return false;
 
-    const char* in = nullptr;
-    bool inIsDst = false;  // the payload was read straight into dst (single-copy path)
-    if (rc) {
-      const FifoSlotInfo& info = rc->fifo().recvInfo();
-      if (info.bytes != n)
-        LOOM_THROW(kInvalidUsage,
-                   "%s sent %llu bytes where %zu were expected; do all ranks call the same "
-                   "collective with the same count and datatype?",
-                   rc->describe().c_str(), static_cast<unsigned long long>(info.bytes), n);
-      if (info.remote) {
-        if (s.op == StepOp::kRecv || s.op == StepOp::kRecvCopySend) {
-          rc->readRemote(mptr(s.dst, off_), info.remote, n);
-          in = ptr(s.dst, off_);
-          inIsDst = true;
-        } else {
-          if (tmp_.size() < n) tmp_.resize(n);
-          rc->readRemote(tmp_.data(), info.remote, n);
-          in = tmp_.data();
-        }
-      } else {
-        in = rc->fifo().recvSlot();
-      }
-    }
-    char* out = sc ? sc->fifo().sendSlot() : nullptr;
-    size_t elems = n / t_.eltSize;
     const Reducer& red = t_.red;
-    const bool srcPartial = s.flags & kSrcPartial;
-    const bool finalDst = !(s.flags & kDstPartial) && red.hasPost();
-    const bool share = (s.flags & kShare) && sc && n >= kShareMinBytes && sc->supportsRemoteRead();
-    uint64_t remote = 0;  // set when we post an address instead of data
-    // dst = in R pre(src), or in R src when src is a partial result.
-    auto combine = [&](void* dst, const void* a, const void* src) {
-      if (srcPartial) red.reduce2(dst, a, src, elems);
-      else red.reduce(dst, a, src, elems);
-    };
-    auto scaled = [&](void* dst, const void* src) {
-      if (srcPartial) {
-        if (dst != src) memcpy(dst, src, n);
-      } else {
-        red.pre(dst, src, elems);
-      }
-    };
-    switch (s.op) {
-      case StepOp::kSend: {
-        const char* src = ptr(s.src, off_);
-        if (share && (srcPartial || !red.hasPre())) remote = reinterpret_cast<uint64_t>(src);
-        // A send with a dst also copies src there (all-gather's own block): one read of src
-        // feeds both, a block at a time while it is in L1.
-        char* dst = s.dst.buf != Buf::kNone ? mptr(s.dst, off_) : nullptr;
-        if (dst == src) dst = nullptr;
-        if (dst && !srcPartial && red.hasPre()) {
-          scaled(out, src);
-          if (finalDst) red.post(dst, out, elems);
-          else memcpy(dst, out, n);
-        } else if (dst && finalDst) {
-          if (!remote) scaled(out, src);
-          red.post(dst, src, elems);
-        } else if (dst) {
-          if (remote) copyOut(dst, src, n, stream_);
-          else copy2(out, dst, src, n, stream_);
-        } else if (!remote) {
-          scaled(out, src);
-        }
-        break;
-      }
-      case StepOp::kRecv: {
-        char* dst = mptr(s.dst, off_);
-        if (finalDst) red.post(dst, in, elems);
-        else if (!inIsDst) copyOut(dst, in, n, stream_);
-        break;
-      }
-      case StepOp::kRecvReduceSend:
-        combine(out, in, ptr(s.src, off_));
-        break;
-      case StepOp::kRecvReduceCopy: {
-        char* dst = mptr(s.dst, off_);
-        combine(dst, in, ptr(s.src, off_));
-        if (finalDst) red.post(dst, dst, elems);
-        break;
-      }
-      case StepOp::kRecvReduceCopySend: {
-        char* dst = mptr(s.dst, off_);
-        if (share && !finalDst) {
-          combine(dst, in, ptr(s.src, off_));
-          remote = reinterpret_cast<uint64_t>(dst);
-        } else {
-          // Block by block, so the copy into dst reads what the reduction just wrote to
-          // the slot from L1 instead of memory.
-          const char* src = ptr(s.src, off_);
-          for (size_t b = 0; b < n; b += kBlock) {
-            size_t m = n - b < kBlock ? n - b : kBlock;
-            size_t e = m / t_.eltSize;
-            if (srcPartial) red.reduce2(out + b, in + b, src + b, e);
-            else red.reduce(out + b, in + b, src + b, e);
-            if (finalDst) red.post(dst + b, out + b, e);
-            else copyOut(dst + b, out + b, m, stream_);
-          }
-        }
-        break;
-      }
-      case StepOp::kRecvCopySend: {
-        char* dst = mptr(s.dst, off_);
-        // Peers get the data as received (before post()).
-        if (share && !finalDst) {
-          if (!inIsDst) copyOut(dst, in, n, stream_);
-          remote = reinterpret_cast<uint64_t>(dst);
-        } else {
-          if (finalDst) {
-            memcpy(out, in, n);
-            red.post(dst, in, elems);
-          } else if (inIsDst) {
-            memcpy(out, in, n);
-          } else {
-            copy2(out, dst, in, n, stream_);
-          }
-        }
-        break;
-      }
-      case StepOp::kCopy: {
-        const char* src = ptr(s.src, off_);
-        char* dst = mptr(s.dst, off_);
-        if (!srcPartial && red.hasPre()) {
-          red.pre(dst, src, elems);
-          if (finalDst) red.post(dst, dst, elems);
-        } else if (finalDst) {
-          red.post(dst, src, elems);
-        } else if (src != dst) {
-          memcpy(dst, src, n);
-        }
-        break;
-      }
-      case StepOp::kLocalReduce: {
-        char* dst = mptr(s.dst, off_);
-        combine(dst, dst, ptr(s.src, off_));
-        if (finalDst) red.post(dst, dst, elems);
-        break;
-      }
+    StepPiece p;
+    p.bytes = n;
+    p.bPartial = s.flags & kSrcPartial;
+    p.postDst = !(s.flags & kDstPartial) && red.hasPost();
+    if (s.src.buf != Buf::kNone) p.b = ptr(s.src, off_);
+    if (s.dst.buf != Buf::kNone) p.dst = mptr(s.dst, off_);
+    if (s.op == StepOp::kLocalReduce) p.a = p.dst;
+    // A send with a dst also copies src there (all-gather's own block), unless in place.
+    if (s.op == StepOp::kSend && p.dst == p.b) p.dst = nullptr;
+    // Single copy: post where the data sits unchanged until the operation completes.
+    if ((s.flags & kShare) && sc && n >= kShareMinBytes && sc->supportsRemoteRead()) {
+      if (s.op == StepOp::kSend && (p.bPartial || !red.hasPre()))
+        p.remote = reinterpret_cast<uint64_t>(p.b);
+      else if ((s.op == StepOp::kRecvReduceCopySend || s.op == StepOp::kRecvCopySend) &&
+               !p.postDst)
+        p.remote = reinterpret_cast<uint64_t>(p.dst);
     }
-    // Streaming stores are weakly ordered: they must land before we post or finish.
-    if (stream_) streamFence();
-    if (remote) noteShared(sc);
-    if (rc) rc->fifo().release();
-    if (sc) sc->fifo().post(n, remote);
+    Ops ops;
+    ops.red = &red;
+    // Local copies write data this rank reads again: no streaming stores there.
+    ops.stream = stream_ && s.op != StepOp::kCopy && s.op != StepOp::kLocalReduce;
+    ops.rc = rc;
+    ops.tmp = &tmp_;
+    runStepPiece(rf, sf, p, ops);
+    if (p.remote) noteShared(sc);
     off_ += n;
     if (off_ >= s.bytes) {
       ++cur_;
