@@ -21,23 +21,23 @@ Plan directAllReduce(int n, int rank, size_t count, size_t elt) {
   // a copy, since in-place operation overwrites the input.
   plan.scratchBytes = bytes;
   BufRef own{Buf::kScratch, 0};
-  b.copy(sendBuf(0), own, bytes, kSrcPartial | kDstPartial);
+  b.copyAsIs(sendBuf(0), own, bytes);
   for (int j = 0; j < n; ++j) {
     if (j == 0) {
       if (rank == 0) {
-        b.copy(own, recvBuf(0), bytes, kDstPartial);
+        b.copy(own, partial(recvBuf(0)), bytes);
       } else {
         b.setPeers(-1, 0);
-        b.add(StepOp::kRecv, {}, recvBuf(0), bytes, kDstPartial);
+        b.recv(partial(recvBuf(0)), bytes);
       }
     } else if (j == rank) {
-      b.localReduce(own, recvBuf(0), bytes, kDstPartial);
+      b.localReduce(own, partial(recvBuf(0)), bytes);
     } else {
       b.setPeers(-1, j);
-      b.add(StepOp::kRecvReduceCopy, recvBuf(0), recvBuf(0), bytes, kSrcPartial | kDstPartial);
+      b.recvReduceCopy(partial(recvBuf(0)), partial(recvBuf(0)), bytes);
     }
   }
-  b.copy(recvBuf(0), recvBuf(0), bytes, kSrcPartial);
+  b.finish(recvBuf(0), bytes);
   return plan;
 }
 

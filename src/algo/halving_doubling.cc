@@ -43,7 +43,7 @@ Plan halvingDoublingAllReduce(int n, int rank, size_t count, size_t elt, size_t 
   int rem = n - p;
   // Fix-up: of ranks 2i and 2i+1 (i < rem), the even one hands its data to the odd one.
   int v;  // rank in the power-of-two core, -1 if sitting out
-  bool partial = false;  // whether recv already holds this rank's (scaled) contribution
+  bool reduced = false;  // whether recv already holds this rank's (scaled) contribution
   if (rank < 2 * rem) {
     if (rank % 2 == 0) {
       b.setPeers(rank + 1, -1);
@@ -53,8 +53,8 @@ Plan halvingDoublingAllReduce(int n, int rank, size_t count, size_t elt, size_t 
       return plan;
     }
     b.setPeers(-1, rank - 1);
-    b.add(StepOp::kRecvReduceCopy, sendBuf(0), recvBuf(0), bytes, kDstPartial);
-    partial = true;
+    b.recvReduceCopy(sendBuf(0), partial(recvBuf(0)), bytes);
+    reduced = true;
     v = rank / 2;
   } else {
     v = rank - rem;
@@ -73,20 +73,16 @@ Plan halvingDoublingAllReduce(int n, int rank, size_t count, size_t elt, size_t 
     b.setPeers(partner, partner);
     exchange(give, keep, elt, chunkBytes,
              [&](size_t off, size_t len) {
-               if (partial) b.add(StepOp::kSend, recvBuf(off), {}, len, kSrcPartial);
-               else b.send(sendBuf(off), len);
+               b.send(reduced ? partial(recvBuf(off)) : sendBuf(off), len);
              },
              [&](size_t off, size_t len) {
-               if (partial)
-                 b.add(StepOp::kRecvReduceCopy, recvBuf(off), recvBuf(off), len,
-                       kSrcPartial | kDstPartial);
-               else
-                 b.add(StepOp::kRecvReduceCopy, sendBuf(off), recvBuf(off), len, kDstPartial);
+               b.recvReduceCopy(reduced ? partial(recvBuf(off)) : sendBuf(off),
+                                partial(recvBuf(off)), len);
              });
     // What we did not keep we never touch again, so recv holds partial sums only for `keep`.
     history.push_back({partner, mine});
     mine = keep;
-    partial = true;
+    reduced = true;
   }
   // All-gather by recursive doubling, undoing the halvings in reverse order.
   for (auto it = history.rbegin(); it != history.rend(); ++it) {
@@ -95,16 +91,16 @@ Plan halvingDoublingAllReduce(int n, int rank, size_t count, size_t elt, size_t 
     Range other = mine.begin == whole.begin ? Range{mine.end, whole.end} : Range{whole.begin, mine.begin};
     b.setPeers(partner, partner);
     exchange(mine, other, elt, chunkBytes,
-             [&](size_t off, size_t len) { b.add(StepOp::kSend, recvBuf(off), {}, len, kSrcPartial); },
-             [&](size_t off, size_t len) { b.add(StepOp::kRecv, {}, recvBuf(off), len, kDstPartial); });
+             [&](size_t off, size_t len) { b.send(partial(recvBuf(off)), len); },
+             [&](size_t off, size_t len) { b.recv(partial(recvBuf(off)), len); });
     mine = whole;
   }
   // Everything in recv is the complete, not yet post()-ed result.
   if (rank < 2 * rem) {
     b.setPeers(rank - 1, -1);
-    b.add(StepOp::kSend, recvBuf(0), {}, bytes, kSrcPartial);
+    b.send(partial(recvBuf(0)), bytes);
   }
-  b.copy(recvBuf(0), recvBuf(0), bytes, kSrcPartial);
+  b.finish(recvBuf(0), bytes);
   return plan;
 }
 

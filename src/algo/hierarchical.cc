@@ -67,25 +67,27 @@ size_t longest(const SubRing& r, const PieceFn& piece) {
 }
 
 // Ring reduce-scatter: position k ends with piece(k) reduced over the group, written to
-// dstBuf. srcFlags marks a source that already holds partial results; `last` is added to
-// the final step (kDstPartial when another phase completes the reduction).
+// dstBuf. srcPartial: the source already holds partial results; dstPartial: another phase
+// completes the reduction (no post() here).
 void ringReduceScatter(PlanBuilder& b, const SubRing& r, const PieceFn& piece, Buf srcBuf,
-                       Buf dstBuf, uint8_t srcFlags, uint8_t last, size_t chunk) {
+                       Buf dstBuf, bool srcPartial, bool dstPartial, size_t chunk) {
+  auto src = [&](size_t o) { return partialIf(srcPartial, {srcBuf, o}); };
+  auto dst = [&](size_t o) { return partialIf(dstPartial, {dstBuf, o}); };
   int n = r.size();
   if (n == 1) {
-    for (const Seg& s : piece(0)) b.copy({srcBuf, s.src}, {dstBuf, s.dst}, s.len, srcFlags | last);
+    for (const Seg& s : piece(0)) b.copy(src(s.src), dst(s.dst), s.len);
     return;
   }
   b.setPeers(r.group[r.wrap(r.pos + 1)], r.group[r.wrap(r.pos - 1)]);
   size_t len = longest(r, piece);
   for (size_t base = 0; base < len; base += chunk) {
     for (const Seg& s : slice(piece(r.wrap(r.pos - 1)), base, chunk))
-      b.add(StepOp::kSend, {srcBuf, s.src}, {}, s.len, srcFlags);
+      b.send(src(s.src), s.len);
     for (int j = 2; j < n; ++j)
       for (const Seg& s : slice(piece(r.wrap(r.pos - j)), base, chunk))
-        b.add(StepOp::kRecvReduceSend, {srcBuf, s.src}, {}, s.len, srcFlags);
+        b.recvReduceSend(src(s.src), s.len);
     for (const Seg& s : slice(piece(r.pos), base, chunk))
-      b.add(StepOp::kRecvReduceCopy, {srcBuf, s.src}, {dstBuf, s.dst}, s.len, srcFlags | last);
+      b.recvReduceCopy(src(s.src), dst(s.dst), s.len);
   }
 }
 
@@ -97,27 +99,32 @@ void ringAllGather(PlanBuilder& b, const SubRing& r, const PieceFn& piece, Buf b
   int n = r.size();
   if (n == 1) return;
   b.setPeers(r.group[r.wrap(r.pos + 1)], r.group[r.wrap(r.pos - 1)]);
-  uint8_t flags = kSrcPartial | kDstPartial | (share ? kShare : 0);
+  auto at = [&](size_t o) { return partial({buf, o}); };
   size_t len = longest(r, piece);
   for (size_t base = 0; base < len; base += chunk) {
-    for (const Seg& s : slice(piece(r.pos), base, chunk))
-      b.add(StepOp::kSend, {buf, s.dst}, {}, s.len, flags);
+    for (const Seg& s : slice(piece(r.pos), base, chunk)) {
+      b.send(at(s.dst), s.len);
+      if (share) b.shareLast();
+    }
     for (int j = 1; j < n - 1; ++j)
-      for (const Seg& s : slice(piece(r.wrap(r.pos - j)), base, chunk))
-        b.add(StepOp::kRecvCopySend, {}, {buf, s.dst}, s.len, flags);
+      for (const Seg& s : slice(piece(r.wrap(r.pos - j)), base, chunk)) {
+        b.recvCopySend(at(s.dst), s.len);
+        if (share) b.shareLast();
+      }
     for (const Seg& s : slice(piece(r.wrap(r.pos - (n - 1))), base, chunk))
-      b.add(StepOp::kRecv, {}, {buf, s.dst}, s.len, flags);
+      b.recv(at(s.dst), s.len);
   }
 }
 
 // Ring all-reduce of buf[off, off + bytes) in place, reading this rank's contribution from
-// srcBuf at the same offsets (srcFlags: kSrcPartial when it already holds partial sums).
+// srcBuf at the same offsets (srcPartial: it already holds partial sums).
 // As the flat ring does, the step that completes a chunk also starts it on its way round.
 void ringAllReduce(PlanBuilder& b, const SubRing& r, size_t off, size_t bytes, size_t elt,
-                   Buf srcBuf, uint8_t srcFlags, size_t chunk) {
+                   Buf srcBuf, bool srcPartial, size_t chunk) {
+  auto src = [&](size_t o) { return partialIf(srcPartial, {srcBuf, o}); };
   int n = r.size();
   if (n == 1) {
-    if (srcBuf != Buf::kRecv) b.copy({srcBuf, off}, recvBuf(off), bytes, srcFlags);
+    if (srcBuf != Buf::kRecv) b.copy(src(off), recvBuf(off), bytes);
     return;
   }
   b.setPeers(r.group[r.wrap(r.pos + 1)], r.group[r.wrap(r.pos - 1)]);
@@ -129,19 +136,19 @@ void ringAllReduce(PlanBuilder& b, const SubRing& r, size_t off, size_t bytes, s
       return std::make_pair(off + (base + lo) * elt, (hi - lo) * elt);
     };
     auto [o, len] = at(r.pos - 1);
-    b.add(StepOp::kSend, {srcBuf, o}, {}, len, srcFlags);
+    b.send(src(o), len);
     for (int j = 2; j < n; ++j) {
       std::tie(o, len) = at(r.pos - j);
-      b.add(StepOp::kRecvReduceSend, {srcBuf, o}, {}, len, srcFlags);
+      b.recvReduceSend(src(o), len);
     }
     std::tie(o, len) = at(r.pos);
-    b.add(StepOp::kRecvReduceCopySend, {srcBuf, o}, recvBuf(o), len, srcFlags);
+    b.recvReduceCopySend(src(o), recvBuf(o), len);
     for (int j = 1; j < n - 1; ++j) {
       std::tie(o, len) = at(r.pos - j);
-      b.add(StepOp::kRecvCopySend, {}, recvBuf(o), len);
+      b.recvCopySend(recvBuf(o), len);
     }
     std::tie(o, len) = at(r.pos + 1);
-    b.add(StepOp::kRecv, {}, recvBuf(o), len);
+    b.recv(recvBuf(o), len);
   }
 }
 
@@ -264,13 +271,13 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
     b.setConn(c);
     const auto [base, bytes] = channelBytes(count, elt, channels, c);
     const PieceFn owned = ownedParts(base, bytes, elt, R);
-    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, 0, kDstPartial, chunk);
+    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, false, true, chunk);
     if (l.local < R) {
       std::vector<int> group = rail(l, l.local);
       SubRing net{group, l.host};
       Seg mine = part(base, bytes, elt, R, l.local);
       ringAllReduce(b, net, mine.dst, mine.len, elt, alone ? Buf::kSend : Buf::kRecv,
-                    alone ? 0 : kSrcPartial, chunk);
+                    !alone, chunk);
     }
     ringAllGather(b, host, owned, Buf::kRecv, true, chunk);
   }
@@ -297,11 +304,11 @@ Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, si
     const long packedAt = static_cast<long>(plan.scratchBytes);
     PieceFn sums = [&](int k) { return k < R ? railAllBlocks(l, k, blk, packedAt) : Piece{}; };
     if (l.local < R) plan.scratchBytes += total(sums(l.local));
-    ringReduceScatter(b, host, sums, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
+    ringReduceScatter(b, host, sums, Buf::kSend, Buf::kScratch, false, true, chunk);
     if (l.local >= R) {
       // 3. (for a rank beyond the rails) its block, finished by its rail's rank.
       b.setPeers(-1, mine[l.local % R]);
-      if (len) b.add(StepOp::kRecv, {}, recvBuf(off), len, kDstPartial);
+      if (len) b.recv(partial(recvBuf(off)), len);
       continue;
     }
     // 2. Each rail finishes every host's blocks of that rail: the block of local rank k
@@ -323,14 +330,13 @@ Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, si
     };
     Buf out = direct ? Buf::kRecv : Buf::kScratch;
     if (!direct) plan.scratchBytes += total(finish(l.host));
-    ringReduceScatter(b, net, finish, Buf::kScratch, out, kSrcPartial, 0, chunk);
+    ringReduceScatter(b, net, finish, Buf::kScratch, out, true, false, chunk);
     if (!direct && len) {
       // 3. Hand the finished blocks to their owners on this host.
-      const uint8_t done = kSrcPartial | kDstPartial;
-      b.copy({Buf::kScratch, finals}, recvBuf(off), len, done);
+      b.copyAsIs({Buf::kScratch, finals}, recvBuf(off), len);
       for (size_t o = l.local + R, i = 1; o < mine.size(); o += R, ++i) {
         b.setPeers(mine[o], -1);
-        b.add(StepOp::kSend, {Buf::kScratch, finals + i * len}, {}, len, done);
+        b.send(partial({Buf::kScratch, finals + i * len}), len);
       }
     }
   }
@@ -345,7 +351,6 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
   const int R = l.minLocal();
   const std::vector<int>& mine = l.hosts[l.host];
   const int me = mine[l.local];
-  const uint8_t f = kSrcPartial | kDstPartial;
   for (int c = 0; c < channels; ++c) {
     const Share share = channelShare(count, channels, c);
     if (share.size() == 0 && c > 0) continue;
@@ -355,10 +360,10 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
     const Blocks blk{B, off, len};
     // 1. Every block into place; a rank beyond the rails also hands its block to its rail.
     if (l.local < R) {
-      b.copy(sendBuf(off), recvBuf(me * B + off), len, f);
+      b.copyAsIs(sendBuf(off), recvBuf(me * B + off), len);
       for (size_t o = l.local + R; o < mine.size(); o += R) {
         b.setPeers(-1, mine[o]);
-        if (len) b.add(StepOp::kRecv, {}, recvBuf(mine[o] * B + off), len, f);
+        if (len) b.recv(partial(recvBuf(mine[o] * B + off)), len);
       }
       // 2. Each rail gathers its blocks of every host.
       std::vector<int> group = rail(l, l.local);
@@ -367,8 +372,8 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
       ringAllGather(b, net, railPiece, Buf::kRecv, false, chunk);
     } else {
       b.setPeers(mine[l.local % R], -1);
-      if (len) b.add(StepOp::kSend, sendBuf(off), recvBuf(me * B + off), len, f);
-      else b.copy(sendBuf(off), recvBuf(me * B + off), len, f);
+      if (len) b.sendCopy(partial(sendBuf(off)), partial(recvBuf(me * B + off)), len);
+      else b.copyAsIs(sendBuf(off), recvBuf(me * B + off), len);
     }
     // 3. Within the host, each rail's rank passes on what its rail gathered.
     SubRing host{mine, l.local};
@@ -385,7 +390,6 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
   const int channels = static_cast<int>(plan.channels.size());
   const RootedChains ch(l, root);
   const int R = ch.R, me = ch.me, dist = ch.dist;
-  const uint8_t f = kSrcPartial | kDstPartial;
   // The root gathers its host's parts in scratch (not in its receive buffer, which peers
   // read from while the parts it already holds would be written again).
   SubRing host{l.hosts[l.host], l.local};
@@ -395,7 +399,7 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
     const auto [base, bytes] = channelBytes(count, elt, channels, c);
-    if (me == root) b.copy({Buf::kSend, base}, recvBuf(base), bytes, f);
+    if (me == root) b.copyAsIs({Buf::kSend, base}, recvBuf(base), bytes);
     // 1-2. Part k goes down a chain: root -> local rank k of the root's host (when that is
     //      not the root) -> local rank k of each following host.
     forEachPartChunk(base, bytes, elt, R, chunk, [&](int k, const Seg& g) {
@@ -404,20 +408,25 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
         const int to = relay != root ? relay : ch.N > 1 ? ch.member(1, k) : -1;
         if (to < 0) return;
         b.setPeers(to, -1);
-        b.add(StepOp::kSend, {Buf::kSend, g.src}, {}, g.len, f | kShare);
+        b.send(partial({Buf::kSend, g.src}), g.len);
+        b.shareLast();
       } else if (k == l.local) {
         const int from = dist == 0 ? root : dist == 1 ? relay : ch.member(dist - 1, k);
         const int to = dist == ch.N - 1 ? -1 : ch.member(dist + 1, k);
         b.setPeers(to, from);
-        if (to < 0) b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, f);
-        else b.add(StepOp::kRecvCopySend, {}, recvBuf(g.dst), g.len, f | kShare);
+        if (to < 0) {
+          b.recv(partial(recvBuf(g.dst)), g.len);
+        } else {
+          b.recvCopySend(partial(recvBuf(g.dst)), g.len);
+          b.shareLast();
+        }
       }
     });
     // 3. Every host all-gathers the parts its rails brought.
     const PieceFn owned = ownedParts(base, bytes, elt, R);
     if (gatherAtRoot && l.local < R) {
       const Seg own = part(base, bytes, elt, R, l.local);
-      b.copy({Buf::kSend, own.src}, {Buf::kScratch, own.dst}, own.len, f);
+      b.copyAsIs({Buf::kSend, own.src}, {Buf::kScratch, own.dst}, own.len);
     }
     ringAllGather(b, host, owned, gatherAtRoot ? Buf::kScratch : Buf::kRecv, true, chunk);
   }
@@ -435,14 +444,13 @@ Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt,
   if (!alone) plan.scratchBytes = count * elt;
   // A rank alone on its host feeds its chain from its input.
   const Buf src = alone ? Buf::kSend : Buf::kScratch;
-  const uint8_t sf = alone ? 0 : kSrcPartial;
   for (int c = 0; c < channels; ++c) {
     PlanBuilder b(plan.channels[c], -1, -1);
     b.setConn(c);
     const auto [base, bytes] = channelBytes(count, elt, channels, c);
     // 1. Local rank k < R sums part k over its host (in scratch).
     const PieceFn owned = ownedParts(base, bytes, elt, R);
-    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kScratch, 0, kDstPartial, chunk);
+    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kScratch, false, true, chunk);
     // 2. Part k goes up a chain: local rank k of the host after the root's, of the next,
     //    ..., of the root's host, and on to the root when that is another rank.
     forEachPartChunk(base, bytes, elt, R, chunk, [&](int k, const Seg& g) {
@@ -451,12 +459,14 @@ Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt,
         const int to = dist == 0 ? (me == root ? -1 : root) : ch.member((dist + 1) % N, k);
         const int from = dist == 1 || (dist == 0 && N == 1) ? -1 : ch.member((dist + N - 1) % N, k);
         b.setPeers(to, from);
-        const StepOp op = from < 0 ? (to < 0 ? StepOp::kCopy : StepOp::kSend)
-                                   : (to < 0 ? StepOp::kRecvReduceCopy : StepOp::kRecvReduceSend);
-        b.add(op, {src, g.src}, to < 0 ? recvBuf(g.dst) : BufRef{}, g.len, sf);
+        const BufRef in = partialIf(!alone, {src, g.src});
+        if (from < 0 && to < 0) b.copy(in, recvBuf(g.dst), g.len);
+        else if (from < 0) b.send(in, g.len);
+        else if (to < 0) b.recvReduceCopy(in, recvBuf(g.dst), g.len);
+        else b.recvReduceSend(in, g.len);
       } else if (me == root && relay != root) {
         b.setPeers(-1, relay);
-        b.add(StepOp::kRecv, {}, recvBuf(g.dst), g.len, 0);
+        b.recv(recvBuf(g.dst), g.len);
       }
     });
   }

@@ -52,6 +52,8 @@ enum class Buf : uint8_t { kNone, kSend, kRecv, kScratch, kAbsolute };
 struct BufRef {
   Buf buf = Buf::kNone;
   size_t offset = 0;  // bytes
+  // Builder input only (see partial()); PlanBuilder turns it into step flags.
+  bool partial = false;
 };
 
 struct Step {
@@ -88,6 +90,17 @@ struct Plan {
   std::string str() const;  // one line per step, for loom-info / debugging
 };
 
+// A buffer of partial results. As a source: it has been through pre() already (not scaled
+// again). As a destination: not final (post() is not applied; a later step finishes it).
+inline BufRef partial(BufRef r) {
+  r.partial = true;
+  return r;
+}
+inline BufRef partialIf(bool p, BufRef r) {
+  r.partial = p;
+  return r;
+}
+
 // Appends steps to a channel; algorithms are written against this so they read like the
 // textbook: b.send(chunk); b.recvReduceSend(chunk); ...
 class PlanBuilder {
@@ -98,6 +111,8 @@ class PlanBuilder {
   void setConn(int conn) { conn_ = static_cast<uint8_t>(conn); }
 
   void send(BufRef src, size_t bytes) { add(StepOp::kSend, src, {}, bytes); }
+  // peer <- src and dst <- src, reading src once (all-gather's own block).
+  void sendCopy(BufRef src, BufRef dst, size_t bytes) { add(StepOp::kSend, src, dst, bytes); }
   void recv(BufRef dst, size_t bytes) { add(StepOp::kRecv, {}, dst, bytes); }
   void recvReduceSend(BufRef src, size_t bytes) { add(StepOp::kRecvReduceSend, src, {}, bytes); }
   void recvReduceCopy(BufRef src, BufRef dst, size_t bytes) {
@@ -107,16 +122,30 @@ class PlanBuilder {
     add(StepOp::kRecvReduceCopySend, src, dst, bytes);
   }
   void recvCopySend(BufRef dst, size_t bytes) { add(StepOp::kRecvCopySend, {}, dst, bytes); }
-  void copy(BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
-    add(StepOp::kCopy, src, dst, bytes, flags);
+  void copy(BufRef src, BufRef dst, size_t bytes) { add(StepOp::kCopy, src, dst, bytes); }
+  void localReduce(BufRef src, BufRef dst, size_t bytes) {
+    add(StepOp::kLocalReduce, src, dst, bytes);
   }
-  void localReduce(BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
-    add(StepOp::kLocalReduce, src, dst, bytes, flags);
+  // Bytes as they are, no pre() and no post() (a raw input kept aside, say).
+  void copyAsIs(BufRef src, BufRef dst, size_t bytes) {
+    copy(partial(src), partial(dst), bytes);
   }
-  // The flags of the step just added (e.g. b.last().flags |= kDstPartial).
-  Step& last() { return ch_.steps.back(); }
+  // buf holds complete results not yet through post(): apply it in place (a no-op step
+  // for reductions without one).
+  void finish(BufRef buf, size_t bytes) { copy(partial(buf), buf, bytes); }
+  // The data the step just added sends stays unchanged in this rank's memory until the
+  // operation completes: a transport that reads peer memory may take it from there.
+  void shareLast() { ch_.steps.back().flags |= kShare; }
 
+  // The partial marks of src and dst become kSrcPartial / kDstPartial.
   void add(StepOp op, BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
+    if (src.partial) flags |= kSrcPartial;
+    if (dst.partial) flags |= kDstPartial;
+    // Only flags that mean something for the step: plans compare equal when they behave so.
+    if (src.buf == Buf::kNone) flags &= ~kSrcPartial;
+    if (dst.buf == Buf::kNone) flags &= ~kDstPartial;
+    if (!stepSends(op)) flags &= ~kShare;
+    src.partial = dst.partial = false;
     Step s;
     s.op = op;
     s.sendPeer = stepSends(op) ? sendPeer_ : -1;

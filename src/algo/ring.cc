@@ -85,11 +85,11 @@ Plan ringAllReduce(const Ring& ring, size_t count, size_t elt, size_t chunkBytes
       // step changes: peers may read it from there (kShare).
       c = chunk(r);
       b.recvReduceCopySend(sendBuf(c.off), recvBuf(c.off), c.bytes);
-      b.last().flags |= kShare;
+      b.shareLast();
       for (int j = 1; j < n - 1; ++j) {
         c = chunk(r - j);
         b.recvCopySend(recvBuf(c.off), c.bytes);
-        b.last().flags |= kShare;
+        b.shareLast();
       }
       c = chunk(r + 1);
       b.recv(recvBuf(c.off), c.bytes);
@@ -112,10 +112,11 @@ Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt, size_t 
       size_t off = base * elt, len = (std::min(step, share.end - base)) * elt;
       // Our own block goes around the ring and, in the same pass over it, into place (a
       // send with a dst copies there too; nothing to copy when in-place).
-      b.add(StepOp::kSend, sendBuf(off), recvBuf(rank * bytes + off), len, kShare);
+      b.sendCopy(sendBuf(off), recvBuf(rank * bytes + off), len);
+      b.shareLast();
       for (int j = 1; j < n - 1; ++j) {
         b.recvCopySend(recvBuf(ring.at(ring.pos - j) * bytes + off), len);
-        b.last().flags |= kShare;
+        b.shareLast();
       }
       b.recv(recvBuf(ring.at(ring.pos - (n - 1)) * bytes + off), len);
     }
@@ -163,12 +164,12 @@ Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t el
       const size_t off = begin * elt, bytes = len * elt;
       if (rank == root) {
         b.send(sendBuf(off), bytes);
-        b.last().flags |= kShare;
+        b.shareLast();
       } else if (dist == n - 1) {
         b.recv(recvBuf(off), bytes);
       } else {
         b.recvCopySend(recvBuf(off), bytes);
-        b.last().flags |= kShare;
+        b.shareLast();
       }
     });
   }

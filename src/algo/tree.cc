@@ -27,14 +27,12 @@ void reduceUp(PlanBuilder& b, const Tree& t, size_t off, size_t bytes) {
   for (size_t i = 0; i < t.children.size(); ++i) {
     bool first = i == 0, lastChild = i + 1 == t.children.size();
     b.setPeers(t.parent, t.children[i]);
-    BufRef src = first ? sendBuf(off) : recvBuf(off);
-    uint8_t srcFlag = first ? 0 : kSrcPartial;
+    BufRef src = first ? sendBuf(off) : partial(recvBuf(off));
     if (lastChild && t.parent >= 0) {
-      b.add(StepOp::kRecvReduceSend, src, {}, bytes, srcFlag);
+      b.recvReduceSend(src, bytes);
     } else {
       // At the root the last reduction is final: post() applies there.
-      uint8_t dstFlag = lastChild ? 0 : kDstPartial;
-      b.add(StepOp::kRecvReduceCopy, src, recvBuf(off), bytes, srcFlag | dstFlag);
+      b.recvReduceCopy(src, partialIf(!lastChild, recvBuf(off)), bytes);
     }
   }
 }
@@ -44,11 +42,11 @@ void broadcastDown(PlanBuilder& b, const Tree& t, size_t off, size_t bytes) {
   if (t.parent >= 0) {
     b.setPeers(-1, t.parent);
     // The data is final already: receivers must not apply post() again.
-    b.add(StepOp::kRecv, {}, recvBuf(off), bytes, kDstPartial);
+    b.recv(partial(recvBuf(off)), bytes);
   }
   for (int c : t.children) {
     b.setPeers(c, -1);
-    b.add(StepOp::kSend, recvBuf(off), {}, bytes, kSrcPartial);
+    b.send(partial(recvBuf(off)), bytes);
   }
 }
 
