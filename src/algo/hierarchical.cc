@@ -5,6 +5,7 @@
 #include <tuple>
 #include <utility>
 
+#include "algo/ring_phases.h"
 #include "base/error.h"
 
 namespace loom {
@@ -25,132 +26,12 @@ HostLayout HostLayout::single(int nranks, int rank) {
 
 namespace {
 
-// A piece is what one ring position contributes or ends up with: byte ranges, each read
-// at `src` (in the source buffer) and written at `dst` (in the destination buffer).
-// Pieces are the same on every rank, which is what keeps both ends of a step in step.
-struct Seg {
-  size_t src, dst, len;
-};
-using Piece = std::vector<Seg>;
-using PieceFn = std::function<Piece(int position)>;
-
-size_t total(const Piece& p) {
-  size_t t = 0;
-  for (const Seg& s : p) t += s.len;
-  return t;
-}
-
-// Bytes [begin, begin + len) of the piece's concatenated ranges.
-Piece slice(const Piece& p, size_t begin, size_t len) {
-  Piece out;
-  size_t at = 0;
-  for (const Seg& s : p) {
-    size_t b = std::max(begin, at), e = std::min(begin + len, at + s.len);
-    if (b < e) out.push_back({s.src + (b - at), s.dst + (b - at), e - b});
-    at += s.len;
-  }
-  return out;
-}
-
-// A ring over `group` (ranks, in ring order) in which this rank sits at `pos`.
-struct SubRing {
-  const std::vector<int>& group;
-  int pos;
-  int size() const { return static_cast<int>(group.size()); }
-  int wrap(int i) const { return ((i % size()) + size()) % size(); }
-};
-
-size_t longest(const SubRing& r, const PieceFn& piece) {
-  size_t m = 0;
-  for (int k = 0; k < r.size(); ++k) m = std::max(m, total(piece(k)));
-  return m;
-}
-
-// Ring reduce-scatter: position k ends with piece(k) reduced over the group, written to
-// dstBuf. srcPartial: the source already holds partial results; dstPartial: another phase
-// completes the reduction (no post() here).
-void ringReduceScatter(PlanBuilder& b, const SubRing& r, const PieceFn& piece, Buf srcBuf,
-                       Buf dstBuf, bool srcPartial, bool dstPartial, size_t chunk) {
-  auto src = [&](size_t o) { return partialIf(srcPartial, {srcBuf, o}); };
-  auto dst = [&](size_t o) { return partialIf(dstPartial, {dstBuf, o}); };
-  int n = r.size();
-  if (n == 1) {
-    for (const Seg& s : piece(0)) b.copy(src(s.src), dst(s.dst), s.len);
-    return;
-  }
-  b.setPeers(r.group[r.wrap(r.pos + 1)], r.group[r.wrap(r.pos - 1)]);
-  size_t len = longest(r, piece);
-  for (size_t base = 0; base < len; base += chunk) {
-    for (const Seg& s : slice(piece(r.wrap(r.pos - 1)), base, chunk))
-      b.send(src(s.src), s.len);
-    for (int j = 2; j < n; ++j)
-      for (const Seg& s : slice(piece(r.wrap(r.pos - j)), base, chunk))
-        b.recvReduceSend(src(s.src), s.len);
-    for (const Seg& s : slice(piece(r.pos), base, chunk))
-      b.recvReduceCopy(src(s.src), dst(s.dst), s.len);
-  }
-}
-
-// Ring all-gather in place: position k's piece(k) (at its dst offsets in buf) reaches
-// everyone. Data moves as it is (no pre/post); `share` lets same-host peers read it from
-// this rank's memory.
-void ringAllGather(PlanBuilder& b, const SubRing& r, const PieceFn& piece, Buf buf, bool share,
-                   size_t chunk) {
-  int n = r.size();
-  if (n == 1) return;
-  b.setPeers(r.group[r.wrap(r.pos + 1)], r.group[r.wrap(r.pos - 1)]);
-  auto at = [&](size_t o) { return partial({buf, o}); };
-  size_t len = longest(r, piece);
-  for (size_t base = 0; base < len; base += chunk) {
-    for (const Seg& s : slice(piece(r.pos), base, chunk)) {
-      b.send(at(s.dst), s.len);
-      if (share) b.shareLast();
-    }
-    for (int j = 1; j < n - 1; ++j)
-      for (const Seg& s : slice(piece(r.wrap(r.pos - j)), base, chunk)) {
-        b.recvCopySend(at(s.dst), s.len);
-        if (share) b.shareLast();
-      }
-    for (const Seg& s : slice(piece(r.wrap(r.pos - (n - 1))), base, chunk))
-      b.recv(at(s.dst), s.len);
-  }
-}
-
-// Ring all-reduce of buf[off, off + bytes) in place, reading this rank's contribution from
-// srcBuf at the same offsets (srcPartial: it already holds partial sums).
-// As the flat ring does, the step that completes a chunk also starts it on its way round.
-void ringAllReduce(PlanBuilder& b, const SubRing& r, size_t off, size_t bytes, size_t elt,
-                   Buf srcBuf, bool srcPartial, size_t chunk) {
-  auto src = [&](size_t o) { return partialIf(srcPartial, {srcBuf, o}); };
-  int n = r.size();
-  if (n == 1) {
-    if (srcBuf != Buf::kRecv) b.copy(src(off), recvBuf(off), bytes);
-    return;
-  }
-  b.setPeers(r.group[r.wrap(r.pos + 1)], r.group[r.wrap(r.pos - 1)]);
-  const size_t count = bytes / elt, perLoop = n * std::max<size_t>(1, chunk / elt);
-  for (size_t base = 0; base < count; base += perLoop) {
-    size_t loop = std::min(perLoop, count - base);
-    auto at = [&](int k) {  // chunk k of this loop: byte offset and length
-      size_t i = r.wrap(k), lo = loop * i / n, hi = loop * (i + 1) / n;
-      return std::make_pair(off + (base + lo) * elt, (hi - lo) * elt);
-    };
-    auto [o, len] = at(r.pos - 1);
-    b.send(src(o), len);
-    for (int j = 2; j < n; ++j) {
-      std::tie(o, len) = at(r.pos - j);
-      b.recvReduceSend(src(o), len);
-    }
-    std::tie(o, len) = at(r.pos);
-    b.recvReduceCopySend(src(o), recvBuf(o), len);
-    for (int j = 1; j < n - 1; ++j) {
-      std::tie(o, len) = at(r.pos - j);
-      b.recvCopySend(recvBuf(o), len);
-    }
-    std::tie(o, len) = at(r.pos + 1);
-    b.recv(recvBuf(o), len);
-  }
-}
+using ringphase::Piece;
+using ringphase::PieceFn;
+using ringphase::Seg;
+using ringphase::slice;
+using ringphase::SubRing;
+using ringphase::total;
 
 // Part i of `bytes` split into n nearly equal parts on element boundaries.
 Seg part(size_t base, size_t bytes, size_t elt, int n, int i) {
@@ -271,15 +152,15 @@ Plan hierarchicalAllReduce(const HostLayout& l, size_t count, size_t elt, size_t
     b.setConn(c);
     const auto [base, bytes] = channelBytes(count, elt, channels, c);
     const PieceFn owned = ownedParts(base, bytes, elt, R);
-    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, false, true, chunk);
+    if (!alone) ringphase::reduceScatter(b, host, owned, Buf::kSend, Buf::kRecv, false, true, chunk);
     if (l.local < R) {
       std::vector<int> group = rail(l, l.local);
       SubRing net{group, l.host};
       Seg mine = part(base, bytes, elt, R, l.local);
-      ringAllReduce(b, net, mine.dst, mine.len, elt, alone ? Buf::kSend : Buf::kRecv,
-                    !alone, chunk);
+      ringphase::allReduce(b, net, mine.dst, mine.len, elt, alone ? Buf::kSend : Buf::kRecv,
+                    !alone, chunk, false);
     }
-    ringAllGather(b, host, owned, Buf::kRecv, true, chunk);
+    ringphase::allGather(b, host, owned, Buf::kRecv, chunk, {true});
   }
   return plan;
 }
@@ -304,7 +185,7 @@ Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, si
     const long packedAt = static_cast<long>(plan.scratchBytes);
     PieceFn sums = [&](int k) { return k < R ? railAllBlocks(l, k, blk, packedAt) : Piece{}; };
     if (l.local < R) plan.scratchBytes += total(sums(l.local));
-    ringReduceScatter(b, host, sums, Buf::kSend, Buf::kScratch, false, true, chunk);
+    ringphase::reduceScatter(b, host, sums, Buf::kSend, Buf::kScratch, false, true, chunk);
     if (l.local >= R) {
       // 3. (for a rank beyond the rails) its block, finished by its rail's rank.
       b.setPeers(-1, mine[l.local % R]);
@@ -330,7 +211,7 @@ Plan hierarchicalReduceScatter(const HostLayout& l, size_t count, size_t elt, si
     };
     Buf out = direct ? Buf::kRecv : Buf::kScratch;
     if (!direct) plan.scratchBytes += total(finish(l.host));
-    ringReduceScatter(b, net, finish, Buf::kScratch, out, true, false, chunk);
+    ringphase::reduceScatter(b, net, finish, Buf::kScratch, out, true, false, chunk);
     if (!direct && len) {
       // 3. Hand the finished blocks to their owners on this host.
       b.copyAsIs({Buf::kScratch, finals}, recvBuf(off), len);
@@ -369,7 +250,7 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
       std::vector<int> group = rail(l, l.local);
       SubRing net{group, l.host};
       PieceFn railPiece = [&](int m) { return railGroupBlocks(l, m, l.local, blk, -1); };
-      ringAllGather(b, net, railPiece, Buf::kRecv, false, chunk);
+      ringphase::allGather(b, net, railPiece, Buf::kRecv, chunk, {false});
     } else {
       b.setPeers(mine[l.local % R], -1);
       if (len) b.sendCopy(partial(sendBuf(off)), partial(recvBuf(me * B + off)), len);
@@ -378,7 +259,7 @@ Plan hierarchicalAllGather(const HostLayout& l, size_t count, size_t elt, size_t
     // 3. Within the host, each rail's rank passes on what its rail gathered.
     SubRing host{mine, l.local};
     PieceFn gathered = [&](int k) { return k < R ? railAllBlocks(l, k, blk, -1) : Piece{}; };
-    ringAllGather(b, host, gathered, Buf::kRecv, true, chunk);
+    ringphase::allGather(b, host, gathered, Buf::kRecv, chunk, {true});
   }
   return plan;
 }
@@ -428,7 +309,7 @@ Plan hierarchicalBroadcast(const HostLayout& l, int root, size_t count, size_t e
       const Seg own = part(base, bytes, elt, R, l.local);
       b.copyAsIs({Buf::kSend, own.src}, {Buf::kScratch, own.dst}, own.len);
     }
-    ringAllGather(b, host, owned, gatherAtRoot ? Buf::kScratch : Buf::kRecv, true, chunk);
+    ringphase::allGather(b, host, owned, gatherAtRoot ? Buf::kScratch : Buf::kRecv, chunk, {true});
   }
   return plan;
 }
@@ -450,7 +331,7 @@ Plan hierarchicalReduce(const HostLayout& l, int root, size_t count, size_t elt,
     const auto [base, bytes] = channelBytes(count, elt, channels, c);
     // 1. Local rank k < R sums part k over its host (in scratch).
     const PieceFn owned = ownedParts(base, bytes, elt, R);
-    if (!alone) ringReduceScatter(b, host, owned, Buf::kSend, Buf::kScratch, false, true, chunk);
+    if (!alone) ringphase::reduceScatter(b, host, owned, Buf::kSend, Buf::kScratch, false, true, chunk);
     // 2. Part k goes up a chain: local rank k of the host after the root's, of the next,
     //    ..., of the root's host, and on to the root when that is another rank.
     forEachPartChunk(base, bytes, elt, R, chunk, [&](int k, const Seg& g) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "algo/ring_phases.h"
+
 namespace loom {
 
 Ring Ring::identity(int nranks, int rank) {
@@ -12,15 +14,6 @@ Ring Ring::identity(int nranks, int rank) {
 }
 
 namespace {
-
-// Element range of part i when `count` elements are split into n nearly equal parts.
-struct Part {
-  size_t off, bytes;
-};
-Part part(size_t count, int n, int i, size_t elt) {
-  size_t b = count * i / n, e = count * (i + 1) / n;
-  return {b * elt, (e - b) * elt};
-}
 
 Plan start(Collective c, int channels) {
   Plan p;
@@ -54,46 +47,37 @@ void forEachSlice(const Share& share, int channel, size_t slice, Fn fn) {
   for (size_t b = share.begin; b < share.end; b += slice) fn(b, std::min(slice, share.end - b));
 }
 
+// Position k's piece for collectives over per-rank blocks of `block` bytes: bytes
+// [begin, begin + len) of ring rank order[k]'s block on one side (the source when
+// blockedIsSrc: reduce-scatter's input; else the destination: all-gather's output) and the
+// same bytes of the rank's single block on the other.
+ringphase::PieceFn blockPieces(const Ring& ring, size_t block, size_t begin, size_t len,
+                               bool blockedIsSrc) {
+  return [=, &ring](int k) {
+    size_t blocked = ring.order[k] * block + begin;
+    return ringphase::Piece{blockedIsSrc ? ringphase::Seg{blocked, begin, len}
+                                         : ringphase::Seg{begin, blocked, len}};
+  };
+}
+
 }  // namespace
+
+// The flat ring collectives are the ring phases (ring_phases.h) with the whole
+// communicator as the group, one channel per share of the buffer.
 
 Plan ringAllReduce(const Ring& ring, size_t count, size_t elt, size_t chunkBytes, int channels) {
   int n = ring.size();
   if (n == 1) return localCopy(Collective::kAllReduce, recvBuf(0), count * elt);
   Plan plan = start(Collective::kAllReduce, channels);
-  const size_t perLoop = n * sliceElems(chunkBytes, elt);
+  const ringphase::SubRing all{ring.order, ring.pos};
   for (size_t ch = 0; ch < plan.channels.size(); ++ch) {
-    PlanBuilder b(plan.channels[ch], ring.next(), ring.prev());
+    PlanBuilder b(plan.channels[ch], -1, -1);
     b.setConn(static_cast<int>(ch));
     const Share share = channelShare(count, static_cast<int>(plan.channels.size()), static_cast<int>(ch));
-    for (size_t base = share.begin; base < share.end; base += perLoop) {
-      size_t loopCount = std::min(perLoop, share.end - base);
-      // Chunk k of this slice is reduced along the ring and ends, complete, on ring position
-      // k; then it circulates once more so everyone has it.
-      auto chunk = [&](int k) {
-        Part p = part(loopCount, n, ((k % n) + n) % n, elt);
-        p.off += base * elt;
-        return p;
-      };
-      int r = ring.pos;
-      Part c = chunk(r - 1);
-      b.send(sendBuf(c.off), c.bytes);
-      for (int j = 2; j < n; ++j) {
-        c = chunk(r - j);
-        b.recvReduceSend(sendBuf(c.off), c.bytes);
-      }
-      // From here on, what a rank sends is final data in its recv buffer, which no later
-      // step changes: peers may read it from there (kShare).
-      c = chunk(r);
-      b.recvReduceCopySend(sendBuf(c.off), recvBuf(c.off), c.bytes);
-      b.shareLast();
-      for (int j = 1; j < n - 1; ++j) {
-        c = chunk(r - j);
-        b.recvCopySend(recvBuf(c.off), c.bytes);
-        b.shareLast();
-      }
-      c = chunk(r + 1);
-      b.recv(recvBuf(c.off), c.bytes);
-    }
+    // Completed chunks are final data in recv, which no later step changes: peers may
+    // read them from there (kShare).
+    ringphase::allReduce(b, all, share.begin * elt, share.size() * elt, elt, Buf::kSend, false,
+                         sliceElems(chunkBytes, elt) * elt, true);
   }
   return plan;
 }
@@ -103,45 +87,34 @@ Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t elt, size_t 
   size_t bytes = count * elt;
   if (n == 1) return localCopy(Collective::kAllGather, recvBuf(rank * bytes), bytes);
   Plan plan = start(Collective::kAllGather, channels);
-  const size_t step = sliceElems(chunkBytes, elt);
+  const ringphase::SubRing all{ring.order, ring.pos};
+  // Our own block goes around the ring and, in the same pass over it, into place (a send
+  // with a dst copies there too; nothing to copy when in-place). What we send stays in
+  // place until the end: peers may read it there.
+  const ringphase::GatherOptions opts{true, false, Buf::kSend};
   for (size_t ch = 0; ch < plan.channels.size(); ++ch) {
-    PlanBuilder b(plan.channels[ch], ring.next(), ring.prev());
+    PlanBuilder b(plan.channels[ch], -1, -1);
     b.setConn(static_cast<int>(ch));
     const Share share = channelShare(count, static_cast<int>(plan.channels.size()), static_cast<int>(ch));
-    for (size_t base = share.begin; base < share.end; base += step) {
-      size_t off = base * elt, len = (std::min(step, share.end - base)) * elt;
-      // Our own block goes around the ring and, in the same pass over it, into place (a
-      // send with a dst copies there too; nothing to copy when in-place).
-      b.sendCopy(sendBuf(off), recvBuf(rank * bytes + off), len);
-      b.shareLast();
-      for (int j = 1; j < n - 1; ++j) {
-        b.recvCopySend(recvBuf(ring.at(ring.pos - j) * bytes + off), len);
-        b.shareLast();
-      }
-      b.recv(recvBuf(ring.at(ring.pos - (n - 1)) * bytes + off), len);
-    }
+    ringphase::allGather(b, all, blockPieces(ring, bytes, share.begin * elt, share.size() * elt, false),
+                         Buf::kRecv, sliceElems(chunkBytes, elt) * elt, opts);
   }
   return plan;
 }
 
-Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t elt, size_t chunkBytes, int channels) {
+Plan ringReduceScatter(const Ring& ring, int /*rank*/, size_t count, size_t elt, size_t chunkBytes, int channels) {
   int n = ring.size();
   size_t bytes = count * elt;
   if (n == 1) return localCopy(Collective::kReduceScatter, recvBuf(0), bytes);
   Plan plan = start(Collective::kReduceScatter, channels);
-  const size_t step = sliceElems(chunkBytes, elt);
+  const ringphase::SubRing all{ring.order, ring.pos};
   for (size_t ch = 0; ch < plan.channels.size(); ++ch) {
-    PlanBuilder b(plan.channels[ch], ring.next(), ring.prev());
+    PlanBuilder b(plan.channels[ch], -1, -1);
     b.setConn(static_cast<int>(ch));
     const Share share = channelShare(count, static_cast<int>(plan.channels.size()), static_cast<int>(ch));
-    for (size_t base = share.begin; base < share.end; base += step) {
-      size_t off = base * elt, len = (std::min(step, share.end - base)) * elt;
-      // Block of rank ring[k] travels from ring position k+1 around to position k.
-      b.send(sendBuf(ring.at(ring.pos - 1) * bytes + off), len);
-      for (int j = 2; j < n; ++j)
-        b.recvReduceSend(sendBuf(ring.at(ring.pos - j) * bytes + off), len);
-      b.recvReduceCopy(sendBuf(rank * bytes + off), recvBuf(off), len);
-    }
+    // Block of rank ring[k] travels from ring position k+1 around to position k.
+    ringphase::reduceScatter(b, all, blockPieces(ring, bytes, share.begin * elt, share.size() * elt, true),
+                             Buf::kSend, Buf::kRecv, false, false, sliceElems(chunkBytes, elt) * elt);
   }
   return plan;
 }
