@@ -30,6 +30,10 @@ class Connection {
   const std::string& transport() const { return transport_; }
   // Whether progress() must be driven for data to move (the FIFO is not shared memory).
   virtual bool needsProgress() const { return false; }
+  // Whether the communicator's proxy thread (proxy.h) drives progress() instead of the
+  // executor: then progress(), checkPeer() and close() may run on different threads and
+  // the connection synchronises them.
+  virtual bool progressOnProxy() const { return false; }
   // Moves bytes for transports whose FIFO is local (sockets). Returns true if it did
   // anything. Throws kRemoteError when the peer is gone.
   virtual bool progress() { return false; }

@@ -51,8 +51,11 @@ TransportManager::TransportManager(Bootstrap& bootstrap, FifoShape shape, uint64
 }
 
 TransportManager::~TransportManager() {
-  // Connections refer to their transports (listeners, acceptor threads): they go first.
+  // The proxy stops calling into connections before they go; connections refer to their
+  // transports (listeners, acceptor threads): they go first.
+  proxy_.stop();
   active_.clear();
+  buffered_.clear();
   send_.clear();
   recv_.clear();
 }
@@ -113,7 +116,11 @@ ConnRequest TransportManager::request(ConnKey k, int transport) const {
 }
 
 void TransportManager::add(std::unique_ptr<Connection>& slot, std::unique_ptr<Connection> conn) {
-  if (conn->needsProgress()) active_.push_back(conn.get());
+  if (conn->needsProgress()) {
+    buffered_.push_back(conn.get());
+    if (conn->progressOnProxy()) proxy_.add(conn.get());
+    else active_.push_back(conn.get());
+  }
   slot = std::move(conn);
 }
 

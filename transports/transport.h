@@ -12,6 +12,7 @@
 #include "transports/connection.h"
 #include "transports/fifo.h"
 #include "transports/peer_info.h"
+#include "transports/proxy.h"
 #include "transports/registry.h"
 
 namespace loom {
@@ -49,8 +50,11 @@ class TransportManager {
 
   Connection* sendConn(int peer, int idx = 0) const { return send_[peer * kMaxConnsPerPeer + idx].get(); }
   Connection* recvConn(int peer, int idx = 0) const { return recv_[peer * kMaxConnsPerPeer + idx].get(); }
-  // Connections whose progress() must be driven (needsProgress()).
+  // Connections whose progress() the executor drives (needsProgress(), not on the proxy).
   const std::vector<Connection*>& active() const { return active_; }
+  // Every connection holding data outside shared memory (needsProgress()): an operation
+  // completes once their FIFOs have drained, whoever drives them.
+  const std::vector<Connection*>& buffered() const { return buffered_; }
   std::string summary() const;  // "0:shm, 2:socket ..." for the INIT line
   // Closes every connection so that peers waiting on this rank fail promptly.
   void closeAll();
@@ -70,6 +74,8 @@ class TransportManager {
   std::vector<std::unique_ptr<Connection>> send_;
   std::vector<std::unique_ptr<Connection>> recv_;
   std::vector<Connection*> active_;
+  std::vector<Connection*> buffered_;
+  Proxy proxy_;  // drives progressOnProxy() connections; stopped before they go
 };
 
 }  // namespace loom

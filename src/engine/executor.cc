@@ -236,7 +236,7 @@ struct CommQueue {
       // nobody would drive it afterwards.
       runs.clear();
       draining = true;
-      for (Connection* c : t->transports->active())
+      for (Connection* c : t->transports->buffered())
         if (!c->fifo().drained()) return any;
       draining = false;
       ++next;
@@ -260,7 +260,7 @@ struct CommQueue {
       if (Connection* c = r.waitingOn()) waits.push_back(c);
     // Socket data still leaving after the steps are done.
     if (draining)
-      for (Connection* c : t->transports->active())
+      for (Connection* c : t->transports->buffered())
         if (!c->fifo().drained()) waits.push_back(c);
     for (Connection* c : waits) {
       try {

@@ -7,6 +7,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,41 @@ TEST_F(NetTransport, NcclNetCarriesEveryPairBetweenHosts) {
   auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks(ownHosts()));
   ASSERT_TRUE(f.empty()) << joinFailures(f);
   expectRingTransports(4, [](int, int) { return "net/Socket"; });
+}
+
+// Threads of this process named `name` (/proc/self/task/*/comm).
+int threadsNamed(const std::string& name) {
+  int n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream f(t.path() / "comm");
+    std::string comm;
+    std::getline(f, comm);
+    n += comm == name;
+  }
+  return n;
+}
+
+// The network pump runs on the communicator's proxy thread: one per communicator with net
+// connections, none without.
+TEST_F(NetTransport, ProxyThreadDrivesTheNetworkPump) {
+  for (bool net : {true, false}) {
+    EnvGuard n("NCCL_NET", net ? "Socket" : nullptr);
+    clearLogs();
+    auto f = runRanks(
+        Mode::kProcesses, 3,
+        [net](int rank, int nranks, ncclComm_t comm) {
+          std::string e = exercise(rank, nranks, comm);
+          if (!e.empty()) return e;
+          int proxies = threadsNamed("loom-proxy");
+          if (proxies != (net ? 1 : 0))
+            return "rank " + std::to_string(rank) + ": " + std::to_string(proxies) +
+                   " loom-proxy threads with NCCL_NET " + (net ? "set" : "unset");
+          return std::string();
+        },
+        processRanks(ownHosts()));
+    ASSERT_TRUE(f.empty()) << joinFailures(f);
+    expectRingTransports(3, [net](int, int) { return net ? "net/Socket" : "socket"; });
+  }
 }
 
 // NCCL compares NCCL_NET without case; ranks that are threads go through it as well.

@@ -150,6 +150,7 @@ NetConnection::~NetConnection() {
 }
 
 void NetConnection::close() {
+  std::lock_guard<std::mutex> g(mu_);
   // Registrations go before their comm; closing the comm is what the peer notices.
   mr_.reset();
   send_.reset();
@@ -157,6 +158,7 @@ void NetConnection::close() {
 }
 
 bool NetConnection::progress() {
+  std::lock_guard<std::mutex> g(mu_);
   if (error_ || (!send_ && !recv_)) return false;
   try {
     return send_ ? pumpSend() : pumpRecv();
@@ -169,6 +171,7 @@ bool NetConnection::progress() {
 void NetConnection::checkPeer() const {
   bool waiting = sender_ ? !fifo_.drained() : !fifo_.canRecv();
   if (!waiting) return;
+  std::lock_guard<std::mutex> g(mu_);
   if (error_) throw *error_;
   if (!send_ && !recv_)
     LOOM_THROW(kRemoteError, "%s: the connection was closed on this rank", describe().c_str());

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,9 @@ class NetConnection : public Connection {
   ~NetConnection() override;
 
   bool needsProgress() const override { return true; }
+  // The communicator's proxy thread pumps it; mu_ keeps close() and checkPeer() on the
+  // executor's thread out of a pump in progress.
+  bool progressOnProxy() const override { return true; }
   bool progress() override;
   // The backend's error, once the executor waits on this connection. A receiver keeps
   // receives posted ahead, so a peer that finished and closed is an error only when this
@@ -47,6 +51,7 @@ class NetConnection : public Connection {
   uint64_t posted_ = 0;  // steps handed to the backend
   uint64_t done_ = 0;    // steps the backend completed (published to the FIFO)
   std::optional<Error> error_;
+  mutable std::mutex mu_;  // progress() vs close() / checkPeer()
 };
 
 std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx);

@@ -1,0 +1,55 @@
+#include "transports/proxy.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include "base/log.h"
+
+namespace loom {
+
+void Proxy::add(Connection* c) {
+  std::lock_guard<std::mutex> g(mu_);
+  conns_.push_back(c);
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+}
+
+void Proxy::stop() {
+  stop_.store(true, std::memory_order_release);
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> g(mu_);
+  conns_.clear();
+}
+
+void Proxy::loop() {
+  pthread_setname_np(pthread_self(), "loom-proxy");
+  // Back off when nothing moves: poll, then yield (a waiting rank gets its data within a
+  // yield), and after some 20000 idle rounds sleep 50 us at a time, so an idle
+  // communicator's proxy costs the host's ranks next to no CPU.
+  unsigned idle = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool any = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      // A connection keeps its error until a waiter asks (checkPeer()): nothing to do here.
+      for (Connection* c : conns_) any |= c->progress();
+    }
+    if (any) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    if (idle < 200) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else if (idle < 20000) {
+      sched_yield();
+    } else {
+      timespec ts{0, 50000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+}  // namespace loom
