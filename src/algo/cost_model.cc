@@ -248,7 +248,7 @@ NodeModel buildNodeModel(const System& sys, int localRanks, bool hostMemory) {
     if (gpusUsed > 1) {
       topo::RingSet rings = topo::searchRings(sys, used);
       m.ringBw = rings.totalBw() / share;
-      m.ringOrder = rings.rings.front().gpus;
+      for (const topo::Ring& r : rings.rings) m.ringOrders.push_back(r.gpus);
       m.intra = classOf(rings.rings.front().worst);
       std::vector<std::pair<int, int>> all;
       for (int a : used)
@@ -263,7 +263,7 @@ NodeModel buildNodeModel(const System& sys, int localRanks, bool hostMemory) {
       }
     } else {
       m.ringBw = m.allToAllBw = topo::kLocalBw;
-      m.ringOrder = used;
+      m.ringOrders = {used};
       m.intra = LinkClass::kNvLink;
     }
     m.perChannelBw = m.intra == LinkClass::kNvLink ? (m.sm >= 90 ? 24.0 : m.sm >= 80 ? 20.0 : 16.0) : 12.0;

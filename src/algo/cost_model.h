@@ -39,7 +39,9 @@ struct NodeModel {
   LinkClass inter = LinkClass::kNetSocket;
   double netBw = 0;            // GB/s per host across the network, all rails, after efficiency
   int rails = 0;               // NICs the host's ranks use
-  std::vector<int> ringOrder;  // GPU indices of the intra-host ring (empty for host memory)
+  // GPU indices of the intra-host rings the topology search found, best first: channel c
+  // rides ringOrders[c % size] (empty for host memory: ranks in local order).
+  std::vector<std::vector<int>> ringOrders;
   std::string notes;           // assumptions made (shown by loom-topo and TUNING logs)
   // The CPU executor's connection FIFOs (LOOM_SLOT_BYTES x LOOM_FIFO_DEPTH): its plans cut
   // their steps to fit them. GPU figures keep NCCL's buffer sizes.

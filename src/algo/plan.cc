@@ -39,11 +39,83 @@ void addUnique(std::vector<std::pair<int, int>>* v, int p, int conn) {
 
 void Plan::peers(std::vector<std::pair<int, int>>* sends,
                  std::vector<std::pair<int, int>>* recvs) const {
-  for (const auto& ch : channels)
-    for (const Step& s : ch.steps) {
+  auto add = [&](const std::vector<Step>& steps) {
+    for (const Step& s : steps) {
       addUnique(sends, s.sendPeer, s.conn);
       addUnique(recvs, s.recvPeer, s.conn);
     }
+  };
+  for (const auto& ch : channels) {
+    add(ch.steps);
+    for (const Loop& l : ch.loops) add(l.body);
+  }
+}
+
+void PlanBuilder::beginLoop(size_t perIter, int pieces, bool atLeastOnce) {
+  if (ch_.loops.size() >= ChannelPlan::kMaxLoops)
+    LOOM_THROW(kInternalError, "a channel of a plan has more than %zu loops", ChannelPlan::kMaxLoops);
+  Loop& l = ch_.loops.emplace_back();
+  l.perIter = perIter;
+  l.pieces = static_cast<uint16_t>(std::max(1, pieces));
+  l.atLeastOnce = atLeastOnce;
+  out_ = &l.body;
+  piece_ = 0;
+}
+
+namespace {
+
+size_t iterations(const Loop& l, size_t len) {
+  if (len == 0) return l.atLeastOnce ? 1 : 0;
+  return l.perIter == 0 ? 1 : (len + l.perIter - 1) / l.perIter;
+}
+
+}  // namespace
+
+StepSeq::StepSeq(const Plan& plan, size_t channel, size_t count, size_t elt)
+    : ch_(plan.channels[channel]), count_(count), elt_(elt) {
+  size_ = ch_.steps.size();
+  if (!plan.sizeFree()) return;
+  share_ = channelShare(count, plan.shares, static_cast<int>(channel));
+  for (size_t i = 0; i < ch_.loops.size(); ++i) {
+    size_ += iterations(ch_.loops[i], share_.size()) * ch_.loops[i].body.size();
+    loopEnd_[i] = size_;
+  }
+}
+
+Step StepSeq::operator[](size_t i) const {
+  if (i < ch_.steps.size()) return ch_.steps[i];
+  size_t l = 0, first = ch_.steps.size();
+  while (i >= loopEnd_[l]) first = loopEnd_[l++];
+  const Loop& loop = ch_.loops[l];
+  const size_t j = i - first, bodySize = loop.body.size();
+  const size_t iter = j / bodySize;
+  Step s = loop.body[j % bodySize];
+  // This iteration's elements [at, at + len) of the channel's share, and the step's piece.
+  const size_t at = share_.begin + iter * loop.perIter;
+  const size_t len = loop.perIter == 0 ? share_.size() : std::min(loop.perIter, share_.end - at);
+  const size_t lo = len * s.piece / loop.pieces, hi = len * (s.piece + 1u) / loop.pieces;
+  auto place = [&](BufRef& r) {
+    if (r.buf != Buf::kNone) r.offset = (r.offset * count_ + at + lo) * elt_;
+  };
+  place(s.src);
+  place(s.dst);
+  s.bytes = (hi - lo) * elt_;
+  s.piece = 0;
+  return s;
+}
+
+Plan expandPlan(const Plan& plan, size_t count, size_t elt) {
+  if (!plan.sizeFree()) return plan;
+  Plan out;
+  out.coll = plan.coll;
+  out.algo = plan.algo;
+  out.scratchBytes = plan.scratchBytes;
+  out.channels.resize(plan.channels.size());
+  for (size_t c = 0; c < plan.channels.size(); ++c) {
+    StepSeq seq(plan, c, count, elt);
+    for (size_t i = 0; i < seq.size(); ++i) out.channels[c].steps.push_back(seq[i]);
+  }
+  return out;
 }
 
 Plan splitByChannel(int channels, size_t count, size_t elt, const std::function<Plan(size_t count)>& build) {
@@ -54,6 +126,7 @@ Plan splitByChannel(int channels, size_t count, size_t elt, const std::function<
     const Share share = channelShare(count, channels, c);
     if (share.size() == 0 && c > 0) continue;
     const Plan part = build(share.size());
+    if (part.sizeFree()) LOOM_THROW(kInternalError, "splitByChannel takes explicit plans only");
     plan.coll = part.coll;
     plan.algo = part.algo;
     int conns = 1;  // the part's own connection indices, kept apart per channel
@@ -82,14 +155,25 @@ Plan splitByChannel(int channels, size_t count, size_t elt, const std::function<
 }
 
 std::string Plan::str() const {
-  std::string out = strprintf("%s/%s, %zu channel(s)\n", collectiveName(coll),
-                              algorithmName(algo), channels.size());
-  for (size_t c = 0; c < channels.size(); ++c)
-    for (const Step& s : channels[c].steps)
-      out += strprintf("  ch%zu %-18s bytes=%-10zu src=%-14s dst=%-14s to=%d from=%d conn=%d%s%s\n",
-                       c, opName(s.op), s.bytes, bufStr(s.src).c_str(), bufStr(s.dst).c_str(),
-                       s.sendPeer, s.recvPeer, s.conn, s.flags & kSrcPartial ? " srcPartial" : "",
-                       s.flags & kDstPartial ? " dstPartial" : "");
+  std::string out = strprintf("%s/%s, %zu channel(s)%s\n", collectiveName(coll),
+                              algorithmName(algo), channels.size(),
+                              sizeFree() ? strprintf(", size-free over %d share(s)", shares).c_str() : "");
+  auto line = [&](size_t c, const Step& s, const char* piece) {
+    out += strprintf("  ch%zu %-18s %s src=%-14s dst=%-14s to=%d from=%d conn=%d%s%s\n", c,
+                     opName(s.op), piece, bufStr(s.src).c_str(), bufStr(s.dst).c_str(),
+                     s.sendPeer, s.recvPeer, s.conn, s.flags & kSrcPartial ? " srcPartial" : "",
+                     s.flags & kDstPartial ? " dstPartial" : "");
+  };
+  for (size_t c = 0; c < channels.size(); ++c) {
+    for (const Step& s : channels[c].steps) line(c, s, strprintf("bytes=%-10zu", s.bytes).c_str());
+    for (const Loop& l : channels[c].loops) {
+      out += strprintf("  ch%zu loop over the share, %s per iteration in %d piece(s)%s:\n", c,
+                       l.perIter ? strprintf("%zu elements", l.perIter).c_str() : "all of it",
+                       l.pieces, l.atLeastOnce ? ", once even if empty" : "");
+      // Offsets in loop bodies count per-rank blocks.
+      for (const Step& s : l.body) line(c, s, strprintf("  piece=%-5d", s.piece).c_str());
+    }
+  }
   return out;
 }
 

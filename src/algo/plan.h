@@ -18,6 +18,14 @@
 // concurrently must not share a connection.
 // A step of B bytes moves in ceil(B / slotBytes) FIFO steps (one if B == 0), so both ends
 // of a connection must agree on B: a mismatch is detected and reported.
+//
+// Size-free plans. The ring algorithms, which carry the large messages, write no step per
+// chunk: a channel holds loops whose bodies say what one iteration over the channel's
+// share of the buffer does, and the executor computes each concrete step from the call's
+// count as it goes (StepSeq). Such a plan depends on the request's size only through the
+// selection (algorithm, channels, chunk), so one plan serves every size that selects the
+// same: the plan cache keeps them per size class. Plans of the other algorithms list their
+// steps (explicit plans).
 #pragma once
 
 #include <cstddef>
@@ -65,6 +73,7 @@ struct Step {
   size_t bytes = 0;
   uint8_t flags = 0;
   uint8_t conn = 0;
+  uint16_t piece = 0;  // loop bodies: which of the iteration's pieces the step moves
 };
 
 inline bool stepRecvs(StepOp op) {
@@ -75,8 +84,24 @@ inline bool stepSends(StepOp op) {
          op == StepOp::kRecvReduceCopySend || op == StepOp::kRecvCopySend;
 }
 
+// One loop of a size-free plan. Iteration i covers elements [b + i * perIter, + perIter)
+// of the channel's share [b, e) (the last one what remains), split into `pieces` nearly
+// equal pieces: piece p of an iteration of L elements is [L * p / pieces, L * (p + 1) /
+// pieces). A body step moves its piece; its buffer references count in per-rank blocks of
+// count * elt bytes (offset k: the piece's elements within block k, as all-gather's output
+// or reduce-scatter's input lay them out; 0 for elementwise collectives).
+struct Loop {
+  size_t perIter = 0;        // elements per iteration; 0: the whole share in one
+  uint16_t pieces = 1;
+  bool atLeastOnce = false;  // an empty share still runs the body once, with empty steps
+                             // (so that a zero-byte call meets its peers)
+  std::vector<Step> body;
+};
+
 struct ChannelPlan {
-  std::vector<Step> steps;
+  std::vector<Step> steps;  // explicit plans
+  std::vector<Loop> loops;  // size-free plans (at most kMaxLoops)
+  static constexpr size_t kMaxLoops = 4;
 };
 
 struct Plan {
@@ -84,6 +109,10 @@ struct Plan {
   Algorithm algo = Algorithm::kRing;
   std::vector<ChannelPlan> channels;
   size_t scratchBytes = 0;
+  // > 0: a size-free plan; channel c runs its loops over channelShare(count, shares, c).
+  int shares = 0;
+
+  bool sizeFree() const { return shares > 0; }
 
   // Connections (peer, index) this rank sends on / receives from, for connection setup.
   void peers(std::vector<std::pair<int, int>>* sends, std::vector<std::pair<int, int>>* recvs) const;
@@ -109,6 +138,10 @@ class PlanBuilder {
       : ch_(ch), sendPeer_(sendPeer), recvPeer_(recvPeer) {}
   void setPeers(int sendPeer, int recvPeer) { sendPeer_ = sendPeer; recvPeer_ = recvPeer; }
   void setConn(int conn) { conn_ = static_cast<uint8_t>(conn); }
+  // Steps from here on form the body of a new loop of a size-free plan (see Loop).
+  void beginLoop(size_t perIter, int pieces, bool atLeastOnce);
+  // Loop bodies: the piece of the iteration the following steps move.
+  void setPiece(int piece) { piece_ = static_cast<uint16_t>(piece); }
 
   void send(BufRef src, size_t bytes) { add(StepOp::kSend, src, {}, bytes); }
   // peer <- src and dst <- src, reading src once (all-gather's own block).
@@ -135,7 +168,7 @@ class PlanBuilder {
   void finish(BufRef buf, size_t bytes) { copy(partial(buf), buf, bytes); }
   // The data the step just added sends stays unchanged in this rank's memory until the
   // operation completes: a transport that reads peer memory may take it from there.
-  void shareLast() { ch_.steps.back().flags |= kShare; }
+  void shareLast() { out_->back().flags |= kShare; }
 
   // The partial marks of src and dst become kSrcPartial / kDstPartial.
   void add(StepOp op, BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
@@ -155,14 +188,17 @@ class PlanBuilder {
     s.bytes = bytes;
     s.flags = flags;
     s.conn = conn_;
-    ch_.steps.push_back(s);
+    s.piece = piece_;
+    out_->push_back(s);
   }
 
  private:
   ChannelPlan& ch_;
+  std::vector<Step>* out_ = &ch_.steps;
   int sendPeer_;
   int recvPeer_;
   uint8_t conn_ = 0;
+  uint16_t piece_ = 0;
 };
 
 // Channel c's share [begin, end) of `count` elements split over `channels`: channels work
@@ -175,6 +211,27 @@ inline Share channelShare(size_t count, int channels, int c) {
   return {count * static_cast<size_t>(c) / static_cast<size_t>(channels),
           count * static_cast<size_t>(c + 1) / static_cast<size_t>(channels)};
 }
+
+// The concrete steps of one channel of a plan for a call of `count` elements of `elt`
+// bytes (count as the plan's builder took it), one at a time: executors run size-free
+// plans through it without writing their steps out. For explicit plans, the steps.
+class StepSeq {
+ public:
+  StepSeq(const Plan& plan, size_t channel, size_t count, size_t elt);
+  size_t size() const { return size_; }
+  Step operator[](size_t i) const;
+
+ private:
+  const ChannelPlan& ch_;
+  size_t count_, elt_;
+  Share share_{0, 0};
+  size_t size_ = 0;
+  size_t loopEnd_[ChannelPlan::kMaxLoops] = {};  // steps up to the end of each loop
+};
+
+// A size-free plan written out for one count as an explicit plan (simulation, printing,
+// tests); an explicit plan as it is.
+Plan expandPlan(const Plan& plan, size_t count, size_t elt);
 
 // An elementwise collective (all-reduce) on `channels` channels, from a builder that knows
 // one: channel c runs build(its share's count) on its share, at the same offsets of the

@@ -27,21 +27,42 @@ struct Ring {
   static Ring identity(int nranks, int rank);
 };
 
-// counts are elements of eltSize bytes. chunkBytes bounds what one ring step carries; for
-// all-reduce, all-gather and reduce-scatter it must fit in half a connection FIFO (every
-// rank sends before it receives). With `channels` > 1 each channel carries its share of
-// the buffer over connections of its own (index = channel), so the shares pipeline side
-// by side.
-Plan ringAllReduce(const Ring& ring, size_t count, size_t eltSize, size_t chunkBytes, int channels = 1);
-Plan ringAllGather(const Ring& ring, int rank, size_t count, size_t eltSize, size_t chunkBytes,
+// counts are elements of eltSize bytes. chunkBytes bounds what one ring step carries (0:
+// no bound, one step per share); for all-reduce, all-gather and reduce-scatter it must fit
+// in half a connection FIFO (every rank sends before it receives). With `channels` > 1
+// each channel carries its share of the buffer over connections of its own (index =
+// channel), so the shares pipeline side by side. The plans are size-free (see Loop in
+// plan.h): they take no count, and run any.
+// rings: channel c runs on rings[c % rings.size()] (all of the same ranks).
+Plan ringAllReduce(const std::vector<Ring>& rings, size_t eltSize, size_t chunkBytes, int channels = 1);
+Plan ringAllGather(const std::vector<Ring>& rings, int rank, size_t eltSize, size_t chunkBytes,
                    int channels = 1);
-Plan ringReduceScatter(const Ring& ring, int rank, size_t count, size_t eltSize,
+Plan ringReduceScatter(const std::vector<Ring>& rings, int rank, size_t eltSize,
                        size_t chunkBytes, int channels = 1);
-// A chain from (or to) the root. chunkBytes 0 (or at least the buffer): one step per
-// message, which the executor still streams slot by slot.
-Plan ringBroadcast(const Ring& ring, int rank, int root, size_t count, size_t eltSize,
+// A chain from (or to) the root. chunkBytes 0: one step per message, which the executor
+// still streams slot by slot.
+Plan ringBroadcast(const std::vector<Ring>& rings, int rank, int root, size_t eltSize,
                    size_t chunkBytes = 0, int channels = 1);
-Plan ringReduce(const Ring& ring, int rank, int root, size_t count, size_t eltSize,
+Plan ringReduce(const std::vector<Ring>& rings, int rank, int root, size_t eltSize,
                 size_t chunkBytes = 0, int channels = 1);
+
+// Every channel on one ring.
+inline Plan ringAllReduce(const Ring& ring, size_t eltSize, size_t chunkBytes, int channels = 1) {
+  return ringAllReduce(std::vector<Ring>{ring}, eltSize, chunkBytes, channels);
+}
+inline Plan ringAllGather(const Ring& ring, int rank, size_t eltSize, size_t chunkBytes, int channels = 1) {
+  return ringAllGather(std::vector<Ring>{ring}, rank, eltSize, chunkBytes, channels);
+}
+inline Plan ringReduceScatter(const Ring& ring, int rank, size_t eltSize, size_t chunkBytes, int channels = 1) {
+  return ringReduceScatter(std::vector<Ring>{ring}, rank, eltSize, chunkBytes, channels);
+}
+inline Plan ringBroadcast(const Ring& ring, int rank, int root, size_t eltSize, size_t chunkBytes = 0,
+                          int channels = 1) {
+  return ringBroadcast(std::vector<Ring>{ring}, rank, root, eltSize, chunkBytes, channels);
+}
+inline Plan ringReduce(const Ring& ring, int rank, int root, size_t eltSize, size_t chunkBytes = 0,
+                       int channels = 1) {
+  return ringReduce(std::vector<Ring>{ring}, rank, root, eltSize, chunkBytes, channels);
+}
 
 }  // namespace loom

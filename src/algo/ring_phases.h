@@ -58,5 +58,15 @@ void allGather(PlanBuilder& b, const SubRing& r, const PieceFn& piece, Buf buf, 
 void allReduce(PlanBuilder& b, const SubRing& r, size_t off, size_t bytes, size_t elt,
                Buf srcBuf, bool srcPartial, size_t chunk, bool share);
 
+// Loop bodies of size-free plans (see Loop in plan.h): one round of the phase over the
+// whole group, after b.beginLoop(). The all-reduce's round has one piece per position
+// (beginLoop with r.size() pieces); the others move the round's elements of per-rank
+// blocks: blocks(k) gives position k's blocks, Seg{src block, dst block, 0}.
+using BlockFn = std::function<Seg(int position)>;
+void reduceScatterBody(PlanBuilder& b, const SubRing& r, const BlockFn& blocks, Buf srcBuf, Buf dstBuf);
+void allGatherBody(PlanBuilder& b, const SubRing& r, const BlockFn& blocks, Buf buf,
+                   const GatherOptions& o);
+void allReduceBody(PlanBuilder& b, const SubRing& r, Buf srcBuf, bool share);
+
 }  // namespace ringphase
 }  // namespace loom

@@ -105,6 +105,33 @@ void logChoice(const CollRequest& req, const PlanContext& ctx, const PlanContext
 
 }  // namespace
 
+void PlanContext::loadRings() {
+  // A host's local rank i sits on GPU i % g of the g GPUs an order covers (the cost
+  // model's assumption); host memory has no order: local order.
+  const std::vector<std::vector<int>> none{{}};
+  const auto& orders = node.ringOrders.empty() ? none : node.ringOrders;
+  rings.clear();
+  for (const std::vector<int>& gpus : orders) {
+    Ring r;
+    for (const std::vector<int>& host : layout.hosts) {
+      const size_t g = gpus.size();
+      if (g == 0) {
+        r.order.insert(r.order.end(), host.begin(), host.end());
+        continue;
+      }
+      for (int gpu : gpus)
+        for (size_t i = static_cast<size_t>(gpu); i < host.size(); i += g) r.order.push_back(host[i]);
+    }
+    if (static_cast<int>(r.order.size()) != nranks)
+      LOOM_THROW(kInternalError, "channel ring covers %zu of %d ranks", r.order.size(), nranks);
+    r.pos = static_cast<int>(std::find(r.order.begin(), r.order.end(), rank) - r.order.begin());
+    // Orders that place this job's ranks alike are one ring.
+    bool seen = false;
+    for (const Ring& o : rings) seen |= o.order == r.order;
+    if (!seen) rings.push_back(std::move(r));
+  }
+}
+
 void PlanContext::loadTuning(const algo::NodeModel& hostModel, algo::TunerHook* hook) {
   node = hostModel;
   node.fifoSlotBytes = slotBytes;
@@ -184,10 +211,10 @@ Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
 }
 
 Plan buildPlan(const CollRequest& req, const PlanContext& ctx, const Selection& sel) {
-  const Ring& ring = *ctx.ring;
+  const std::vector<Ring>& ring = ctx.rings;
   const size_t n = req.count, e = req.eltSize;
   const int ch = std::max(1, sel.channels);
-  // An uncut step carries the whole buffer.
+  // An uncut step carries the whole buffer (the ring's size-free plans take 0 for that).
   const size_t chunk = sel.chunkBytes > 0 ? sel.chunkBytes : std::max<size_t>(n * e, 1);
   if (sel.algorithm == Algorithm::kHierarchical) {
     switch (req.coll) {
@@ -209,12 +236,12 @@ Plan buildPlan(const CollRequest& req, const PlanContext& ctx, const Selection& 
           });
         case Algorithm::kDirect:
           return splitByChannel(ch, n, e, [&](size_t part) { return directAllReduce(ctx.nranks, ctx.rank, part, e); });
-        default: return ringAllReduce(ring, n, e, chunk, ch);
+        default: return ringAllReduce(ring, e, sel.chunkBytes, ch);
       }
-    case Collective::kAllGather: return ringAllGather(ring, ctx.rank, n, e, chunk, ch);
-    case Collective::kReduceScatter: return ringReduceScatter(ring, ctx.rank, n, e, chunk, ch);
-    case Collective::kBroadcast: return ringBroadcast(ring, ctx.rank, req.root, n, e, chunk, ch);
-    case Collective::kReduce: return ringReduce(ring, ctx.rank, req.root, n, e, chunk, ch);
+    case Collective::kAllGather: return ringAllGather(ring, ctx.rank, e, sel.chunkBytes, ch);
+    case Collective::kReduceScatter: return ringReduceScatter(ring, ctx.rank, e, sel.chunkBytes, ch);
+    case Collective::kBroadcast: return ringBroadcast(ring, ctx.rank, req.root, e, sel.chunkBytes, ch);
+    case Collective::kReduce: return ringReduce(ring, ctx.rank, req.root, e, sel.chunkBytes, ch);
     default: break;
   }
   LOOM_THROW(kInternalError, "%s has no plan builder", collectiveName(req.coll));

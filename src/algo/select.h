@@ -48,7 +48,11 @@ constexpr int kSizeBuckets = 41;  // message sizes up to 2^40 bytes, by power of
 struct PlanContext {
   int rank = 0;
   int nranks = 1;
-  const Ring* ring = nullptr;  // all ranks, each host's ranks adjacent
+  // Channel c's ring of all ranks: rings[c % rings.size()]. Each visits a host's ranks in
+  // a row (hosts in layout order), within a host in the order of one of the intra-host
+  // rings the topology search found (node.ringOrders), channels taking them in turn.
+  std::vector<Ring> rings;
+  const Ring& ring(int channel = 0) const { return rings[static_cast<size_t>(channel) % rings.size()]; }
   HostLayout layout;           // which ranks share a host
   size_t slotBytes = 256 << 10;
   int depth = 8;
@@ -76,6 +80,8 @@ struct PlanContext {
   // (its FIFO shape taken from slotBytes / depth), after `hook`, if any, has adjusted each
   // cost table.
   void loadTuning(const algo::NodeModel& node, algo::TunerHook* hook = nullptr);
+  // Fills `rings` from layout, rank and node (after loadTuning).
+  void loadRings();
 };
 
 // nccl-tests' "size" of a request of `bytes` per rank, which the cost model takes: the

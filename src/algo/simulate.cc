@@ -269,6 +269,8 @@ double expected(const CollRequest& req, int n, int r, size_t i) {
 
 std::string runPlans(const std::vector<Plan>& plans, std::vector<SimBuffers>& bufs, const SimOptions& opt,
                      std::vector<SimStats>* stats) {
+  for (const Plan& p : plans)
+    if (p.sizeFree()) return "a size-free plan: write it out for a count first (expandPlan)";
   return Machine(plans, bufs, opt).run(stats);
 }
 
@@ -295,8 +297,6 @@ JobContexts::JobContexts(const std::vector<int>& hostOf, const algo::NodeModel& 
     }
     layout.hosts[static_cast<size_t>(it - ids.begin())].push_back(r);
   }
-  std::vector<int> order;
-  for (const auto& h : layout.hosts) order.insert(order.end(), h.begin(), h.end());
   // The ranking is the same on every rank: tune once, copy it.
   PlanContext tuned;
   tuned.nranks = n;
@@ -306,19 +306,15 @@ JobContexts::JobContexts(const std::vector<int>& hostOf, const algo::NodeModel& 
   tuned.loadAlgoFilter();
   tuned.loadTuning(node, hook);
   for (int r = 0; r < n; ++r) {
-    auto ring = std::make_unique<Ring>();
-    ring->order = order;
-    ring->pos = static_cast<int>(std::find(order.begin(), order.end(), r) - order.begin());
     auto ctx = std::make_unique<PlanContext>(tuned);
     ctx->rank = r;
-    ctx->ring = ring.get();
     for (size_t h = 0; h < layout.hosts.size(); ++h) {
       auto at = std::find(layout.hosts[h].begin(), layout.hosts[h].end(), r);
       if (at == layout.hosts[h].end()) continue;
       ctx->layout.host = static_cast<int>(h);
       ctx->layout.local = static_cast<int>(at - layout.hosts[h].begin());
     }
-    rings_.push_back(std::move(ring));
+    ctx->loadRings();
     ctx_.push_back(std::move(ctx));
   }
 }
@@ -344,7 +340,7 @@ SimReport simulate(const CollRequest& req, const JobContexts& job, const Selecti
   algo::Estimate e = algo::estimate(ctx0.node, req.coll, sel.algorithm, sel.protocol, bytes, n,
                                     std::max(1, ctx0.layout.nhosts()));
   if (e.feasible) report.predictedUs = e.us;
-  for (int r = 0; r < n; ++r) report.plans.push_back(buildPlan(req, job[r], sel));
+  for (int r = 0; r < n; ++r) report.plans.push_back(expandPlan(buildPlan(req, job[r], sel), req.count, req.eltSize));
 
   const size_t sendElems = req.coll == Collective::kReduceScatter ? req.count * n : req.count;
   const size_t recvElems = req.coll == Collective::kAllGather ? req.count * n : req.count;

@@ -45,13 +45,13 @@ struct SimOptions {
   bool moveData = true;          // false: only sizes and order (buffers may be empty)
 };
 
-// Runs plans[r] on bufs[r] for every rank until no channel can move. Returns "" when every
+// Runs plans[r] (explicit ones: see expandPlan) on bufs[r] for every rank until no channel can move. Returns "" when every
 // channel of every rank finished and every message was received, or what went wrong.
 std::string runPlans(const std::vector<Plan>& plans, std::vector<SimBuffers>& bufs, const SimOptions& opt,
                      std::vector<SimStats>* stats = nullptr);
 
 // Every rank's context of a job that is described rather than run (loom-topo, the
-// simulator, tests): ranks on hosts as hostOf[rank] says, the flat ring visiting each
+// simulator, tests): ranks on hosts as hostOf[rank] says, channel rings visiting each
 // host's ranks in a row, hosts ordered by their lowest rank (as a communicator builds
 // them), NCCL_ALGO / NCCL_PROTO from the environment, tuned with `node` (and `hook`).
 class JobContexts {
@@ -65,13 +65,12 @@ class JobContexts {
   static std::vector<int> contiguous(int nranks, int nhosts);
 
  private:
-  std::vector<std::unique_ptr<Ring>> rings_;  // the contexts point at them
   std::vector<std::unique_ptr<PlanContext>> ctx_;
 };
 
 struct SimReport {
   Selection selection;
-  std::vector<Plan> plans;      // every rank's
+  std::vector<Plan> plans;      // every rank's, written out for the request's count
   std::vector<SimStats> stats;  // every rank's
   double predictedUs = -1;      // the cost model's time for the selection (< 0: not priced)
   bool dataChecked = false;     // false: too large to hold, only sizes and order

@@ -118,19 +118,15 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.rank = rank;
   planCtx_.nranks = nranks;
   planCtx_.layout = hostLayout(peers_, rank);
-  // The flat ring visits each host's ranks in a row, so it crosses between hosts only
-  // once per host.
-  ring_.order.clear();
-  for (const auto& h : planCtx_.layout.hosts) ring_.order.insert(ring_.order.end(), h.begin(), h.end());
-  for (int i = 0; i < nranks; ++i)
-    if (ring_.order[i] == rank) ring_.pos = i;
-  planCtx_.ring = &ring_;
   planCtx_.slotBytes = shape.slotBytes;
   planCtx_.depth = shape.depth;
   planCtx_.loadAlgoFilter();
   planCtx_.loadTuning(tuningModel());
+  // Channel rings visit each host's ranks in a row, so they cross between hosts only once
+  // per host; within a host they follow the topology search's rings.
+  planCtx_.loadRings();
   oversubscribed_ = localRanks() > hostCpus();
-  if (nranks > 1) connect({{ring_.next(), 0}}, {{ring_.prev(), 0}});
+  if (nranks > 1) connect({{ring().next(), 0}}, {{ring().prev(), 0}});
 } catch (...) {
   ShmSegment::sweepDead();
 }

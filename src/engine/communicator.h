@@ -28,7 +28,7 @@ class Communicator {
   Bootstrap& bootstrap() { return *bootstrap_; }
   TransportManager& transports() { return *transports_; }
   const std::vector<PeerInfo>& peers() const { return peers_; }
-  const Ring& ring() const { return ring_; }
+  const Ring& ring() const { return planCtx_.ring(0); }  // channel 0's
   // What plan builders need to know about this communicator (ring, FIFO shape, NCCL_ALGO).
   const PlanContext& planContext() const { return planCtx_; }
   const std::atomic<bool>* abortFlag() const { return abort_; }
@@ -60,7 +60,6 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   std::unique_ptr<TransportManager> transports_;
-  Ring ring_;
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   uint64_t seq_ = 0;

@@ -19,6 +19,7 @@ Task bindTask(const Op& op, const Plan& plan, uint64_t seq, const char* name) {
   t.recvbuf = op.recvbuff;
   t.red = op.red;
   t.eltSize = op.eltSize;
+  t.count = op.count;
   t.transports = &op.comm.core->transports();
   t.abortFlag = op.comm.abortFlag;
   t.revokeFlag = op.comm.revokeFlag;

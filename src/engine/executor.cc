@@ -40,11 +40,12 @@ inline void cpuRelax() {
 // Executes the steps of one channel, one FIFO step ("piece") at a time, never blocking.
 class ChannelRun {
  public:
-  ChannelRun(const Task& t, size_t ch) : t_(t), steps_(t.plan->channels[ch].steps) {
+  ChannelRun(const Task& t, size_t ch) : t_(t), steps_(*t.plan, ch, t.count, t.eltSize) {
     sendbuf_ = ch < t.chanSend.size() ? t.chanSend[ch] : t.sendbuf;
     recvbuf_ = ch < t.chanRecv.size() ? t.chanRecv[ch] : t.recvbuf;
+    if (!done()) step_ = steps_[0];
     size_t total = 0;
-    for (const Step& s : steps_) total += s.bytes;
+    for (size_t i = 0; i < steps_.size(); ++i) total += steps_[i].bytes;
     // Read per operation (tests change it), but only where a getenv costs nothing in
     // comparison.
     if (total >= (1u << 20)) {
@@ -76,7 +77,7 @@ class ChannelRun {
         if (!c->fifo().drained()) return c;
       return nullptr;
     }
-    const Step& s = steps_[cur_];
+    const Step& s = step_;
     if (s.recvPeer >= 0) {
       Connection* c = t_.transports->recvConn(s.recvPeer, s.conn);
       if (!c->fifo().canRecv()) return c;
@@ -124,7 +125,7 @@ class ChannelRun {
   };
 
   bool tryPiece() {
-    const Step& s = steps_[cur_];
+    const Step& s = step_;
     Connection* rc = s.recvPeer >= 0 ? t_.transports->recvConn(s.recvPeer, s.conn) : nullptr;
     Connection* sc = s.sendPeer >= 0 ? t_.transports->sendConn(s.sendPeer, s.conn) : nullptr;
     FifoEnd* rf = rc ? &rc->fifo() : nullptr;
@@ -162,8 +163,8 @@ class ChannelRun {
     if (p.remote) noteShared(sc);
     off_ += n;
     if (off_ >= s.bytes) {
-      ++cur_;
       off_ = 0;
+      if (++cur_ < steps_.size()) step_ = steps_[cur_];
     }
     return true;
   }
@@ -175,7 +176,8 @@ class ChannelRun {
   }
 
   const Task& t_;
-  const std::vector<Step>& steps_;
+  const StepSeq steps_;
+  Step step_{};  // steps_[cur_]
   std::vector<char> tmp_;            // remote payloads that feed a reduction
   std::vector<Connection*> shared_;  // connections we posted our own addresses on
   const void* sendbuf_;

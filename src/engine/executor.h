@@ -28,6 +28,7 @@ struct Task {
   std::vector<void*> chanRecv;
   Reducer red;
   size_t eltSize = 1;
+  size_t count = 0;  // elements, as the plan's builder counts them (size-free plans)
   TransportManager* transports = nullptr;
   const std::atomic<bool>* abortFlag = nullptr;   // ncclCommAbort
   const std::atomic<bool>* revokeFlag = nullptr;  // ncclCommRevoke

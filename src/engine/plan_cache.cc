@@ -1,5 +1,7 @@
 #include "engine/plan_cache.h"
 
+#include <unordered_set>
+
 namespace loom {
 
 size_t PlanCache::KeyHash::operator()(const Key& k) const {
@@ -9,8 +11,18 @@ size_t PlanCache::KeyHash::operator()(const Key& k) const {
   return h * 31 + static_cast<size_t>(k.root);
 }
 
+size_t PlanCache::ClassKeyHash::operator()(const ClassKey& k) const {
+  size_t h = std::hash<size_t>()(k.sel.chunkBytes);
+  h = h * 31 + k.eltSize;
+  h = h * 31 + static_cast<size_t>(k.coll);
+  h = h * 31 + static_cast<size_t>(k.root);
+  h = h * 31 + static_cast<size_t>(k.sel.algorithm);
+  h = h * 31 + static_cast<size_t>(k.sel.protocol);
+  return h * 31 + static_cast<size_t>(k.sel.channels);
+}
+
 std::shared_ptr<CachedPlan> PlanCache::get(const CollRequest& req, const PlanContext& ctx) {
-  Key key{req.coll, req.count, req.eltSize, req.root};
+  const Key key{req.coll, req.count, req.eltSize, req.root};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = plans_.find(key);
@@ -19,18 +31,42 @@ std::shared_ptr<CachedPlan> PlanCache::get(const CollRequest& req, const PlanCon
       return it->second;
     }
   }
-  // Built outside the lock: selection may log, and building large plans takes a while.
-  auto made = std::make_shared<CachedPlan>();
-  made->plan = buildPlan(req, ctx, select(req, ctx));
+  const Selection sel = select(req, ctx);
+  const ClassKey ckey{req.coll, req.eltSize, req.root, sel};
+  std::shared_ptr<CachedPlan> plan;
+  bool built = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = classes_.find(ckey);
+    if (it != classes_.end()) {
+      ++classHits_;
+      plan = it->second;
+    }
+  }
+  if (!plan) {
+    // Built outside the lock: selection may log, and building large plans takes a while.
+    plan = std::make_shared<CachedPlan>();
+    plan->plan = buildPlan(req, ctx, sel);
+    built = true;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  ++misses_;
+  if (built) {
+    ++misses_;
+    if (plan->plan.sizeFree()) {
+      if (classes_.size() >= kCapacity) classes_.clear();
+      plan = classes_.emplace(ckey, plan).first->second;  // another thread's, if it won
+    }
+  }
   if (plans_.size() >= kCapacity) plans_.clear();  // entries in use live on in their launches
-  return plans_.emplace(key, std::move(made)).first->second;
+  return plans_.emplace(key, std::move(plan)).first->second;
 }
 
 size_t PlanCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return plans_.size();
+  std::unordered_set<const CachedPlan*> distinct;
+  for (const auto& e : plans_) distinct.insert(e.second.get());
+  for (const auto& e : classes_) distinct.insert(e.second.get());
+  return distinct.size();
 }
 
 }  // namespace loom

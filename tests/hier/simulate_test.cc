@@ -144,6 +144,63 @@ TEST(Simulate, OneShotNeedsTheFifoToHoldItsMessage) {
   EXPECT_TRUE(contains(err, "no rank can move")) << err;
 }
 
+// A size-free plan (the ring's) is built once and runs any count: its loops hold one
+// round of steps whatever the size, and written out for each count it gives the exact
+// all-reduce and all-gather, also with shares of the buffer on two channels.
+TEST(Simulate, OneSizeFreePlanRunsEveryCount) {
+  const int n = 3;
+  for (int channels : {1, 2}) {
+    std::vector<Plan> ar, ag;
+    for (int r = 0; r < n; ++r) {
+      Ring ring = Ring::identity(n, r);
+      ar.push_back(ringAllReduce(ring, 4, 4096, channels));
+      ag.push_back(ringAllGather(ring, r, 4, 4096, channels));
+      ASSERT_TRUE(ar[r].sizeFree());
+      ASSERT_EQ(ar[r].channels[0].loops.size(), 1u);
+      EXPECT_EQ(ar[r].channels[0].loops[0].body.size(), size_t{2 * n - 1});  // one round
+      EXPECT_TRUE(ar[r].channels[0].steps.empty());
+    }
+    for (size_t count : {size_t{1}, size_t{7}, size_t{1000}, size_t{100003}}) {
+      std::vector<Plan> arOut, agOut;
+      std::vector<SimBuffers> arBufs(n), agBufs(n);
+      for (int r = 0; r < n; ++r) {
+        arOut.push_back(expandPlan(ar[r], count, 4));
+        agOut.push_back(expandPlan(ag[r], count, 4));
+        // StepSeq computes the same steps one at a time.
+        StepSeq seq(ar[r], 0, count, 4);
+        ASSERT_EQ(seq.size(), arOut[r].channels[0].steps.size());
+        for (size_t i = 0; i < seq.size(); ++i) {
+          EXPECT_EQ(seq[i].bytes, arOut[r].channels[0].steps[i].bytes);
+          EXPECT_EQ(seq[i].src.offset, arOut[r].channels[0].steps[i].src.offset);
+        }
+        arBufs[r].send.resize(count);
+        agBufs[r].send.resize(count);
+        for (size_t i = 0; i < count; ++i) {
+          arBufs[r].send[i] = r + 1 + static_cast<double>(i % 13);
+          agBufs[r].send[i] = r * 1000000.0 + static_cast<double>(i);
+        }
+        arBufs[r].recv.assign(count, -1);
+        agBufs[r].recv.assign(count * n, -1);
+      }
+      SimOptions opt;
+      opt.eltSize = 4;
+      opt.slotBytes = 4096;
+      opt.depth = 4;
+      ASSERT_EQ(runPlans(arOut, arBufs, opt), "") << count;
+      ASSERT_EQ(runPlans(agOut, agBufs, opt), "") << count;
+      for (int r = 0; r < n; ++r)
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(arBufs[r].recv[i], n * (n + 1) / 2 + n * static_cast<double>(i % 13)) << count << " " << i;
+          for (int q = 0; q < n; ++q)
+            ASSERT_EQ(agBufs[r].recv[q * count + i], q * 1000000.0 + static_cast<double>(i)) << count;
+        }
+    }
+  }
+  // Not written out: the simulator asks for an explicit plan.
+  std::vector<SimBuffers> bufs(1);
+  EXPECT_TRUE(contains(runPlans({ringAllReduce(Ring::identity(1, 0), 4, 4096)}, bufs, SimOptions{}), "size-free"));
+}
+
 // A reduction's pre-scaling and final step are modelled, so a partial-result flag set or
 // dropped by mistake changes the result.
 TEST(Simulate, CatchesAWrongPartialResultFlag) {
@@ -152,7 +209,7 @@ TEST(Simulate, CatchesAWrongPartialResultFlag) {
   Selection sel = selectionFor(req, j[0], Algorithm::kRing);
   ASSERT_EQ(simulate(req, j, sel).error, "");
   std::vector<Plan> plans;
-  for (int r = 0; r < 3; ++r) plans.push_back(buildPlan(req, j[r], sel));
+  for (int r = 0; r < 3; ++r) plans.push_back(expandPlan(buildPlan(req, j[r], sel), req.count, req.eltSize));
   // Rank 1's final receive applies no final step: its result misses the post-op.
   for (Step& s : plans[1].channels[0].steps)
     if (s.op == StepOp::kRecv) s.flags |= kDstPartial;

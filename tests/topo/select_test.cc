@@ -10,6 +10,7 @@
 #include "algo/select.h"
 #include "algo/simulate.h"
 #include "algo/tree.h"
+#include "topo/search.h"
 #include "topo_test_util.h"
 
 namespace loom {
@@ -151,7 +152,7 @@ TEST(Select, ChannelsAndChunkComeFromTheModel) {
   Selection ring = selectionFor(ar, ctx, Algorithm::kRing);
   EXPECT_EQ(ring.channels, 1);
   EXPECT_EQ(ring.chunkBytes, size_t{128} << 10);  // half of 4 x 64 KiB
-  Plan p = buildPlan(ar, ctx, ring);
+  Plan p = expandPlan(buildPlan(ar, ctx, ring), ar.count, ar.eltSize);
   ASSERT_EQ(p.channels.size(), 1u);
   size_t largest = 0;
   for (const Step& s : p.channels[0].steps) largest = std::max(largest, s.bytes);
@@ -236,6 +237,53 @@ TEST(Select, EstimateMicrosIsTheModelsPredictionForWhatRuns) {
   CollRequest req{Collective::kAllReduce, 1 << 20, 4, 0};
   ASSERT_EQ(select(req, forced[0]).algorithm, Algorithm::kTree);
   EXPECT_GT(estimateMicros({req}, forced[0]), 0.0);
+}
+
+// Per-channel rings come from the topology search: on four GPUs joined pairwise by one
+// NVLink each (nvlink_mesh4.xml: no single ring uses every link) the search finds several
+// rings; channel c rides the c-th (each host's ranks in that GPU order, hosts in a row),
+// and the collectives are exact on those rings.
+TEST(Select, ChannelsRideTheRingsOfTheTopologySearch) {
+  const topo::System mesh = loadFixture("nvlink_mesh4.xml");
+  const topo::RingSet found = topo::searchRings(mesh, {0, 1, 2, 3});
+  const algo::NodeModel node = algo::buildNodeModel(mesh, 4, false);
+  ASSERT_GE(found.rings.size(), 2u);
+  ASSERT_EQ(node.ringOrders.size(), found.rings.size());
+  for (size_t k = 0; k < found.rings.size(); ++k) EXPECT_EQ(node.ringOrders[k], found.rings[k].gpus);
+  JobContexts job({0, 0, 0, 0, 1, 1, 1, 1}, node);  // two such hosts
+  for (int r = 0; r < 8; ++r) {
+    const PlanContext& ctx = job[r];
+    ASSERT_GE(ctx.rings.size(), 2u);
+    for (size_t k = 0; k < ctx.rings.size(); ++k) {
+      std::vector<int> want;
+      for (int host : {0, 1})
+        for (int g : node.ringOrders[k]) want.push_back(4 * host + g);
+      EXPECT_EQ(ctx.rings[k].order, want) << "rank " << r << " ring " << k;
+      EXPECT_EQ(ctx.rings[k].order[static_cast<size_t>(ctx.rings[k].pos)], r);
+    }
+    EXPECT_NE(ctx.ring(0).order, ctx.ring(1).order);
+    EXPECT_EQ(&ctx.ring(static_cast<int>(ctx.rings.size())), &ctx.ring(0));  // channels wrap round
+  }
+  // A two-channel ring plan: channel c sends to its ring's successor.
+  for (Collective coll : kPlanned) {
+    CollRequest req{coll, 100003, 4, 1};
+    Selection sel{Algorithm::kRing, Protocol::kSimple, 2, 64 << 10};
+    for (int r = 0; r < 8; ++r) {
+      const Plan p = expandPlan(buildPlan(req, job[r], sel), req.count, req.eltSize);
+      ASSERT_EQ(p.channels.size(), 2u);
+      for (int c = 0; c < 2; ++c)
+        for (const Step& s : p.channels[static_cast<size_t>(c)].steps)
+          if (s.sendPeer >= 0) EXPECT_EQ(s.sendPeer, job[r].ring(c).next()) << collectiveName(coll);
+    }
+    const SimReport rep = simulate(req, job, sel);
+    EXPECT_EQ(rep.error, "") << collectiveName(coll);
+    EXPECT_TRUE(rep.dataChecked);
+  }
+  // Host memory has no GPU order: one ring, each host's ranks in local order.
+  JobContexts host({0, 0, 1, 1}, algo::buildNodeModel(cpuOnly(), 2, true));
+  ASSERT_EQ(host[3].rings.size(), 1u);
+  EXPECT_EQ(host[3].rings[0].order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(host[3].rings[0].pos, 3);
 }
 
 }  // namespace
