@@ -9,7 +9,10 @@
 #                                                 chaos_test (50 trials), fault_test,
 #                                                 hier_test (processes posing as hosts)
 #   LOOM_SANITIZER=thread scripts/sanitize.sh     ThreadSanitizer: core_test with ranks as
-#                                                 threads (TSan does not follow fork())
+#                                                 threads (TSan does not follow fork()), the
+#                                                 net transport's proxy thread and the
+#                                                 transport registry with ranks as threads,
+#                                                 the step primitive's FIFO pipeline
 #   LOOM_SANITIZE_SUBSET=quick|ci|full            how much to run (default ci; full adds
 #                                                 TSan's slower cases)
 #   LOOM_SANITIZE_DIR=<dir>                       build dir (default build-asan / build-tsan)
@@ -22,7 +25,7 @@ case "$kind" in
   address) flags=address,undefined; name="asan+ubsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-asan}"
     targets=(core_test chaos_test fault_test hier_test) ;;
   thread) flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
-    targets=(core_test) ;;
+    targets=(core_test transports_test kernels_test) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
 esac
 jobs="${LOOM_JOBS:-$(nproc)}"
@@ -70,6 +73,10 @@ else
   # threaded process (its children may not start threads), so they stay out.
   fault_filter=''
   hier_filter=''
+  # The proxy thread pumping net connections while the executor waits, closes and probes
+  # them; registry tests with a transport of the tests; the step primitive between threads.
+  transports_filter='NetTransport.NameInAnyCaseAndRanksAsThreads:TransportRegistry.TestTransportChosenAheadOfShm:TransportRegistry.PriorityOrderAndCanConnectDecideEachPair:TransportRegistry.BlobSizeLimitIsEnforced'
+  kernels_filter='StepPrimitive.*'
   chaos_trials=0
   fault_chaos_trials=0
 fi
@@ -124,6 +131,10 @@ fi
 
 if [ -n "$hier_filter" ]; then
   run hier_test "$build/tests/hier/hier_test" --gtest_filter="$hier_filter"
+fi
+if [ -n "${transports_filter:-}" ]; then
+  run transports_test "$build/tests/transports/transports_test" --gtest_filter="$transports_filter"
+  run kernels_test "$build/tests/kernels/kernels_test" --gtest_filter="$kernels_filter"
 fi
 
 if [ ${#failed[@]} -ne 0 ]; then
