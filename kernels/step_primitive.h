@@ -90,16 +90,23 @@ LOOM_HD bool stepReady(const FifoEndT<Atomics>* recv, const FifoEndT<Atomics>* s
   return (!recv || recv->canRecv()) && (!send || send->canSend());
 }
 
+// The piece once stepReady(recv, send) held (a caller that polled readiness itself).
 template <class Atomics, class Ops>
-LOOM_HD bool runStepPiece(FifoEndT<Atomics>* recv, FifoEndT<Atomics>* send, StepPiece& p,
-                          Ops& ops) {
-  if (!stepReady(recv, send)) return false;
+LOOM_HD void runReadyPiece(FifoEndT<Atomics>* recv, FifoEndT<Atomics>* send, StepPiece& p,
+                           Ops& ops) {
   if (recv) p.a = ops.received(*recv, p);
   if (send && !p.remote) p.out = send->sendSlot();
   computePiece(p, ops);
   ops.fence();
   if (recv) recv->release();
   if (send) send->post(p.bytes, p.remote);
+}
+
+template <class Atomics, class Ops>
+LOOM_HD bool runStepPiece(FifoEndT<Atomics>* recv, FifoEndT<Atomics>* send, StepPiece& p,
+                          Ops& ops) {
+  if (!stepReady(recv, send)) return false;
+  runReadyPiece(recv, send, p, ops);
   return true;
 }
 

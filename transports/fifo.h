@@ -3,15 +3,10 @@
 // CPU executor and the network proxy drive it.
 #pragma once
 
-#include <stdint.h>
-
 #include "kernels/fifo_sync.h"
 
 namespace loom {
 
 using FifoEnd = FifoEndT<HostAtomics>;
-
-inline uint64_t loadAcquire(const uint64_t& v) { return HostAtomics::load(v); }
-inline void storeRelease(uint64_t& v, uint64_t x) { HostAtomics::store(v, x); }
 
 }  // namespace loom

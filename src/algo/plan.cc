@@ -104,6 +104,21 @@ Step StepSeq::operator[](size_t i) const {
   return s;
 }
 
+size_t StepSeq::bytes() const {
+  size_t total = 0;
+  for (const Step& s : ch_.steps) total += s.bytes;
+  const size_t len = share_.size();
+  for (const Loop& l : ch_.loops) {
+    if (len == 0) continue;  // iterations of empty steps, if any
+    // Full iterations of perIter elements, then what remains.
+    const size_t full = l.perIter == 0 ? 0 : len / l.perIter;
+    const size_t rest = l.perIter == 0 ? len : len - full * l.perIter;
+    auto pieceLen = [&](size_t n, unsigned p) { return n * (p + 1) / l.pieces - n * p / l.pieces; };
+    for (const Step& s : l.body) total += (full * pieceLen(l.perIter, s.piece) + pieceLen(rest, s.piece)) * elt_;
+  }
+  return total;
+}
+
 Plan expandPlan(const Plan& plan, size_t count, size_t elt) {
   if (!plan.sizeFree()) return plan;
   Plan out;

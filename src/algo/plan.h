@@ -168,16 +168,16 @@ class PlanBuilder {
   void finish(BufRef buf, size_t bytes) { copy(partial(buf), buf, bytes); }
   // The data the step just added sends stays unchanged in this rank's memory until the
   // operation completes: a transport that reads peer memory may take it from there.
-  void shareLast() { out_->back().flags |= kShare; }
+  void shareLast() {
+    if (stepSends(out_->back().op)) out_->back().flags |= kShare;
+  }
 
   // The partial marks of src and dst become kSrcPartial / kDstPartial.
-  void add(StepOp op, BufRef src, BufRef dst, size_t bytes, uint8_t flags = 0) {
-    if (src.partial) flags |= kSrcPartial;
-    if (dst.partial) flags |= kDstPartial;
-    // Only flags that mean something for the step: plans compare equal when they behave so.
-    if (src.buf == Buf::kNone) flags &= ~kSrcPartial;
-    if (dst.buf == Buf::kNone) flags &= ~kDstPartial;
-    if (!stepSends(op)) flags &= ~kShare;
+  // Only flags that mean something for the step: plans compare equal when they behave so.
+  void add(StepOp op, BufRef src, BufRef dst, size_t bytes) {
+    uint8_t flags = 0;
+    if (src.partial && src.buf != Buf::kNone) flags |= kSrcPartial;
+    if (dst.partial && dst.buf != Buf::kNone) flags |= kDstPartial;
     src.partial = dst.partial = false;
     Step s;
     s.op = op;
@@ -220,6 +220,8 @@ class StepSeq {
   StepSeq(const Plan& plan, size_t channel, size_t count, size_t elt);
   size_t size() const { return size_; }
   Step operator[](size_t i) const;
+  // The sum of the steps' bytes, without visiting them.
+  size_t bytes() const;
 
  private:
   const ChannelPlan& ch_;

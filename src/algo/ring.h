@@ -46,23 +46,4 @@ Plan ringBroadcast(const std::vector<Ring>& rings, int rank, int root, size_t el
 Plan ringReduce(const std::vector<Ring>& rings, int rank, int root, size_t eltSize,
                 size_t chunkBytes = 0, int channels = 1);
 
-// Every channel on one ring.
-inline Plan ringAllReduce(const Ring& ring, size_t eltSize, size_t chunkBytes, int channels = 1) {
-  return ringAllReduce(std::vector<Ring>{ring}, eltSize, chunkBytes, channels);
-}
-inline Plan ringAllGather(const Ring& ring, int rank, size_t eltSize, size_t chunkBytes, int channels = 1) {
-  return ringAllGather(std::vector<Ring>{ring}, rank, eltSize, chunkBytes, channels);
-}
-inline Plan ringReduceScatter(const Ring& ring, int rank, size_t eltSize, size_t chunkBytes, int channels = 1) {
-  return ringReduceScatter(std::vector<Ring>{ring}, rank, eltSize, chunkBytes, channels);
-}
-inline Plan ringBroadcast(const Ring& ring, int rank, int root, size_t eltSize, size_t chunkBytes = 0,
-                          int channels = 1) {
-  return ringBroadcast(std::vector<Ring>{ring}, rank, root, eltSize, chunkBytes, channels);
-}
-inline Plan ringReduce(const Ring& ring, int rank, int root, size_t eltSize, size_t chunkBytes = 0,
-                       int channels = 1) {
-  return ringReduce(std::vector<Ring>{ring}, rank, root, eltSize, chunkBytes, channels);
-}
-
 }  // namespace loom

@@ -44,8 +44,7 @@ class ChannelRun {
     sendbuf_ = ch < t.chanSend.size() ? t.chanSend[ch] : t.sendbuf;
     recvbuf_ = ch < t.chanRecv.size() ? t.chanRecv[ch] : t.recvbuf;
     if (!done()) step_ = steps_[0];
-    size_t total = 0;
-    for (size_t i = 0; i < steps_.size(); ++i) total += steps_[i].bytes;
+    const size_t total = steps_.bytes();
     // Read per operation (tests change it), but only where a getenv costs nothing in
     // comparison.
     if (total >= (1u << 20)) {
@@ -159,7 +158,7 @@ class ChannelRun {
     ops.stream = stream_ && s.op != StepOp::kCopy && s.op != StepOp::kLocalReduce;
     ops.rc = rc;
     ops.tmp = &tmp_;
-    runStepPiece(rf, sf, p, ops);
+    runReadyPiece(rf, sf, p, ops);  // stepReady held above
     if (p.remote) noteShared(sc);
     off_ += n;
     if (off_ >= s.bytes) {

@@ -93,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     for (int idle = 0; idle < 4;) {
       bool moved = conn.progress();
-      uint64_t tail = loom::loadAcquire(fifo.ctrl->tail);
+      uint64_t tail = loom::HostAtomics::load(fifo.ctrl->tail);
       if (tail < lastTail) abort();  // steps are never taken back
       lastTail = tail;
       while (fifo.canRecv()) {

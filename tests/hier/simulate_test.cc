@@ -153,8 +153,8 @@ TEST(Simulate, OneSizeFreePlanRunsEveryCount) {
     std::vector<Plan> ar, ag;
     for (int r = 0; r < n; ++r) {
       Ring ring = Ring::identity(n, r);
-      ar.push_back(ringAllReduce(ring, 4, 4096, channels));
-      ag.push_back(ringAllGather(ring, r, 4, 4096, channels));
+      ar.push_back(ringAllReduce({ring}, 4, 4096, channels));
+      ag.push_back(ringAllGather({ring}, r, 4, 4096, channels));
       ASSERT_TRUE(ar[r].sizeFree());
       ASSERT_EQ(ar[r].channels[0].loops.size(), 1u);
       EXPECT_EQ(ar[r].channels[0].loops[0].body.size(), size_t{2 * n - 1});  // one round
@@ -169,6 +169,9 @@ TEST(Simulate, OneSizeFreePlanRunsEveryCount) {
         // StepSeq computes the same steps one at a time.
         StepSeq seq(ar[r], 0, count, 4);
         ASSERT_EQ(seq.size(), arOut[r].channels[0].steps.size());
+        size_t total = 0;
+        for (const Step& s : arOut[r].channels[0].steps) total += s.bytes;
+        EXPECT_EQ(seq.bytes(), total);
         for (size_t i = 0; i < seq.size(); ++i) {
           EXPECT_EQ(seq[i].bytes, arOut[r].channels[0].steps[i].bytes);
           EXPECT_EQ(seq[i].src.offset, arOut[r].channels[0].steps[i].src.offset);
@@ -198,7 +201,7 @@ TEST(Simulate, OneSizeFreePlanRunsEveryCount) {
   }
   // Not written out: the simulator asks for an explicit plan.
   std::vector<SimBuffers> bufs(1);
-  EXPECT_TRUE(contains(runPlans({ringAllReduce(Ring::identity(1, 0), 4, 4096)}, bufs, SimOptions{}), "size-free"));
+  EXPECT_TRUE(contains(runPlans({ringAllReduce({Ring::identity(1, 0)}, 4, 4096)}, bufs, SimOptions{}), "size-free"));
 }
 
 // A reduction's pre-scaling and final step are modelled, so a partial-result flag set or

@@ -182,7 +182,7 @@ void NetConnection::checkPeer() const {
 bool NetConnection::pumpSend() {
   bool any = false;
   int depth = fifo_.depth;
-  uint64_t tail = loadAcquire(fifo_.ctrl->tail);
+  uint64_t tail = HostAtomics::load(fifo_.ctrl->tail);
   while (posted_ < tail) {
     const FifoSlotInfo& info = fifo_.ctrl->info[posted_ % depth];
     NetRequest* r = send_->isend(fifo_.slot(posted_), info.bytes, tagOf(posted_), mr_.get());
@@ -196,11 +196,11 @@ bool NetConnection::pumpSend() {
   try {
     while (done_ < posted_ && send_->test(reqs_[done_ % depth], &bytes)) ++done_;
   } catch (const Error&) {
-    storeRelease(fifo_.ctrl->head, done_);  // what completed before the failure stands
+    HostAtomics::store(fifo_.ctrl->head, done_);  // what completed before the failure stands
     throw;
   }
   if (done_ != before) {
-    storeRelease(fifo_.ctrl->head, done_);
+    HostAtomics::store(fifo_.ctrl->head, done_);
     any = true;
   }
   return any;
@@ -211,7 +211,7 @@ bool NetConnection::pumpSend() {
 bool NetConnection::pumpRecv() {
   bool any = false;
   int depth = fifo_.depth;
-  uint64_t head = loadAcquire(fifo_.ctrl->head);
+  uint64_t head = HostAtomics::load(fifo_.ctrl->head);
   while (posted_ < head + depth) {
     NetRequest* r = recv_->irecv(fifo_.slot(posted_), fifo_.slotBytes, tagOf(posted_), mr_.get());
     if (!r) break;
@@ -231,11 +231,11 @@ bool NetConnection::pumpRecv() {
   } catch (const Error&) {
     // A sender that finished and closed fails the receives posted ahead of its last
     // message: the steps that arrived before are still the executor's.
-    storeRelease(fifo_.ctrl->tail, done_);
+    HostAtomics::store(fifo_.ctrl->tail, done_);
     throw;
   }
   if (done_ != before) {
-    storeRelease(fifo_.ctrl->tail, done_);
+    HostAtomics::store(fifo_.ctrl->tail, done_);
     any = true;
   }
   return any;

@@ -64,9 +64,9 @@ bool SocketConnection::progress() {
   for (const auto& c : cursors_) low = std::min(low, c.step);
   // A step is done only when every stream has moved its part.
   if (sender_) {
-    if (low > fifo_.ctrl->head) storeRelease(fifo_.ctrl->head, low);
+    if (low > fifo_.ctrl->head) HostAtomics::store(fifo_.ctrl->head, low);
   } else {
-    if (low > fifo_.ctrl->tail) storeRelease(fifo_.ctrl->tail, low);
+    if (low > fifo_.ctrl->tail) HostAtomics::store(fifo_.ctrl->tail, low);
   }
   return true;
 }
@@ -98,7 +98,7 @@ void SocketConnection::checkPeer() const {
 bool SocketConnection::progressSend(size_t j) {
   bool any = false;
   Cursor& c = cursors_[j];
-  while (c.step < loadAcquire(fifo_.ctrl->tail)) {
+  while (c.step < HostAtomics::load(fifo_.ctrl->tail)) {
     const FifoSlotInfo& info = fifo_.ctrl->info[c.step % fifo_.depth];
     PartHeader h{c.step, info.bytes};
     size_t begin = partBegin(info.bytes, j), end = partBegin(info.bytes, j + 1);
@@ -129,7 +129,7 @@ bool SocketConnection::progressRecv(size_t j) {
   if (eof_[j]) return false;
   Cursor& c = cursors_[j];
   // The slot for step s is free once the executor released step s - depth.
-  while (c.step < loadAcquire(fifo_.ctrl->head) + fifo_.depth) {
+  while (c.step < HostAtomics::load(fifo_.ctrl->head) + fifo_.depth) {
     PartHeader& h = hdr_[j];
     while (c.done < sizeof(h)) {
       bool eof = false;
