@@ -1,6 +1,8 @@
 #include "algo/plan.h"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "base/error.h"
 
@@ -60,6 +62,14 @@ void PlanBuilder::beginLoop(size_t perIter, int pieces, bool atLeastOnce) {
   l.atLeastOnce = atLeastOnce;
   out_ = &l.body;
   piece_ = 0;
+  lag_ = 0;
+}
+
+void PlanBuilder::setLag(int lag) {
+  if (out_ == &ch_.steps || lag < 0 || lag > 255)
+    LOOM_THROW(kInternalError, "a step lag of %d outside a loop body or out of range", lag);
+  lag_ = static_cast<uint8_t>(lag);
+  ch_.loops.back().lag = std::max(ch_.loops.back().lag, lag_);
 }
 
 namespace {
@@ -67,6 +77,37 @@ namespace {
 size_t iterations(const Loop& l, size_t len) {
   if (len == 0) return l.atLeastOnce ? 1 : 0;
   return l.perIter == 0 ? 1 : (len + l.perIter - 1) / l.perIter;
+}
+
+// The j-th step a lagging loop of n iterations runs: {its iteration, its body index}.
+// Only the first and the last `lag` rounds skip steps; the rounds between run the body.
+std::pair<size_t, size_t> lagged(const Loop& loop, size_t n, size_t j) {
+  const size_t b = loop.body.size(), lag = loop.lag;
+  size_t k = 0;
+  auto within = [&](size_t round) {  // finds j among the round's steps, or counts them off
+    for (k = 0; k < b; ++k) {
+      const size_t s = loop.body[k].lag;
+      if (round < s || round - s >= n) continue;
+      if (j == 0) return true;
+      --j;
+    }
+    return false;
+  };
+  size_t round = 0;
+  for (; round < lag; ++round)
+    if (within(round)) return {round - loop.body[k].lag, k};
+  if (n > lag) {
+    const size_t steady = (n - lag) * b;
+    if (j < steady) {
+      k = j % b;
+      return {lag + j / b - loop.body[k].lag, k};
+    }
+    j -= steady;
+    round = n;
+  }
+  for (; round < n + lag; ++round)
+    if (within(round)) return {round - loop.body[k].lag, k};
+  LOOM_THROW(kInternalError, "step %zu is past the end of a lagging loop", j);
 }
 
 }  // namespace
@@ -88,8 +129,9 @@ Step StepSeq::operator[](size_t i) const {
   while (i >= loopEnd_[l]) first = loopEnd_[l++];
   const Loop& loop = ch_.loops[l];
   const size_t j = i - first, bodySize = loop.body.size();
-  const size_t iter = j / bodySize;
-  Step s = loop.body[j % bodySize];
+  size_t iter = j / bodySize, k = j % bodySize;
+  if (loop.lag > 0) std::tie(iter, k) = lagged(loop, iterations(loop, share_.size()), j);
+  Step s = loop.body[k];
   // This iteration's elements [at, at + len) of the channel's share, and the step's piece.
   const size_t at = share_.begin + iter * loop.perIter;
   const size_t len = loop.perIter == 0 ? share_.size() : std::min(loop.perIter, share_.end - at);
@@ -101,6 +143,7 @@ Step StepSeq::operator[](size_t i) const {
   place(s.dst);
   s.bytes = (hi - lo) * elt_;
   s.piece = 0;
+  s.lag = 0;
   return s;
 }
 
@@ -186,7 +229,9 @@ std::string Plan::str() const {
                        l.perIter ? strprintf("%zu elements", l.perIter).c_str() : "all of it",
                        l.pieces, l.atLeastOnce ? ", once even if empty" : "");
       // Offsets in loop bodies count per-rank blocks.
-      for (const Step& s : l.body) line(c, s, strprintf("  piece=%-5d", s.piece).c_str());
+      for (const Step& s : l.body)
+        line(c, s, (l.lag ? strprintf("  piece=%d lag=%d", s.piece, s.lag)
+                          : strprintf("  piece=%-5d", s.piece)).c_str());
     }
   }
   return out;

@@ -19,13 +19,14 @@
 // A step of B bytes moves in ceil(B / slotBytes) FIFO steps (one if B == 0), so both ends
 // of a connection must agree on B: a mismatch is detected and reported.
 //
-// Size-free plans. The ring algorithms, which carry the large messages, write no step per
-// chunk: a channel holds loops whose bodies say what one iteration over the channel's
+// Size-free plans. The ring and tree algorithms, which carry the large messages, write no
+// step per chunk: a channel holds loops whose bodies say what one iteration over the channel's
 // share of the buffer does, and the executor computes each concrete step from the call's
 // count as it goes (StepSeq). Such a plan depends on the request's size only through the
 // selection (algorithm, channels, chunk), so one plan serves every size that selects the
-// same: the plan cache keeps them per size class. Plans of the other algorithms list their
-// steps (explicit plans).
+// same: the plan cache keeps them per size class. Plans of the other algorithms (direct and
+// halving-doubling for small messages, the hierarchical compositions) list their steps
+// (explicit plans).
 #pragma once
 
 #include <cstddef>
@@ -74,6 +75,7 @@ struct Step {
   uint8_t flags = 0;
   uint8_t conn = 0;
   uint16_t piece = 0;  // loop bodies: which of the iteration's pieces the step moves
+  uint8_t lag = 0;     // loop bodies: the step trails the iteration by this many (see Loop)
 };
 
 inline bool stepRecvs(StepOp op) {
@@ -90,11 +92,18 @@ inline bool stepSends(StepOp op) {
 // pieces). A body step moves its piece; its buffer references count in per-rank blocks of
 // count * elt bytes (offset k: the piece's elements within block k, as all-gather's output
 // or reduce-scatter's input lay them out; 0 for elementwise collectives).
+//
+// Pipelines whose stages trail one another (the tree's broadcast follows its reduction two
+// chunks behind) give a body step a lag: over the N iterations of the share, the loop runs
+// N + lag rounds, and in round r a step of lag s moves iteration r - s when that is one of
+// the N (so the first and last `lag` rounds run only some of the body). Every step still
+// runs once per iteration.
 struct Loop {
   size_t perIter = 0;        // elements per iteration; 0: the whole share in one
   uint16_t pieces = 1;
   bool atLeastOnce = false;  // an empty share still runs the body once, with empty steps
                              // (so that a zero-byte call meets its peers)
+  uint8_t lag = 0;           // the largest lag of a body step
   std::vector<Step> body;
 };
 
@@ -142,6 +151,8 @@ class PlanBuilder {
   void beginLoop(size_t perIter, int pieces, bool atLeastOnce);
   // Loop bodies: the piece of the iteration the following steps move.
   void setPiece(int piece) { piece_ = static_cast<uint16_t>(piece); }
+  // Loop bodies: the following steps trail the iteration by `lag` rounds (see Loop).
+  void setLag(int lag);
 
   void send(BufRef src, size_t bytes) { add(StepOp::kSend, src, {}, bytes); }
   // peer <- src and dst <- src, reading src once (all-gather's own block).
@@ -189,6 +200,7 @@ class PlanBuilder {
     s.flags = flags;
     s.conn = conn_;
     s.piece = piece_;
+    s.lag = lag_;
     out_->push_back(s);
   }
 
@@ -199,6 +211,7 @@ class PlanBuilder {
   int recvPeer_;
   uint8_t conn_ = 0;
   uint16_t piece_ = 0;
+  uint8_t lag_ = 0;
 };
 
 // Channel c's share [begin, end) of `count` elements split over `channels`: channels work

@@ -229,7 +229,7 @@ Plan buildPlan(const CollRequest& req, const PlanContext& ctx, const Selection& 
   switch (req.coll) {
     case Collective::kAllReduce:
       switch (sel.algorithm) {
-        case Algorithm::kTree: return treeAllReduce(ctx.nranks, ctx.rank, n, e, chunk, ch);
+        case Algorithm::kTree: return treeAllReduce(ctx.nranks, ctx.rank, e, sel.chunkBytes, ch);
         case Algorithm::kHalvingDoubling:
           return splitByChannel(ch, n, e, [&](size_t part) {
             return halvingDoublingAllReduce(ctx.nranks, ctx.rank, part, e, chunk);

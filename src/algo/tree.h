@@ -17,9 +17,10 @@ struct Tree {
 // Heap-shaped binary tree over ranks 0..n-1 (`mirror`: over n-1..0), seen from `rank`.
 Tree binaryTree(int nranks, int rank, bool mirror);
 
-// chunkBytes: pipelining granularity (a multiple of eltSize). Channel c reduces and
-// broadcasts its share of the buffer along the tree (c even) or its mirror (c odd), on
-// connections of its own: two channels make the double binary tree.
-Plan treeAllReduce(int nranks, int rank, size_t count, size_t eltSize, size_t chunkBytes, int channels = 2);
+// A size-free plan (see Loop in plan.h). chunkBytes: pipelining granularity (a multiple
+// of eltSize; 0: the whole share in one). Channel c reduces and broadcasts its share of
+// the buffer along the tree (c even) or its mirror (c odd), on connections of its own: two
+// channels make the double binary tree.
+Plan treeAllReduce(int nranks, int rank, size_t eltSize, size_t chunkBytes, int channels = 2);
 
 }  // namespace loom

@@ -1,6 +1,7 @@
 #include "api/comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <unordered_set>
@@ -14,7 +15,15 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::unordered_set<ncclComm_t> live;
+  // Advances whenever a communicator leaves the registry: a thread's memo of the last
+  // communicator it found live holds while this stays the same.
+  std::atomic<uint64_t> removals{0};
 };
+struct LiveMemo {
+  ncclComm_t comm = nullptr;
+  uint64_t removals = 0;
+};
+thread_local LiveMemo tlsLive;
 Registry& registry() {
   static Registry* r = new Registry();  // outlives static destruction: apps destroy late
   return *r;
@@ -30,11 +39,19 @@ void registerComm(ncclComm_t comm) {
 void unregisterComm(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(registry().mu);
   registry().live.erase(comm);
+  registry().removals.fetch_add(1, std::memory_order_release);
 }
 
+// Every call checks its communicator: a training loop calls with the same one again and
+// again, so a thread remembers the last one it found live until any is destroyed.
 bool isLiveComm(ncclComm_t comm) {
-  std::lock_guard<std::mutex> lock(registry().mu);
-  return registry().live.count(comm) > 0;
+  Registry& r = registry();
+  const uint64_t removals = r.removals.load(std::memory_order_acquire);
+  if (comm != nullptr && comm == tlsLive.comm && removals == tlsLive.removals) return true;
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.live.count(comm) == 0) return false;
+  tlsLive = {comm, r.removals.load(std::memory_order_relaxed)};
+  return true;
 }
 
 void checkComm(ncclComm_t comm, const char* fn) {

@@ -25,9 +25,15 @@ std::shared_ptr<CachedPlan> PlanCache::get(const CollRequest& req, const PlanCon
   const Key key{req.coll, req.count, req.eltSize, req.root};
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (last_ && key == lastKey_) {
+      ++hits_;
+      return last_;
+    }
     auto it = plans_.find(key);
     if (it != plans_.end()) {
       ++hits_;
+      lastKey_ = key;
+      last_ = it->second;
       return it->second;
     }
   }

@@ -64,6 +64,9 @@ class PlanCache {
   mutable std::mutex mu_;
   std::unordered_map<Key, std::shared_ptr<CachedPlan>, KeyHash> plans_;
   std::unordered_map<ClassKey, std::shared_ptr<CachedPlan>, ClassKeyHash> classes_;
+  // The last request found: a loop calling one shape again skips the hash lookup.
+  Key lastKey_{};
+  std::shared_ptr<CachedPlan> last_;
   size_t hits_ = 0;
   size_t classHits_ = 0;
   size_t misses_ = 0;

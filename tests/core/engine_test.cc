@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <numeric>
@@ -108,6 +109,36 @@ TEST(EnginePlanCache, OneRingPlanServesEveryCountOfItsSizeClass) {
     }
     RANK_CHECK(cache.misses() == 2, "all-gather counts built %zu plans (one expected)",
                cache.misses() - 1);
+    return "";
+  });
+  EXPECT_TRUE(f.empty()) << joinFailures(f);
+}
+
+// The tree's plans are size-free too (a loop whose broadcast steps lag the reduction): the
+// communicator builds one plan per selection (channels, chunk), not one per count.
+TEST(EnginePlanCache, TreePlansAreBuiltPerSelectionNotPerCount) {
+  EnvGuard algo("NCCL_ALGO", "Tree");
+  auto f = runRanks(Mode::kThreads, 4, [](int rank, int nranks, ncclComm_t comm) -> std::string {
+    loom::PlanCache& cache = comm->core->planCache();
+    const std::vector<size_t> counts = {1000, 999, 7, 200000, 1, 4097, 65536, 123457};
+    std::vector<float> in = input(rank, 200000);
+    std::vector<std::pair<int, size_t>> shapes;  // distinct (channels, chunk) selected
+    for (size_t c : counts) {
+      loom::Selection sel =
+          loom::select({loom::Collective::kAllReduce, c, 4, 0}, comm->core->planContext());
+      RANK_CHECK(sel.algorithm == loom::Algorithm::kTree, "NCCL_ALGO=Tree selected %s",
+                 loom::algorithmName(sel.algorithm));
+      std::pair<int, size_t> shape{sel.channels, sel.chunkBytes};
+      if (std::find(shapes.begin(), shapes.end(), shape) == shapes.end()) shapes.push_back(shape);
+      std::vector<float> out(c, -1);
+      RANK_NCCL(ncclAllReduce(in.data(), out.data(), c, ncclFloat32, ncclSum, comm, nullptr));
+      RANK_TRY(checkSum(out, nranks));
+    }
+    RANK_CHECK(shapes.size() < counts.size(), "every count selected its own shape");
+    RANK_CHECK(cache.misses() == shapes.size(), "%zu counts of %zu selections built %zu plans",
+               counts.size(), shapes.size(), cache.misses());
+    RANK_CHECK(cache.classHits() == counts.size() - shapes.size(), "size-class hits: %zu",
+               cache.classHits());
     return "";
   });
   EXPECT_TRUE(f.empty()) << joinFailures(f);

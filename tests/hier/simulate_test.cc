@@ -9,6 +9,7 @@
 #include "algo/direct.h"
 #include "algo/ring.h"
 #include "algo/simulate.h"
+#include "algo/tree.h"
 #include "topo/load.h"
 
 namespace loom {
@@ -202,6 +203,68 @@ TEST(Simulate, OneSizeFreePlanRunsEveryCount) {
   // Not written out: the simulator asks for an explicit plan.
   std::vector<SimBuffers> bufs(1);
   EXPECT_TRUE(contains(runPlans({ringAllReduce({Ring::identity(1, 0)}, 4, 4096)}, bufs, SimOptions{}), "size-free"));
+}
+
+// The tree's broadcast trails its reduction by two chunks: one loop whose broadcast steps
+// lag. Written out for shares of fewer, as many and more chunks than the lag, the steps
+// come in the pipeline's order (round k: reduce chunk k, broadcast chunk k - 2), StepSeq
+// reaches any step directly, and every rank gets the exact all-reduce.
+TEST(Simulate, LaggingLoopRunsTheTreePipelineForEveryCount) {
+  const int n = 5, channels = 2;
+  const size_t chunkElems = 1024;
+  std::vector<Plan> plans;
+  for (int r = 0; r < n; ++r) {
+    plans.push_back(treeAllReduce(n, r, 4, chunkElems * 4, channels));
+    ASSERT_TRUE(plans[r].sizeFree());
+    for (const ChannelPlan& ch : plans[r].channels) {
+      ASSERT_EQ(ch.loops.size(), 1u);
+      EXPECT_EQ(ch.loops[0].lag, 2);
+    }
+  }
+  for (size_t count : {size_t{1}, size_t{2048}, size_t{3000}, size_t{100003}}) {
+    std::vector<Plan> out;
+    std::vector<SimBuffers> bufs(n);
+    for (int r = 0; r < n; ++r) {
+      out.push_back(expandPlan(plans[r], count, 4));
+      for (int c = 0; c < channels; ++c) {
+        const Loop& loop = plans[r].channels[c].loops[0];
+        const Share share = channelShare(count, channels, c);
+        const size_t chunks = (share.size() + chunkElems - 1) / chunkElems;
+        // The order the pipeline asks for, from the loop body.
+        std::vector<std::pair<size_t, size_t>> want;  // (body index, chunk)
+        for (size_t round = 0; round < chunks + 2; ++round)
+          for (size_t k = 0; k < loop.body.size(); ++k) {
+            const size_t lag = loop.body[k].lag;
+            if (round >= lag && round - lag < chunks) want.push_back({k, round - lag});
+          }
+        const std::vector<Step>& got = out[r].channels[c].steps;
+        ASSERT_EQ(got.size(), want.size()) << count;
+        StepSeq seq(plans[r], c, count, 4);
+        for (size_t i = got.size(); i-- > 0;) {  // backwards: StepSeq needs no walk from 0
+          const Step& body = loop.body[want[i].first];
+          const size_t at = share.begin + want[i].second * chunkElems;
+          EXPECT_EQ(got[i].op, body.op) << count << " step " << i;
+          EXPECT_EQ(got[i].recvPeer, body.recvPeer);
+          EXPECT_EQ(got[i].bytes, (std::min(share.end, at + chunkElems) - at) * 4);
+          const BufRef& ref = body.src.buf != Buf::kNone ? got[i].src : got[i].dst;
+          EXPECT_EQ(ref.offset, at * 4) << count << " step " << i;
+          EXPECT_EQ(seq[i].bytes, got[i].bytes);
+          EXPECT_EQ(seq[i].dst.offset, got[i].dst.offset);
+        }
+      }
+      bufs[r].send.resize(count);
+      for (size_t i = 0; i < count; ++i) bufs[r].send[i] = r + 1 + static_cast<double>(i % 11);
+      bufs[r].recv.assign(count, -1);
+    }
+    SimOptions opt;
+    opt.eltSize = 4;
+    opt.slotBytes = chunkElems * 4;
+    opt.depth = 4;
+    ASSERT_EQ(runPlans(out, bufs, opt), "") << count;
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(bufs[r].recv[i], n * (n + 1) / 2 + n * static_cast<double>(i % 11)) << count << " " << i;
+  }
 }
 
 // A reduction's pre-scaling and final step are modelled, so a partial-result flag set or

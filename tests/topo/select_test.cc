@@ -160,7 +160,7 @@ TEST(Select, ChannelsAndChunkComeFromTheModel) {
   Selection tree = selectionFor(ar, ctx, Algorithm::kTree);
   EXPECT_EQ(tree.channels, 2);
   EXPECT_EQ(tree.chunkBytes, size_t{128} << 10);  // two slots
-  EXPECT_EQ(buildPlan(ar, ctx, tree).str(), treeAllReduce(4, 0, ar.count, 4, size_t{128} << 10).str());
+  EXPECT_EQ(buildPlan(ar, ctx, tree).str(), treeAllReduce(4, 0, 4, size_t{128} << 10).str());
 
   JobContexts two = hostJob(4, 2);
   for (Collective coll : {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce}) {
@@ -272,8 +272,11 @@ TEST(Select, ChannelsRideTheRingsOfTheTopologySearch) {
       const Plan p = expandPlan(buildPlan(req, job[r], sel), req.count, req.eltSize);
       ASSERT_EQ(p.channels.size(), 2u);
       for (int c = 0; c < 2; ++c)
-        for (const Step& s : p.channels[static_cast<size_t>(c)].steps)
-          if (s.sendPeer >= 0) EXPECT_EQ(s.sendPeer, job[r].ring(c).next()) << collectiveName(coll);
+        for (const Step& s : p.channels[static_cast<size_t>(c)].steps) {
+          if (s.sendPeer >= 0) {
+            EXPECT_EQ(s.sendPeer, job[r].ring(c).next()) << collectiveName(coll);
+          }
+        }
     }
     const SimReport rep = simulate(req, job, sel);
     EXPECT_EQ(rep.error, "") << collectiveName(coll);
