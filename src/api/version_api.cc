@@ -13,39 +13,13 @@
 #include "base/dl.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "dispatch/stock_nccl.h"
 #include "loom/loom.h"
 
 namespace {
 
-// Declared here until the NCCL-fallback dispatcher exists; it will own this knob (the
-// registry wants each knob declared once).
-loom::StringKnob kNcclLibrary("LOOM_NCCL_LIBRARY", "", "",
-                              "Path of the stock libnccl.so.2 that Loom may hand calls to "
-                              "(default: /usr/local/cuda/lib/libnccl.so.2, then the loader's "
-                              "libnccl.so.2)");
-
 bool canLoad(const std::vector<std::string>& names) {
   return loom::DynLib::open(names).loaded();
-}
-
-// The drop-in is itself called libnccl.so.2, and under LD_PRELOAD a dlopen of that name
-// returns it; a real NCCL is one that has ncclGetVersion and is not Loom.
-bool isStockNccl(const std::string& path) {
-  loom::DynLib lib = loom::DynLib::open({path});
-  return lib.loaded() && lib.symbol("ncclGetVersion") != nullptr &&
-         lib.symbol("loomGetVersionString") == nullptr;
-}
-
-bool stockNcclAvailable() {
-  std::vector<std::string> candidates;
-  if (kNcclLibrary.isSet()) {
-    candidates.push_back(kNcclLibrary.get());  // an explicit choice is the only one tried
-  } else {
-    candidates = {"/usr/local/cuda/lib/libnccl.so.2", "libnccl.so.2"};
-  }
-  for (const std::string& c : candidates)
-    if (isStockNccl(c)) return true;
-  return false;
 }
 
 unsigned probeAvailable() {
@@ -54,7 +28,8 @@ unsigned probeAvailable() {
   if (canLoad({"libnvidia-ml.so.1"})) avail |= loomFeatureNvml;
   if (canLoad({"libibverbs.so.1"})) avail |= loomFeatureIbverbs;
   if (canLoad({"libucp.so.0"})) avail |= loomFeatureUcx;
-  if (stockNcclAvailable()) avail |= loomFeatureNcclFallback;
+  // Looked up afresh (LOOM_NCCL_LIBRARY may have changed); closed again unless in use.
+  if (loom::dispatch::findStockNccl() != nullptr) avail |= loomFeatureNcclFallback;
   return avail;
 }
 

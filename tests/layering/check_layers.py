@@ -13,7 +13,7 @@ import sys
 root = pathlib.Path(sys.argv[1])
 # Layer of each folder; a file may include headers of its own layer or lower ones.
 LAYERS = {"kernels": 0, "src/base": 1, "src/bootstrap": 2, "transports": 3, "src/topo": 4,
-          "src/algo": 5, "src/engine": 6, "src/api": 7}
+          "src/algo": 5, "src/engine": 6, "src/dispatch": 7, "src/api": 8}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

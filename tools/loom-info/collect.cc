@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "base/host.h"
 #include "base/socket.h"
 #include "bootstrap/unique_id.h"
+#include "dispatch/stock_nccl.h"
 #include "info.h"
 #include "kernels/reduce.h"
 #include "loom/loom.h"
@@ -47,38 +49,16 @@ std::string versionText(int code) {
          std::to_string(code % 100);
 }
 
-// Mirrors the fallback's choice (api/version_api.cc): LOOM_NCCL_LIBRARY when set, else the
-// CUDA toolkit's copy, then the loader's; a library that is Loom itself does not count.
+// The fallback's own search (src/dispatch): what it would hand calls to, or why nothing.
 void findStockNccl(FeatureInfo* f) {
-  std::vector<std::string> candidates;
-  const KnobBase* knob = findKnob("LOOM_NCCL_LIBRARY");
-  if (knob && knob->isSet()) candidates.push_back(knob->raw());
-  else candidates = {"/usr/local/cuda/lib/libnccl.so.2", "libnccl.so.2"};
   std::string tried;
-  for (const std::string& c : candidates) {
-    std::string error;
-    DynLib lib = DynLib::open({c}, &error);
-    if (!tried.empty()) tried += "; ";
-    if (!lib.loaded()) {
-      tried += error;
-      continue;
-    }
-    if (lib.symbol("loomGetVersionString") != nullptr) {
-      tried += lib.path() + " (is Loom)";
-      continue;
-    }
-    using GetVersion = ncclResult_t(int*);
-    GetVersion* getVersion = nullptr;
-    if (!lib.bind(getVersion, "ncclGetVersion")) {
-      tried += lib.path() + " (no ncclGetVersion)";
-      continue;
-    }
-    f->path = lib.path();
-    int code = 0;
-    if (getVersion(&code) == ncclSuccess) f->detail = "NCCL " + versionText(code);
+  std::unique_ptr<dispatch::StockNccl> lib = dispatch::findStockNccl(&tried);
+  if (!lib) {
+    f->detail = tried;
     return;
   }
-  f->detail = "tried " + tried;
+  f->path = lib->path();
+  f->detail = "NCCL " + versionText(lib->version());
 }
 
 void findRuntime(const RuntimeSpec& spec, FeatureInfo* f) {
