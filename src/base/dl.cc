@@ -19,10 +19,10 @@ DynLib& DynLib::operator=(DynLib&& o) noexcept {
   return *this;
 }
 
-DynLib DynLib::open(const std::vector<std::string>& names, std::string* error) {
+DynLib DynLib::open(const std::vector<std::string>& names, std::string* error, int extraFlags) {
   std::string tried;
   for (const std::string& name : names) {
-    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | extraFlags);
     if (!h) {
       const char* why = dlerror();
       if (!tried.empty()) tried += "; ";

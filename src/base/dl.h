@@ -16,9 +16,10 @@ class DynLib {
   DynLib(const DynLib&) = delete;
   DynLib& operator=(const DynLib&) = delete;
 
-  // Tries each name in order (RTLD_NOW | RTLD_LOCAL); returns an unloaded DynLib and sets
-  // `error` (if given) when none loads.
-  static DynLib open(const std::vector<std::string>& names, std::string* error = nullptr);
+  // Tries each name in order (RTLD_NOW | RTLD_LOCAL | extraFlags); returns an unloaded
+  // DynLib and sets `error` (if given) when none loads.
+  static DynLib open(const std::vector<std::string>& names, std::string* error = nullptr,
+                     int extraFlags = 0);
   bool loaded() const { return handle_ != nullptr; }
   const std::string& path() const { return path_; }
   void* symbol(const char* name) const;  // nullptr if absent

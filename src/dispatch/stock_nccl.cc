@@ -8,12 +8,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <mutex>
 #include <sstream>
-#include <type_traits>
 
 #include "base/config.h"
-#include "base/log.h"
 
 namespace loom::dispatch {
 namespace {
@@ -106,11 +103,6 @@ std::vector<std::string> wheelPaths() {
   return out;
 }
 
-const char* errorText() {
-  const char* e = dlerror();
-  return e ? e : "unknown dlopen error";
-}
-
 }  // namespace
 
 bool stockNcclSupportedInThisBuild() { return !kSanitized; }
@@ -149,10 +141,6 @@ std::vector<std::string> stockNcclCandidates() {
   return out;
 }
 
-StockNccl::~StockNccl() {
-  if (handle_) dlclose(handle_);
-}
-
 std::unique_ptr<StockNccl> StockNccl::open(const std::string& path, std::string* why) {
   auto refuse = [&](const std::string& reason) {
     if (why) *why = path + ": " + reason;
@@ -166,21 +154,17 @@ std::unique_ptr<StockNccl> StockNccl::open(const std::string& path, std::string*
   if (kSanitized)
     return refuse("not opened in a sanitizer build: the sanitizer runtime refuses RTLD_DEEPBIND, "
                   "which keeps stock NCCL's calls to itself inside it");
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-  if (!h) return refuse(std::string("cannot be opened: ") + errorText());
+  std::string error;
+  DynLib dl = DynLib::open({path}, &error, RTLD_DEEPBIND);
+  if (!dl.loaded()) return refuse("cannot be opened: " + error);
+  if (dl.symbol("loomGetVersionString") != nullptr) return refuse("is a build of Loom, not stock NCCL");
   std::unique_ptr<StockNccl> lib(new StockNccl());
-  lib->handle_ = h;
+  lib->lib_ = std::move(dl);
   lib->path_ = path;
-  if (dlsym(h, "loomGetVersionString") != nullptr)
-    return refuse("is a build of Loom, not stock NCCL");
   StockApi& a = lib->api_;
-  auto bind = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-    return fn != nullptr;
-  };
   const char* missing = nullptr;
   auto need = [&](auto& fn, const char* name) {
-    if (!bind(fn, name) && !missing) missing = name;
+    if (!lib->lib_.bind(fn, name) && !missing) missing = name;
   };
   need(a.getVersion, "ncclGetVersion");
   need(a.getUniqueId, "ncclGetUniqueId");
@@ -218,21 +202,6 @@ std::unique_ptr<StockNccl> findStockNccl(std::string* tried) {
   }
   if (tried) *tried = refused.empty() ? "none found" : refused;
   return nullptr;
-}
-
-const StockNccl* stockNccl(std::string* why) {
-  static std::once_flag once;
-  static StockNccl* lib = nullptr;  // never closed: stock communicators may outlive everything
-  static std::string tried;
-  std::call_once(once, [] {
-    lib = findStockNccl(&tried).release();
-    if (lib)
-      LOOM_INFO(kLogInit, "stock NCCL %d at %s", lib->version(), lib->path().c_str());
-    else
-      LOOM_INFO(kLogInit, "no stock NCCL: %s", tried.c_str());
-  });
-  if (!lib && why) *why = tried;
-  return lib;
 }
 
 }  // namespace loom::dispatch

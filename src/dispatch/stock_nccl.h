@@ -20,39 +20,33 @@
 #include <string>
 #include <vector>
 
+#include "base/dl.h"
+
 namespace loom::dispatch {
 
-// Stock NCCL's entry points, bound from the library found.
+// Stock NCCL's entry points, bound from the library found (nccl.h's own signatures).
 struct StockApi {
-  ncclResult_t (*getVersion)(int*) = nullptr;
-  ncclResult_t (*getUniqueId)(ncclUniqueId*) = nullptr;
-  ncclResult_t (*commInitRank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
-  ncclResult_t (*commDestroy)(ncclComm_t) = nullptr;
-  ncclResult_t (*commAbort)(ncclComm_t) = nullptr;
-  ncclResult_t (*commGetAsyncError)(ncclComm_t, ncclResult_t*) = nullptr;
-  const char* (*getErrorString)(ncclResult_t) = nullptr;
-  const char* (*getLastError)(ncclComm_t) = nullptr;
-  ncclResult_t (*allReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                            cudaStream_t) = nullptr;
-  ncclResult_t (*broadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
-                            cudaStream_t) = nullptr;
-  ncclResult_t (*reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
-                         cudaStream_t) = nullptr;
-  ncclResult_t (*allGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t,
-                            cudaStream_t) = nullptr;
-  ncclResult_t (*reduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
-                                ncclComm_t, cudaStream_t) = nullptr;
-  ncclResult_t (*send)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
-  ncclResult_t (*recv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) = nullptr;
-  ncclResult_t (*groupStart)() = nullptr;
-  ncclResult_t (*groupEnd)() = nullptr;
+  decltype(&ncclGetVersion) getVersion = nullptr;
+  decltype(&ncclGetUniqueId) getUniqueId = nullptr;
+  decltype(&ncclCommInitRank) commInitRank = nullptr;
+  decltype(&ncclCommDestroy) commDestroy = nullptr;
+  decltype(&ncclCommAbort) commAbort = nullptr;
+  decltype(&ncclCommGetAsyncError) commGetAsyncError = nullptr;
+  decltype(&ncclGetErrorString) getErrorString = nullptr;
+  decltype(&ncclGetLastError) getLastError = nullptr;
+  decltype(&ncclAllReduce) allReduce = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclReduce) reduce = nullptr;
+  decltype(&ncclAllGather) allGather = nullptr;
+  decltype(&ncclReduceScatter) reduceScatter = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclGroupStart) groupStart = nullptr;
+  decltype(&ncclGroupEnd) groupEnd = nullptr;
 };
 
 class StockNccl {
  public:
-  ~StockNccl();
-  StockNccl(const StockNccl&) = delete;
-  StockNccl& operator=(const StockNccl&) = delete;
 
   const std::string& path() const { return path_; }  // absolute
   int version() const { return version_; }           // its ncclGetVersion
@@ -64,7 +58,7 @@ class StockNccl {
 
  private:
   StockNccl() = default;
-  void* handle_ = nullptr;
+  DynLib lib_;  // closed with the object
   std::string path_;
   int version_ = 0;
   StockApi api_;
@@ -77,11 +71,6 @@ std::vector<std::string> stockNcclCandidates();
 // The first candidate that opens, or nullptr; `tried` (if given) says what each refused
 // candidate was and why ("none found" when there were none).
 std::unique_ptr<StockNccl> findStockNccl(std::string* tried = nullptr);
-
-// The process's stock library, found and opened on first use, then kept for the life of
-// the process (communicators of stock NCCL may be live until exit). nullptr when there is
-// none; `why` as for findStockNccl.
-const StockNccl* stockNccl(std::string* why = nullptr);
 
 // Whether this build can open a stock library at all (not under a sanitizer runtime).
 bool stockNcclSupportedInThisBuild();
