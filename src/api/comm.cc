@@ -97,6 +97,8 @@ void destroyComm(ncclComm_t comm) {
   if (comm->initThread.joinable()) comm->initThread.join();
   // Another thread may still be inside a call that noticed the abort: let it leave.
   while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Stock NCCL's abort for an aborted communicator; its destroy (with the object) otherwise.
+  if (comm->shadow && comm->abortFlag.load()) comm->shadow->abort();
   delete comm;
 }
 
@@ -108,6 +110,14 @@ void ncclComm::runInit() noexcept {
     for (int t = 0; t < ncclNumTypes; ++t)
       for (int o = 0; o < ncclNumOps; ++o) builtinOps[t][o] = loom::Reducer::make(t, o, nranks);
     auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag);
+    loom::dispatch::FallbackSetup fb = loom::dispatch::setUpFallback(
+        c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag);
+    shadow = std::move(fb.shadow);
+    deviceServer = shadow ? loom::strprintf("stock NCCL %d (%s): %s", shadow->lib().version(),
+                                            shadow->lib().path().c_str(), fb.decision.why.c_str())
+                          : "Loom: " + fb.decision.why;
+    LOOM_INFO(loom::kLogInit, "comm %p rank %d device %d: device buffers served by %s",
+              static_cast<void*>(this), rank, cudaDev, deviceServer.c_str());
     LOOM_INFO(loom::kLogInit, "comm %p %s - Init COMPLETE", static_cast<void*>(this),
               c->initSummary().c_str());
     core = std::move(c);

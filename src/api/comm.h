@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bootstrap/unique_id.h"
+#include "dispatch/shadow.h"
 #include "engine/communicator.h"
 #include "kernels/reduce.h"
 
@@ -25,6 +26,10 @@ struct ncclComm {
   loom::JobId job;
 
   std::unique_ptr<loom::Communicator> core;  // null until init completes
+  // Stock NCCL's communicator over the same ranks when the fallback serves this one's
+  // device-memory calls (LOOM_NCCL_FALLBACK); `deviceServer` says who serves them and why.
+  std::unique_ptr<loom::dispatch::Shadow> shadow;
+  std::string deviceServer;
   std::atomic<bool> abortFlag{false};
   std::atomic<bool> revoked{false};
   std::atomic<int> asyncError{ncclSuccess};  // ncclInProgress while initializing
@@ -42,6 +47,8 @@ struct ncclComm {
     bool live = false;
     int dtype = 0;
     loom::Reducer red;
+    bool hasStockOp = false;  // its twin on the shadow communicator
+    ncclRedOp_t stockOp = ncclSum;
   };
   std::vector<UserOp> userOps;
   std::mutex opsMu;

@@ -2,6 +2,7 @@
 #include "api/group.h"
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -57,8 +58,59 @@ Op toOp(const OpArgs& a) {
   return op;
 }
 
+// ---- calls served by stock NCCL (device memory on a communicator with a shadow; the
+// entry point's checkBuffers refused device memory on any other)
+
+bool onStock(const OpArgs& a) { return a.mem == MemKind::kDevice; }
+
+const char* opName(const OpArgs& a) {
+  return a.isSend ? "Send" : a.isRecv ? "Recv" : collectiveName(a.coll);
+}
+
+void issueOnStock(const OpArgs& a) {
+  ncclRedOp_t op = a.op;
+  if (!a.isSend && !a.isRecv && op >= ncclNumOps) {
+    std::lock_guard<std::mutex> lock(a.comm->opsMu);
+    const auto& u = a.comm->userOps[op - ncclNumOps];
+    LOOM_CHECK_USAGE(u.hasStockOp,
+                     "%s on device buffers: reduction op %d has no twin on stock NCCL (its "
+                     "ncclRedOpCreatePreMulSum failed or is missing), which serves this call",
+                     opName(a), static_cast<int>(op));
+    op = u.stockOp;
+  }
+  std::string msg;
+  ncclResult_t rc = a.comm->shadow->run({a.coll, a.sendbuff, a.recvbuff, a.count, a.dtype, op,
+                                         a.root, a.isSend, a.isRecv, a.stream}, &msg);
+  if (rc != ncclSuccess)
+    throwError(static_cast<Code>(rc), "%s (rank %d, device buffers, served by stock NCCL): %s",
+               opName(a), a.comm->rank, msg.c_str());
+}
+
+// A group's stock calls go in one stock group, closed even when one of them fails.
+void launchOnStock(const std::vector<const OpArgs*>& calls) {
+  const dispatch::StockApi& api = calls[0]->comm->shadow->lib().api();  // one per process
+  ncclResult_t rc = api.groupStart();
+  if (rc != ncclSuccess)
+    throwError(static_cast<Code>(rc), "stock ncclGroupStart: %s", api.getErrorString(rc));
+  std::exception_ptr first;
+  for (const OpArgs* a : calls) {
+    try {
+      issueOnStock(*a);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  rc = api.groupEnd();
+  for (const OpArgs* a : calls) rc = a->comm->shadow->settle(rc);
+  if (first) std::rethrow_exception(first);
+  if (rc != ncclSuccess)
+    throwError(static_cast<Code>(rc), "stock ncclGroupEnd (%zu calls on device buffers): %s (%s)",
+               calls.size(), api.getErrorString(rc), api.getLastError(nullptr));
+}
+
 // One operation outside a group: the entry point already holds its call scope.
 void launchOne(const OpArgs& a) {
+  if (onStock(a)) return issueOnStock(a);
   Op op = toOp(a);
   enqueue({&op, 1}, Completion::kBeforeReturn);
 }
@@ -66,14 +118,17 @@ void launchOne(const OpArgs& a) {
 void launch(const std::vector<OpArgs>& args) {
   std::vector<Op> ops;
   ops.reserve(args.size());
+  std::vector<const OpArgs*> stock;
   std::vector<ncclComm_t> comms;
   for (const OpArgs& a : args) {
-    ops.push_back(toOp(a));
+    if (onStock(a)) stock.push_back(&a);
+    else ops.push_back(toOp(a));
     if (std::find(comms.begin(), comms.end(), a.comm) == comms.end()) comms.push_back(a.comm);
   }
   std::vector<std::unique_ptr<CallScope>> scopes;
   for (ncclComm_t comm : comms) scopes.push_back(std::make_unique<CallScope>(comm));
-  enqueue(ops, Completion::kBeforeReturn);
+  if (!stock.empty()) launchOnStock(stock);  // enqueued on the callers' streams: returns soon
+  if (!ops.empty()) enqueue(ops, Completion::kBeforeReturn);
 }
 
 void runDeferredInits(std::vector<ncclComm_t> inits) {

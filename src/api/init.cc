@@ -330,7 +330,15 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
 LOOM_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", comm, [&] {
     loom::api::checkComm(comm, "ncclCommFinalize");
-    // Host operations complete before their call returns: nothing is left to flush.
+    // Host operations complete before their call returns: nothing is left to flush but
+    // the calls stock NCCL serves.
+    if (comm->shadow) {
+      std::string msg;
+      ncclResult_t rc = comm->shadow->finalize(&msg);
+      if (rc != ncclSuccess)
+        loom::throwError(static_cast<loom::Code>(rc),
+                         "ncclCommFinalize: stock NCCL's ncclCommFinalize failed: %s", msg.c_str());
+    }
     comm->finalized = true;
     return ncclSuccess;
   });
@@ -396,6 +404,8 @@ LOOM_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
                    "ncclCommGetAsyncError: comm %p is not a live communicator",
                    static_cast<void*>(comm));
     *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
+    // The calls stock NCCL serves fail asynchronously on its side.
+    if (*asyncError == ncclSuccess && comm->shadow) *asyncError = comm->shadow->asyncError();
     return ncclSuccess;
   });
 }

@@ -35,6 +35,13 @@ LOOM_NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scala
     u.live = true;
     u.dtype = static_cast<int>(datatype);
     u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), scalar);
+    // Its twin on stock NCCL, for the calls the shadow serves; without one, those calls
+    // fail naming the op (host calls are unaffected).
+    u.hasStockOp = false;
+    if (comm->shadow && comm->shadow->lib().api().redOpCreatePreMulSum)
+      u.hasStockOp = comm->shadow->lib().api().redOpCreatePreMulSum(
+                         &u.stockOp, scalar, datatype, residence,
+                         comm->shadow->stockComm()) == ncclSuccess;
     *op = static_cast<ncclRedOp_t>(ncclNumOps + idx);
     return ncclSuccess;
   });
@@ -50,7 +57,11 @@ LOOM_NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
     LOOM_CHECK_ARG(idx < comm->userOps.size() && comm->userOps[idx].live,
                    "%s: op %d was not created on this communicator (or destroyed already)", fn,
                    static_cast<int>(op));
-    comm->userOps[idx].live = false;
+    auto& u = comm->userOps[idx];
+    u.live = false;
+    if (u.hasStockOp && comm->shadow->lib().api().redOpDestroy)
+      comm->shadow->lib().api().redOpDestroy(u.stockOp, comm->shadow->stockComm());
+    u.hasStockOp = false;
     return ncclSuccess;
   });
 }

@@ -40,6 +40,11 @@ Driver* probe(std::string* why) {
   need(d->api.ctxGetDevice, "cuCtxGetDevice");
   need(d->api.getErrorString, "cuGetErrorString");
   need(d->api.driverGetVersion, "cuDriverGetVersion");
+  d->lib.bind(d->api.deviceGet, "cuDeviceGet");
+  if (!d->lib.bind(d->api.deviceGetUuid, "cuDeviceGetUuid_v2"))
+    d->lib.bind(d->api.deviceGetUuid, "cuDeviceGetUuid");
+  d->lib.bind(d->api.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  d->lib.bind(d->api.ctxSetCurrent, "cuCtxSetCurrent");
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;
@@ -100,6 +105,54 @@ int currentDevice() {
   CuDevice dev = -1;
   // No current context (CUDA_ERROR_INVALID_CONTEXT) is the common "host-only" answer.
   return d->api.ctxGetDevice(&dev) == kCudaSuccess ? dev : -1;
+}
+
+namespace {
+
+bool deviceHandle(const Driver* d, int ordinal, CuDevice* dev) {
+  if (!d->api.deviceGet) {
+    *dev = ordinal;  // the handle is the ordinal in every driver so far
+    return true;
+  }
+  return d->api.deviceGet(dev, ordinal) == kCudaSuccess;
+}
+
+}  // namespace
+
+bool deviceUuid(int ordinal, unsigned char uuid[16]) {
+  const Driver* d = driver();
+  CuDevice dev;
+  return d && d->api.deviceGetUuid && deviceHandle(d, ordinal, &dev) &&
+         d->api.deviceGetUuid(uuid, dev) == kCudaSuccess;
+}
+
+bool makeDeviceCurrent(int ordinal, std::string* why) {
+  const Driver* d = driver();
+  if (!d) {
+    *why = "no CUDA driver";
+    return false;
+  }
+  if (currentDevice() == ordinal) return true;
+  CuDevice dev;
+  void* ctx = nullptr;
+  if (!d->api.primaryCtxRetain || !d->api.ctxSetCurrent) {
+    *why = d->lib.path() + " lacks cuDevicePrimaryCtxRetain/cuCtxSetCurrent";
+    return false;
+  }
+  if (!deviceHandle(d, ordinal, &dev)) {
+    *why = strprintf("cuDeviceGet(%d) failed", ordinal);
+    return false;
+  }
+  // The primary context stays retained for the process's life, as the runtime keeps it.
+  if (CuResult r = d->api.primaryCtxRetain(&ctx, dev); r != kCudaSuccess) {
+    *why = strprintf("cuDevicePrimaryCtxRetain(%d): %s", ordinal, d->errorText(r).c_str());
+    return false;
+  }
+  if (CuResult r = d->api.ctxSetCurrent(ctx); r != kCudaSuccess) {
+    *why = strprintf("cuCtxSetCurrent(device %d): %s", ordinal, d->errorText(r).c_str());
+    return false;
+  }
+  return true;
 }
 
 }  // namespace loom::cuda

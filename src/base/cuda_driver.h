@@ -40,6 +40,12 @@ struct DriverApi {
   CuResult (*ctxGetDevice)(CuDevice* device) = nullptr;
   CuResult (*getErrorString)(CuResult error, const char** text) = nullptr;
   CuResult (*driverGetVersion)(int* version) = nullptr;
+  // Optional (nullptr when the library lacks them): a device's identity, and making a
+  // device current on a thread (what cudaSetDevice does, through the primary context).
+  CuResult (*deviceGet)(CuDevice* device, int ordinal) = nullptr;
+  CuResult (*deviceGetUuid)(unsigned char* uuid16, CuDevice device) = nullptr;  // CUuuid
+  CuResult (*primaryCtxRetain)(void** ctx, CuDevice device) = nullptr;
+  CuResult (*ctxSetCurrent)(void* ctx) = nullptr;
 };
 
 // Plain data, created once and never freed (a driver must outlive every static
@@ -82,5 +88,12 @@ bool forkedSinceLoad();
 // The device of the calling thread's current context, or -1 when there is no driver or no
 // current context.
 int currentDevice();
+
+// The 16-byte UUID of device `ordinal`; false when the driver cannot say.
+bool deviceUuid(int ordinal, unsigned char uuid[16]);
+
+// Makes device `ordinal` current on the calling thread (its primary context), as
+// cudaSetDevice does, unless it already is. False with `why` set when that fails.
+bool makeDeviceCurrent(int ordinal, std::string* why);
 
 }  // namespace loom::cuda

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <sstream>
 
 #include "base/config.h"
@@ -183,6 +184,10 @@ std::unique_ptr<StockNccl> StockNccl::open(const std::string& path, std::string*
   need(a.recv, "ncclRecv");
   need(a.groupStart, "ncclGroupStart");
   need(a.groupEnd, "ncclGroupEnd");
+  need(a.commInitRankConfig, "ncclCommInitRankConfig");
+  lib->lib_.bind(a.commFinalize, "ncclCommFinalize");
+  lib->lib_.bind(a.redOpCreatePreMulSum, "ncclRedOpCreatePreMulSum");
+  lib->lib_.bind(a.redOpDestroy, "ncclRedOpDestroy");
   if (missing) return refuse(std::string("is not an NCCL library (no ") + missing + ")");
   if (a.getVersion(&lib->version_) != ncclSuccess || lib->version_ <= 0)
     return refuse("its ncclGetVersion failed");
@@ -202,6 +207,19 @@ std::unique_ptr<StockNccl> findStockNccl(std::string* tried) {
   }
   if (tried) *tried = refused.empty() ? "none found" : refused;
   return nullptr;
+}
+
+const StockNccl* processStockNccl(std::string* why) {
+  static std::once_flag once;
+  static const StockNccl* lib = nullptr;
+  static std::string* refused = nullptr;
+  std::call_once(once, [] {
+    std::string tried;
+    lib = findStockNccl(&tried).release();  // never freed: see the header
+    if (!lib) refused = new std::string(tried);
+  });
+  if (!lib && why) *why = *refused;
+  return lib;
 }
 
 }  // namespace loom::dispatch

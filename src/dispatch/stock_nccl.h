@@ -43,6 +43,12 @@ struct StockApi {
   decltype(&ncclRecv) recv = nullptr;
   decltype(&ncclGroupStart) groupStart = nullptr;
   decltype(&ncclGroupEnd) groupEnd = nullptr;
+  decltype(&ncclCommInitRankConfig) commInitRankConfig = nullptr;
+  // Optional (nullptr when the library predates them): calls using them fail with a
+  // message naming the missing entry point.
+  decltype(&ncclCommFinalize) commFinalize = nullptr;
+  decltype(&ncclRedOpCreatePreMulSum) redOpCreatePreMulSum = nullptr;
+  decltype(&ncclRedOpDestroy) redOpDestroy = nullptr;
 };
 
 class StockNccl {
@@ -71,6 +77,11 @@ std::vector<std::string> stockNcclCandidates();
 // The first candidate that opens, or nullptr; `tried` (if given) says what each refused
 // candidate was and why ("none found" when there were none).
 std::unique_ptr<StockNccl> findStockNccl(std::string* tried = nullptr);
+
+// The stock library for this process's shadow communicators: found and opened on first
+// use, never closed (stock NCCL keeps threads and CUDA state that outlive a dlclose).
+// nullptr with `why` set when there is none.
+const StockNccl* processStockNccl(std::string* why);
 
 // Whether this build can open a stock library at all (not under a sanitizer runtime).
 bool stockNcclSupportedInThisBuild();

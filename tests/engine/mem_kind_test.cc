@@ -1,10 +1,13 @@
 // Memory kinds at the C API: every collective and point-to-point call classifies its
-// buffers and refuses CUDA memory (no CUDA executor yet) without touching a byte of it.
+// buffers and refuses CUDA memory (no CUDA executor yet) without touching a byte of it,
+// when nothing else serves it (LOOM_NCCL_FALLBACK=off here; tests/dispatch covers the
+// fallback serving device buffers through stock NCCL).
 // The same tests run against the stand-in driver (engine_mem_kind_stand_in_test) and the
 // real one (engine_mem_kind_cuda_test, skipped where there is no GPU).
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -94,6 +97,7 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 class MEM_KINDS_SUITE : public testing::Test {
  protected:
   void SetUp() override {
+    setenv("LOOM_NCCL_FALLBACK", "off", 1);  // read at each communicator's init
     mem_ = makeDeviceMemory();
     if (std::string why = mem_->unavailable(); !why.empty()) {
 #ifdef LOOM_STAND_IN_CUDA_PATH

@@ -1,0 +1,90 @@
+#include "dispatch/fallback.h"
+
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+
+namespace loom::dispatch {
+namespace {
+
+StringKnob kFallback("LOOM_NCCL_FALLBACK", "", "auto",
+                     "Who serves device-memory calls: auto (stock NCCL when every rank has it "
+                     "and a GPU of its own, else Loom), off (always Loom), force (stock NCCL, "
+                     "or the communicator's init fails)");
+
+bool sameDevice(const RankFallbackInfo& a, const RankFallbackInfo& b) {
+  if (a.hasUuid && b.hasUuid) return memcmp(a.uuid, b.uuid, sizeof(a.uuid)) == 0;
+  return a.hostHash == b.hostHash && a.cudaDev == b.cudaDev;
+}
+
+// Why stock NCCL cannot serve these ranks, or "" when it can.
+std::string stockUnusable(const std::vector<RankFallbackInfo>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r].cudaDev < 0) return strprintf("rank %zu has no CUDA device", r);
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (ranks[r].stockVersion <= 0)
+      return strprintf("rank %zu found no usable stock NCCL library (its INIT log says why)", r);
+  for (size_t r = 1; r < ranks.size(); ++r)
+    if (ranks[r].stockVersion != ranks[0].stockVersion)
+      return strprintf("rank 0 has stock NCCL %d but rank %zu has %d", ranks[0].stockVersion, r,
+                       ranks[r].stockVersion);
+  for (size_t a = 0; a < ranks.size(); ++a)
+    for (size_t b = a + 1; b < ranks.size(); ++b)
+      if (sameDevice(ranks[a], ranks[b]))
+        return strprintf("ranks %zu and %zu share CUDA device %d, which stock NCCL refuses "
+                         "(\"Duplicate GPU detected\")",
+                         a, b, ranks[b].cudaDev);
+  return "";
+}
+
+}  // namespace
+
+FallbackMode fallbackMode() {
+  const std::string v = kFallback.get();
+  if (v == "auto" || v.empty()) return FallbackMode::kAuto;
+  if (v == "off") return FallbackMode::kOff;
+  if (v == "force") return FallbackMode::kForce;
+  LOOM_THROW(kInvalidArgument, "LOOM_NCCL_FALLBACK=%s: expected auto, off or force", v.c_str());
+}
+
+const char* fallbackModeName(FallbackMode m) {
+  switch (m) {
+    case FallbackMode::kAuto: return "auto";
+    case FallbackMode::kOff: return "off";
+    case FallbackMode::kForce: return "force";
+  }
+  return "?";
+}
+
+FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks) {
+  FallbackDecision d;
+  const auto mode = static_cast<FallbackMode>(ranks.at(0).mode);
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    const auto other = static_cast<FallbackMode>(ranks[r].mode);
+    if (other == mode) continue;
+    d.fail = mode == FallbackMode::kForce || other == FallbackMode::kForce;
+    d.why = strprintf("LOOM_NCCL_FALLBACK differs between ranks (rank 0: %s, rank %zu: %s); "
+                      "set it alike on every rank",
+                      fallbackModeName(mode), r, fallbackModeName(other));
+    return d;
+  }
+  if (mode == FallbackMode::kOff) {
+    d.why = "LOOM_NCCL_FALLBACK=off";
+    return d;
+  }
+  const std::string unusable = stockUnusable(ranks);
+  if (unusable.empty()) {
+    d.useStock = true;
+    d.why = strprintf("LOOM_NCCL_FALLBACK=%s, every rank has stock NCCL %d and a CUDA device "
+                      "of its own%s",
+                      fallbackModeName(mode), ranks[0].stockVersion,
+                      mode == FallbackMode::kAuto ? " (Loom has no CUDA executor yet)" : "");
+    return d;
+  }
+  d.fail = mode == FallbackMode::kForce;
+  d.why = strprintf("LOOM_NCCL_FALLBACK=%s, but %s", fallbackModeName(mode), unusable.c_str());
+  return d;
+}
+
+}  // namespace loom::dispatch

@@ -1,0 +1,43 @@
+// Which library serves a communicator's device-memory calls: Loom, or stock NCCL through a
+// shadow communicator (LOOM_NCCL_FALLBACK=auto|off|force).
+//
+// Each rank describes what it has (a stock library, a CUDA device and its identity); the
+// ranks all-gather these descriptions, and every rank computes the same decision from the
+// same list, so either every rank creates its shadow or none does.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::dispatch {
+
+enum class FallbackMode { kAuto, kOff, kForce };
+
+// LOOM_NCCL_FALLBACK, read on each call; throws kInvalidArgument for an unknown value.
+FallbackMode fallbackMode();
+const char* fallbackModeName(FallbackMode m);
+
+// One rank's contribution, exchanged as plain bytes.
+struct RankFallbackInfo {
+  uint64_t hostHash = 0;
+  int32_t cudaDev = -1;       // -1: the rank has no CUDA device (host-only)
+  int32_t stockVersion = 0;   // 0: no usable stock library on this rank
+  uint8_t uuid[16] = {};      // all zero when the driver cannot say
+  uint8_t hasUuid = 0;
+  uint8_t mode = 0;           // this rank's FallbackMode
+  uint8_t pad[6] = {};
+};
+static_assert(sizeof(RankFallbackInfo) == 40, "exchanged as bytes: keep it padding-free");
+
+struct FallbackDecision {
+  bool useStock = false;  // create the shadow and route device calls to it
+  bool fail = false;      // LOOM_NCCL_FALLBACK=force could not be honoured: init fails
+  std::string why;        // for the INIT log, loom-info and refusals
+};
+
+// Pure function of its argument, so the same on every rank. Every rank's mode must agree;
+// a disagreement decides against the fallback (and fails when any rank asked for force).
+FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks);
+
+}  // namespace loom::dispatch

@@ -1,0 +1,237 @@
+#include "dispatch/shadow.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "base/config.h"
+#include "base/cuda_driver.h"
+#include "base/error.h"
+#include "base/log.h"
+
+namespace loom::dispatch {
+namespace {
+
+IntKnob kInitTimeout("LOOM_NCCL_FALLBACK_INIT_TIMEOUT", "", 90,
+                     "Seconds a rank waits for stock NCCL to create its shadow communicator "
+                     "before the fallback is given up");
+
+// Rank 0's stock unique id, or why it has none. Exchanged as bytes.
+struct IdMessage {
+  int32_t rc;
+  char id[NCCL_UNIQUE_ID_BYTES];
+  char msg[252];
+};
+// Each rank's outcome of creating its stock communicator.
+struct InitOutcome {
+  int32_t rc;
+  char msg[252];
+};
+
+void copyText(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+RankFallbackInfo localInfo(FallbackMode mode, int cudaDev, uint64_t hostHash) {
+  RankFallbackInfo info;
+  info.mode = static_cast<uint8_t>(mode);
+  info.hostHash = hostHash;
+  info.cudaDev = cudaDev;
+  // Without a device (or with the fallback off) stock NCCL could serve nothing: it is not
+  // even opened.
+  if (cudaDev < 0 || mode == FallbackMode::kOff) return info;
+  std::string why;
+  if (const StockNccl* lib = processStockNccl(&why)) info.stockVersion = lib->version();
+  else LOOM_INFO(kLogInit, "no stock NCCL for the fallback: %s", why.c_str());
+  if (cuda::deviceUuid(cudaDev, info.uuid)) info.hasUuid = 1;
+  return info;
+}
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+struct ShadowFactory {
+  // This rank's part of creating the shadows; the outcome says how it went.
+  static std::unique_ptr<Shadow> create(const StockNccl& lib, const IdMessage& id, int rank,
+                                        int nranks, int cudaDev,
+                                        const std::atomic<bool>* abortFlag, InitOutcome* out) {
+    out->rc = ncclSuccess;
+    out->msg[0] = '\0';
+    if (id.rc != ncclSuccess) {
+      out->rc = id.rc;
+      copyText(out->msg, sizeof(out->msg), std::string("rank 0: ") + id.msg);
+      return nullptr;
+    }
+    // Stock NCCL binds a communicator to the thread's current device.
+    std::string why;
+    if (!cuda::makeDeviceCurrent(cudaDev, &why)) {
+      out->rc = ncclUnhandledCudaError;
+      copyText(out->msg, sizeof(out->msg), "making CUDA device current: " + why);
+      return nullptr;
+    }
+    ncclUniqueId uid;
+    memcpy(uid.internal, id.id, sizeof(uid.internal));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // so that an abort or the deadline can end the wait
+    ncclComm_t comm = nullptr;
+    ncclResult_t rc = lib.api().commInitRankConfig(&comm, nranks, uid, rank, &config);
+    std::unique_ptr<Shadow> s;
+    if (comm) s.reset(new Shadow(lib, comm, abortFlag));
+    const auto deadline = Clock::now() + std::chrono::seconds(kInitTimeout.get());
+    while (rc == ncclInProgress && s) {
+      if (abortFlag && abortFlag->load()) {
+        out->rc = ncclInvalidUsage;
+        copyText(out->msg, sizeof(out->msg), "the communicator was aborted");
+        s->abort();
+        return nullptr;
+      }
+      if (Clock::now() > deadline) {
+        out->rc = ncclSystemError;
+        copyText(out->msg, sizeof(out->msg),
+                 strprintf("stock ncclCommInitRankConfig did not finish within "
+                           "LOOM_NCCL_FALLBACK_INIT_TIMEOUT=%lld s",
+                           static_cast<long long>(kInitTimeout.get())));
+        s->abort();
+        return nullptr;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      rc = s->asyncError();
+    }
+    if (rc != ncclSuccess) {
+      out->rc = rc;
+      copyText(out->msg, sizeof(out->msg), s ? s->errorText(rc) : strprintf("%s (%d)",
+               lib.api().getErrorString(rc), rc));
+      if (s) s->abort();
+      return nullptr;
+    }
+    return s;
+  }
+};
+
+Shadow::~Shadow() {
+  if (aborted_) return;
+  ncclResult_t rc = settle(lib_.api().commDestroy(comm_));
+  if (rc != ncclSuccess)
+    LOOM_WARN("stock ncclCommDestroy of shadow communicator %p: %s",
+              static_cast<void*>(comm_), lib_.api().getErrorString(rc));
+}
+
+std::string Shadow::errorText(ncclResult_t rc) {
+  const char* last = lib_.api().getLastError(comm_);
+  return strprintf("%s (%d)%s%s", lib_.api().getErrorString(rc), static_cast<int>(rc),
+                   last && *last ? ": " : "", last ? last : "");
+}
+
+ncclResult_t Shadow::settle(ncclResult_t rc) {
+  while (rc == ncclInProgress) {
+    if (abort_ && abort_->load()) return ncclInvalidUsage;
+    std::this_thread::yield();
+    rc = asyncError();
+  }
+  return rc;
+}
+
+ncclResult_t Shadow::asyncError() {
+  ncclResult_t e = ncclSuccess;
+  ncclResult_t rc = lib_.api().commGetAsyncError(comm_, &e);
+  return rc != ncclSuccess ? rc : e;
+}
+
+void Shadow::abort() {
+  if (aborted_) return;
+  aborted_ = true;
+  lib_.api().commAbort(comm_);
+}
+
+ncclResult_t Shadow::finalize(std::string* msg) {
+  if (!lib_.api().commFinalize) return ncclSuccess;  // older stock: destroy flushes
+  ncclResult_t rc = settle(lib_.api().commFinalize(comm_));
+  if (rc != ncclSuccess) *msg = errorText(rc);
+  return rc;
+}
+
+ncclResult_t Shadow::run(const StockCall& c, std::string* msg) {
+  const StockApi& a = lib_.api();
+  ncclResult_t rc;
+  if (c.isSend) {
+    rc = a.send(c.sendbuff, c.count, c.dtype, c.root, comm_, c.stream);
+  } else if (c.isRecv) {
+    rc = a.recv(c.recvbuff, c.count, c.dtype, c.root, comm_, c.stream);
+  } else {
+    switch (c.coll) {
+      case Collective::kAllReduce:
+        rc = a.allReduce(c.sendbuff, c.recvbuff, c.count, c.dtype, c.op, comm_, c.stream);
+        break;
+      case Collective::kBroadcast:
+        rc = a.broadcast(c.sendbuff, c.recvbuff, c.count, c.dtype, c.root, comm_, c.stream);
+        break;
+      case Collective::kReduce:
+        rc = a.reduce(c.sendbuff, c.recvbuff, c.count, c.dtype, c.op, c.root, comm_, c.stream);
+        break;
+      case Collective::kAllGather:
+        rc = a.allGather(c.sendbuff, c.recvbuff, c.count, c.dtype, comm_, c.stream);
+        break;
+      case Collective::kReduceScatter:
+        rc = a.reduceScatter(c.sendbuff, c.recvbuff, c.count, c.dtype, c.op, comm_, c.stream);
+        break;
+      default:  // all-to-all, gather and scatter arrive as their sends and receives
+        *msg = strprintf("collective %d has no stock NCCL call", static_cast<int>(c.coll));
+        return ncclInternalError;
+    }
+  }
+  rc = settle(rc);
+  if (rc != ncclSuccess) *msg = errorText(rc);
+  return rc;
+}
+
+FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
+                            const std::atomic<bool>* abortFlag) {
+  const int rank = bs.rank(), nranks = bs.nranks();
+  FallbackSetup out;
+  std::vector<RankFallbackInfo> infos(nranks);
+  infos[rank] = localInfo(fallbackMode(), cudaDev, hostHash);
+  bs.allGather(infos.data(), sizeof(RankFallbackInfo));
+  out.decision = decideFallback(infos);
+  const auto mode = static_cast<FallbackMode>(infos[0].mode);
+  if (out.decision.fail) throw Error(Code::kInvalidUsage, out.decision.why);
+  if (!out.decision.useStock) return out;
+
+  const StockNccl& lib = *processStockNccl(nullptr);  // every rank has one: decided above
+  std::vector<IdMessage> ids(nranks);
+  if (rank == 0) {
+    ncclUniqueId uid;
+    IdMessage& m = ids[0];
+    const ncclResult_t rc = lib.api().getUniqueId(&uid);
+    m.rc = rc;
+    memcpy(m.id, uid.internal, sizeof(m.id));
+    copyText(m.msg, sizeof(m.msg),
+             rc == ncclSuccess ? "" : strprintf("stock ncclGetUniqueId: %s",
+                                                lib.api().getErrorString(rc)));
+  }
+  bs.allGather(ids.data(), sizeof(IdMessage));
+  std::vector<InitOutcome> outcomes(nranks);
+  std::unique_ptr<Shadow> shadow =
+      ShadowFactory::create(lib, ids[0], rank, nranks, cudaDev, abortFlag, &outcomes[rank]);
+  bs.allGather(outcomes.data(), sizeof(InitOutcome));
+  for (int r = 0; r < nranks; ++r) {
+    if (outcomes[r].rc == ncclSuccess) continue;
+    if (shadow) shadow->abort();  // a peer has none: nobody keeps one
+    std::string why = strprintf("stock NCCL (%s) could not create its communicator on rank %d: "
+                                "%s", lib.path().c_str(), r, outcomes[r].msg);
+    if (mode == FallbackMode::kForce)
+      throw Error(static_cast<Code>(outcomes[r].rc), "LOOM_NCCL_FALLBACK=force, but " + why);
+    out.decision.useStock = false;
+    out.decision.why = "LOOM_NCCL_FALLBACK=auto, but " + why;
+    LOOM_WARN("%s; device buffers are not served on this communicator",
+              out.decision.why.c_str());
+    return out;
+  }
+  out.shadow = std::move(shadow);
+  return out;
+}
+
+}  // namespace loom::dispatch

@@ -1,0 +1,80 @@
+// A shadow communicator: stock NCCL's communicator beside Loom's, over the same ranks,
+// serving the calls that the routing rule hands to stock NCCL (device memory, when the
+// fallback decision says so).
+//
+// Created collectively over Loom's bootstrap: the ranks exchange what they have, decide
+// alike (fallback.h), rank 0 takes stock NCCL's unique id and hands it to the others, every
+// rank creates its stock communicator (non-blocking, so an abort or a deadline ends the
+// wait), and the ranks exchange the outcome: either every rank has a shadow or none does.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "algo/collective.h"
+#include "bootstrap/bootstrap.h"
+#include "dispatch/fallback.h"
+#include "dispatch/stock_nccl.h"
+
+namespace loom::dispatch {
+
+// One call, with the arguments of its NCCL entry point.
+struct StockCall {
+  Collective coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t dtype;
+  ncclRedOp_t op;  // stock NCCL's operator (a user operator already translated)
+  int root;        // root, or peer for send/recv
+  bool isSend;
+  bool isRecv;
+  cudaStream_t stream;
+};
+
+class Shadow {
+ public:
+  ~Shadow();  // ncclCommDestroy, unless abort() ran
+  Shadow(const Shadow&) = delete;
+  Shadow& operator=(const Shadow&) = delete;
+
+  const StockNccl& lib() const { return lib_; }
+  ncclComm_t stockComm() const { return comm_; }
+
+  // Issues one call on stock NCCL; its result, with stock's message in `msg` on failure.
+  ncclResult_t run(const StockCall& c, std::string* msg);
+  ncclResult_t finalize(std::string* msg);
+  void abort();                // ncclCommAbort: for Loom's abort; no peer is waited for
+  ncclResult_t asyncError();   // stock's ncclCommGetAsyncError
+
+  // Waits while stock answers ncclInProgress (its non-blocking communicators do), until it
+  // settles or `abortFlag` is raised.
+  ncclResult_t settle(ncclResult_t rc);
+
+ private:
+  friend struct ShadowFactory;
+  Shadow(const StockNccl& lib, ncclComm_t comm, const std::atomic<bool>* abortFlag)
+      : lib_(lib), comm_(comm), abort_(abortFlag) {}
+  const StockNccl& lib_;
+  ncclComm_t comm_;
+  const std::atomic<bool>* abort_;
+  bool aborted_ = false;
+  std::string errorText(ncclResult_t rc);
+};
+
+struct FallbackSetup {
+  FallbackDecision decision;       // what the ranks decided, and why
+  std::unique_ptr<Shadow> shadow;  // set on every rank or on none
+};
+
+// Collective: every rank of `bs` calls it after Loom's own init. `cudaDev` is this rank's
+// device (-1: none), `hostHash` its host. Throws on every rank alike when
+// LOOM_NCCL_FALLBACK=force cannot be honoured; with auto, a failed shadow leaves
+// `shadow` null and says why in `decision.why`.
+FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
+                            const std::atomic<bool>* abortFlag);
+
+}  // namespace loom::dispatch
