@@ -101,7 +101,11 @@ void launchOnStock(const std::vector<const OpArgs*>& calls) {
     }
   }
   rc = api.groupEnd();
-  for (const OpArgs* a : calls) rc = a->comm->shadow->settle(rc);
+  if (rc == ncclInProgress) {  // non-blocking shadows: each settles on its own
+    rc = ncclSuccess;
+    for (const OpArgs* a : calls)
+      if (ncclResult_t r = a->comm->shadow->settle(ncclInProgress); rc == ncclSuccess) rc = r;
+  }
   if (first) std::rethrow_exception(first);
   if (rc != ncclSuccess)
     throwError(static_cast<Code>(rc), "stock ncclGroupEnd (%zu calls on device buffers): %s (%s)",

@@ -55,16 +55,15 @@ void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
     comm->commName = c.commName;
 }
 
-// Creates the comm object and starts (or defers) its collective init.
+// Creates the comm object on CUDA device `cudaDev` (-1: host-only) and starts (or defers)
+// its collective init.
 ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int rank,
-                       const ncclConfig_t* config, const char* fn) {
+                       const ncclConfig_t* config, const char* fn, int cudaDev) {
   auto comm = std::make_unique<ncclComm>();
   comm->rank = rank;
   comm->nranks = nranks;
   comm->job = job;
-  // NCCL binds a communicator to the calling thread's current device; -1 (host-only) when
-  // there is no driver or no current context.
-  comm->cudaDev = loom::cuda::currentDevice();
+  comm->cudaDev = cudaDev;
   applyConfig(comm.get(), config, fn);
   comm->asyncError.store(ncclInProgress);
   ncclComm_t c = comm.release();
@@ -102,6 +101,10 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int 
   return ncclSuccess;
 }
 
+// NCCL binds a communicator to the calling thread's current device; -1 (host-only) when
+// there is no driver or no current context.
+int callerDevice() { return loom::cuda::currentDevice(); }
+
 void checkInitArgs(ncclComm_t* comm, int nranks, int rank, const char* fn) {
   LOOM_CHECK_ARG(comm != nullptr, "%s: comm (output pointer) is NULL", fn);
   std::atomic_ref<ncclComm_t>(*comm).store(nullptr, std::memory_order_release);
@@ -138,7 +141,7 @@ LOOM_NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, 
     logVersionOnce();
     loom::JobId job = loom::JobId::decode(commId.internal);
     maybeStartEnvRoot(job, rank);
-    return startInit(comm, nranks, job, rank, config, "ncclCommInitRankConfig");
+    return startInit(comm, nranks, job, rank, config, "ncclCommInitRankConfig", callerDevice());
   });
 }
 
@@ -149,7 +152,7 @@ LOOM_NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUn
     logVersionOnce();
     loom::JobId job = loom::JobId::decode(commId.internal);
     maybeStartEnvRoot(job, rank);
-    return startInit(comm, nranks, job, rank, nullptr, "ncclCommInitRank");
+    return startInit(comm, nranks, job, rank, nullptr, "ncclCommInitRank", callerDevice());
   });
 }
 
@@ -166,7 +169,8 @@ LOOM_NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nra
     // (Loom's root handles thousands of ranks; the extra ids are accepted and unused.)
     loom::JobId job = loom::JobId::decode(commIds[0].internal);
     maybeStartEnvRoot(job, myrank);
-    return startInit(newcomm, nranks, job, myrank, config, "ncclCommInitRankScalable");
+    return startInit(newcomm, nranks, job, myrank, config, "ncclCommInitRankScalable",
+                     callerDevice());
   });
 }
 
@@ -257,10 +261,9 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
     loom::JobId job = loom::JobId::decode(idBytes);
     ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
     inherited.blocking = comm->blocking ? 1 : 0;
-    ncclResult_t rc = startInit(newcomm, static_cast<int>(group.size()), job, newRank,
-                                config ? config : &inherited, "ncclCommSplit");
-    if (*newcomm) (*newcomm)->cudaDev = comm->cudaDev;
-    return rc;
+    // The child lives on the parent's device (whatever is current on this thread).
+    return startInit(newcomm, static_cast<int>(group.size()), job, newRank,
+                     config ? config : &inherited, "ncclCommSplit", comm->cudaDev);
   });
 }
 
@@ -320,10 +323,8 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
     loom::JobId job = loom::JobId::decode(idBytes);
     ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
     inherited.blocking = comm->blocking ? 1 : 0;
-    ncclResult_t rc = startInit(newcomm, static_cast<int>(survivors.size()), job, newRank,
-                                config ? config : &inherited, fn);
-    if (*newcomm) (*newcomm)->cudaDev = comm->cudaDev;
-    return rc;
+    return startInit(newcomm, static_cast<int>(survivors.size()), job, newRank,
+                     config ? config : &inherited, fn, comm->cudaDev);
   });
 }
 

@@ -33,10 +33,14 @@ unsigned probeAvailable() {
   return avail;
 }
 
-// What this build contains. Only host memory so far: the CUDA executor, NVML topology,
-// the verbs and UCX transports and the NCCL fallback are not built yet; each adds its bit
-// here when it lands.
-constexpr unsigned kCompiledFeatures = loomFeatureHostMemory;
+// What this build contains: host memory, and the fallback to stock NCCL (except in
+// sanitizer builds, which cannot open it). The CUDA executor, NVML topology, the verbs and
+// UCX transports are not built yet; each adds its bit here when it lands.
+unsigned compiledFeatures() {
+  unsigned bits = loomFeatureHostMemory;
+  if (loom::dispatch::stockNcclSupportedInThisBuild()) bits |= loomFeatureNcclFallback;
+  return bits;
+}
 
 }  // namespace
 
@@ -116,7 +120,7 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t loomGetFeatures(u
   return guard("loomGetFeatures", nullptr, [&] {
     LOOM_CHECK_ARG(compiled != nullptr || available != nullptr,
                    "loomGetFeatures: compiled and available are both NULL");
-    if (compiled) *compiled = kCompiledFeatures;
+    if (compiled) *compiled = compiledFeatures();
     if (available) *available = probeAvailable();
     return ncclSuccess;
   });

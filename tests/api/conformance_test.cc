@@ -408,6 +408,12 @@ TEST(ConformanceTest, LoomVersionAndFeatures) {
   EXPECT_EQ(bool(available & loomFeatureNvml), loads({"libnvidia-ml.so.1"}));
   EXPECT_EQ(bool(available & loomFeatureIbverbs), loads({"libibverbs.so.1"}));
   EXPECT_EQ(bool(available & loomFeatureUcx), loads({"libucp.so.0"}));
+  // The fallback is built in, except where the sanitizer runtime refuses RTLD_DEEPBIND.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  EXPECT_FALSE(compiled & loomFeatureNcclFallback);
+#else
+  EXPECT_TRUE(compiled & loomFeatureNcclFallback);
+#endif
 
   unsigned onlyCompiled = 0;
   EXPECT_EQ(loomGetFeatures(&onlyCompiled, nullptr), ncclSuccess);

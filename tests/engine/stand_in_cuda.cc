@@ -39,6 +39,12 @@ State& state() {
   return *s;
 }
 
+constexpr int kDevices = 4;
+constexpr int kNoThreadContext = -100;
+// A thread that made a context current (cuCtxSetCurrent) sees its device; other threads
+// see the process-wide one the test sets.
+thread_local int tlsDevice = kNoThreadContext;
+
 }  // namespace
 
 extern "C" {
@@ -71,8 +77,38 @@ __attribute__((visibility("default"))) CUresult cuGetErrorString(CUresult error,
 __attribute__((visibility("default"))) CUresult cuCtxGetDevice(int* device) {
   if (!device) return kInvalidValue;
   std::lock_guard<std::mutex> lock(state().mu);
-  if (state().currentDevice < 0) return kInvalidContext;
-  *device = state().currentDevice;
+  const int current = tlsDevice != kNoThreadContext ? tlsDevice : state().currentDevice;
+  if (current < 0) return kInvalidContext;
+  *device = current;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuDeviceGet(int* device, int ordinal) {
+  if (!device || ordinal < 0 || ordinal >= kDevices) return kInvalidValue;
+  *device = ordinal;
+  return kSuccess;
+}
+
+// Device d's UUID: "stand-in gpu" and the ordinal.
+__attribute__((visibility("default"))) CUresult cuDeviceGetUuid_v2(unsigned char* uuid,
+                                                                   int device) {
+  if (!uuid || device < 0 || device >= kDevices) return kInvalidValue;
+  static const char kTag[] = "stand-in gpu ";
+  for (int i = 0; i < 16; ++i) uuid[i] = i < 13 ? kTag[i] : 0;
+  uuid[15] = static_cast<unsigned char>(device);
+  return kSuccess;
+}
+
+// A primary context is the device's ordinal + 1 in disguise.
+__attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxRetain(void** ctx,
+                                                                         int device) {
+  if (!ctx || device < 0 || device >= kDevices) return kInvalidValue;
+  *ctx = reinterpret_cast<void*>(static_cast<uintptr_t>(device) + 1);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuCtxSetCurrent(void* ctx) {
+  tlsDevice = static_cast<int>(reinterpret_cast<uintptr_t>(ctx)) - 1;
   return kSuccess;
 }
 

@@ -13,6 +13,7 @@
 #include "base/host.h"
 #include "base/socket.h"
 #include "bootstrap/unique_id.h"
+#include "dispatch/fallback.h"
 #include "dispatch/stock_nccl.h"
 #include "info.h"
 #include "kernels/reduce.h"
@@ -58,7 +59,14 @@ void findStockNccl(FeatureInfo* f) {
     return;
   }
   f->path = lib->path();
-  f->detail = "NCCL " + versionText(lib->version());
+  std::string mode;
+  try {
+    mode = std::string("LOOM_NCCL_FALLBACK=") + dispatch::fallbackModeName(dispatch::fallbackMode());
+  } catch (const Error& e) {
+    mode = e.what();
+  }
+  f->detail = "NCCL " + versionText(lib->version()) + "; " + mode +
+              " (each communicator's INIT log says who serves its device buffers and why)";
 }
 
 void findRuntime(const RuntimeSpec& spec, FeatureInfo* f) {

@@ -1,0 +1,378 @@
+// The fallback at work: a communicator's shadow over stock NCCL, and each call routed by
+// its buffers (device memory to stock NCCL, host memory to Loom).
+//
+// Two executables run this file (tests/dispatch/CMakeLists.txt):
+//  - dispatch_fallback_stand_in_test: the stand-in CUDA driver gives the ranks devices and
+//    marks chosen host allocations as device memory; the stand-in stock NCCL
+//    (stand_in_nccl.cc) moves their data and logs what reaches it (the StandInStock suite);
+//  - dispatch_fallback_real_stock_test: the same stand-in driver, but the machine's real
+//    stock NCCL, which has no GPU here: the RealStock suite checks that its own error
+//    reaches every rank cleanly. Where a GPU exists, stock NCCL would succeed instead, so
+//    that suite skips, saying so.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/cuda_driver.h"
+#include "dispatch/stock_nccl.h"
+#include "engine/stand_in_hooks.h"
+
+namespace {
+
+// Before any Loom call: both libraries are chosen once per process.
+const bool kEnvSet = [] {
+  setenv("LOOM_CUDA_DRIVER_LIBRARY", LOOM_STAND_IN_CUDA_PATH, 1);
+#ifdef LOOM_STAND_IN_NCCL_PATH
+  setenv("LOOM_NCCL_LIBRARY", LOOM_STAND_IN_NCCL_PATH, 1);
+#endif
+  unsetenv("LOOM_NCCL_FALLBACK");
+  return true;
+}();
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+[[maybe_unused]] size_t countOf(const std::string& s, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
+  return n;
+}
+
+struct ScopedFallback {
+  explicit ScopedFallback(const char* mode) { setenv("LOOM_NCCL_FALLBACK", mode, 1); }
+  ~ScopedFallback() { unsetenv("LOOM_NCCL_FALLBACK"); }
+};
+
+// ncclCommInitAll over `devs` (-1: a rank without a device); destroyed at scope end.
+struct Comms {
+  explicit Comms(std::vector<int> devs) : comms(devs.size(), nullptr) {
+    rc = ncclCommInitAll(comms.data(), static_cast<int>(devs.size()), devs.data());
+    if (rc != ncclSuccess) error = ncclGetLastError(nullptr);
+  }
+  ~Comms() {
+    for (ncclComm_t c : comms)
+      if (c) ncclCommDestroy(c);
+  }
+  ncclComm_t operator[](size_t i) const { return comms[i]; }
+  std::vector<ncclComm_t> comms;
+  ncclResult_t rc;
+  std::string error;
+};
+
+class Fixture : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(kEnvSet);
+    if (!loom::dispatch::stockNcclSupportedInThisBuild())
+      GTEST_SKIP() << "this build cannot open stock NCCL (sanitizer runtime)";
+    // Loom loads the stand-in driver once; then its hooks are reachable.
+    ASSERT_NE(loom::cuda::driver(), nullptr) << loom::cuda::driverAbsenceReason();
+    ASSERT_EQ(hooks_.open(LOOM_STAND_IN_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD), "");
+  }
+  void TearDown() override {
+    if (hooks_.clear) hooks_.clear();
+    for (float* p : device_) delete[] p;
+  }
+  // Host memory the stand-in driver reports as memory of device `dev`, readable by the
+  // stand-in stock NCCL that serves it.
+  float* deviceFloats(size_t n, int dev, float fill) {
+    float* p = new float[n];
+    for (size_t i = 0; i < n; ++i) p[i] = fill + static_cast<float>(i % 7);
+    hooks_.addDeviceRange(p, n * sizeof(float), dev);
+    device_.push_back(p);
+    return p;
+  }
+  loomtest::StandInHooks hooks_;
+  std::vector<float*> device_;
+};
+
+#ifdef LOOM_STAND_IN_NCCL_PATH
+
+// The stand-in stock NCCL's hooks (the library Loom opened).
+struct StockLog {
+  StockLog() {
+    void* h = dlopen(LOOM_STAND_IN_NCCL_PATH, RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return;
+    text = reinterpret_cast<const char* (*)()>(dlsym(h, "standInNcclLog"));
+    clear = reinterpret_cast<void (*)()>(dlsym(h, "standInNcclClearLog"));
+    live = reinterpret_cast<int (*)()>(dlsym(h, "standInNcclLiveComms"));
+    setAsyncError = reinterpret_cast<void (*)(int)>(dlsym(h, "standInNcclSetAsyncError"));
+  }
+  bool ok() const { return text && clear && live && setAsyncError; }
+  std::string str() const { return text(); }
+  const char* (*text)() = nullptr;
+  void (*clear)() = nullptr;
+  int (*live)() = nullptr;
+  void (*setAsyncError)(int) = nullptr;
+};
+
+class StandInStock : public Fixture {
+ protected:
+  void SetUp() override {
+    Fixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    {  // Opened by the first communicator with a device.
+      Comms warm({0});
+      ASSERT_EQ(warm.rc, ncclSuccess) << warm.error;
+    }
+    ASSERT_TRUE(log_.ok() || (log_ = StockLog(), log_.ok())) << "stand-in NCCL not loaded";
+    log_.clear();
+  }
+  StockLog log_;
+};
+
+const auto kStream0 = reinterpret_cast<cudaStream_t>(0x5100);
+const auto kStream1 = reinterpret_cast<cudaStream_t>(0x5101);
+
+TEST_F(StandInStock, DeviceCallsGoToStockAndHostCallsStayWithLoom) {
+  const int liveBefore = log_.live();
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  std::string init = log_.str();
+  // Rank 0 took one id; both shadows joined it, non-blocking, as ranks 0 and 1 of 2, each
+  // on its rank's device (made current on the init thread).
+  EXPECT_EQ(countOf(init, "GetUniqueId"), 1u) << init;
+  EXPECT_TRUE(has(init, "rank=0 nranks=2 blocking=0 device=0")) << init;
+  EXPECT_TRUE(has(init, "rank=1 nranks=2 blocking=0 device=1")) << init;
+  EXPECT_EQ(log_.live(), liveBefore + 2);
+  log_.clear();
+
+  constexpr size_t n = 1000;
+  float* s0 = deviceFloats(n, 0, 1), *r0 = deviceFloats(n, 0, -1);
+  float* s1 = deviceFloats(n, 1, 10), *r1 = deviceFloats(n, 1, -1);
+  // One thread drives both ranks in a group: stock NCCL gets one group of two calls.
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(s0, r0, n, ncclFloat, ncclSum, c[0], kStream0), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(s1, r1, n, ncclFloat, ncclSum, c[1], kStream1), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (size_t i = 0; i < n; ++i) {
+    const float want = 11 + 2 * static_cast<float>(i % 7);
+    ASSERT_EQ(r0[i], want) << i;
+    ASSERT_EQ(r1[i], want) << i;
+  }
+  std::string calls = log_.str();
+  EXPECT_EQ(calls.find("GroupStart"), 0u) << calls;
+  EXPECT_TRUE(has(calls, "rank=0 count=1000 op=0 stream=0x5100")) << calls;
+  EXPECT_TRUE(has(calls, "rank=1 count=1000 op=0 stream=0x5101")) << calls;
+  EXPECT_EQ(countOf(calls, "GroupEnd"), 1u) << calls;
+  // Stock's group end answered "in progress" for both non-blocking shadows: both settled.
+  for (int k = 0; k < 2; ++k) {
+    ncclResult_t e = ncclInternalError;
+    ASSERT_EQ(ncclCommGetAsyncError(c[k], &e), ncclSuccess);
+    EXPECT_EQ(e, ncclSuccess) << "rank " << k;
+  }
+
+  // A thread per rank, outside any group.
+  log_.clear();
+  std::thread t([&] { EXPECT_EQ(ncclAllReduce(s1, r1, n, ncclFloat, ncclMax, c[1], kStream1),
+                                ncclSuccess); });
+  EXPECT_EQ(ncclAllReduce(s0, r0, n, ncclFloat, ncclMax, c[0], kStream0), ncclSuccess);
+  t.join();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(r0[i], 10 + static_cast<float>(i % 7)) << i;
+  EXPECT_EQ(countOf(log_.str(), "AllReduce"), 2u);
+  EXPECT_FALSE(has(log_.str(), "Group")) << log_.str();
+
+  // Host buffers: Loom, exactly, and nothing reaches stock NCCL.
+  log_.clear();
+  std::vector<float> h0(n, 2), h1(n, 5), o0(n), o1(n);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(h0.data(), o0.data(), n, ncclFloat, ncclSum, c[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(h1.data(), o1.data(), n, ncclFloat, ncclSum, c[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(o0, std::vector<float>(n, 7));
+  EXPECT_EQ(o1, std::vector<float>(n, 7));
+  EXPECT_EQ(log_.str(), "");
+}
+
+TEST_F(StandInStock, AllToAllOnDeviceBuffersTravelsAsStockSendsAndReceives) {
+  Comms c({2, 3});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  constexpr size_t n = 64;  // per peer
+  float* s[2] = {deviceFloats(2 * n, 2, 100), deviceFloats(2 * n, 3, 200)};
+  float* r[2] = {deviceFloats(2 * n, 2, 0), deviceFloats(2 * n, 3, 0)};
+  log_.clear();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int k = 0; k < 2; ++k)
+    ASSERT_EQ(ncclAlltoAll(s[k], r[k], n, ncclFloat, c[k], kStream0), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  // Rank k's block p is rank p's block k.
+  for (int k = 0; k < 2; ++k)
+    for (int p = 0; p < 2; ++p)
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(r[k][p * n + i], s[p][k * n + i]) << k << " " << p << " " << i;
+  std::string calls = log_.str();
+  EXPECT_EQ(countOf(calls, "Send "), 4u) << calls;
+  EXPECT_EQ(countOf(calls, "Recv "), 4u) << calls;
+}
+
+TEST_F(StandInStock, PreMulSumRunsAsItsTwinOnStock) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float scalar = 3;
+  ncclRedOp_t op[2];
+  for (int k = 0; k < 2; ++k)
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op[k], &scalar, ncclFloat, ncclScalarHostImmediate, c[k]),
+              ncclSuccess);
+  EXPECT_EQ(countOf(log_.str(), "RedOpCreatePreMulSum"), 2u) << log_.str();
+  constexpr size_t n = 32;
+  float* s[2] = {deviceFloats(n, 0, 1), deviceFloats(n, 1, 2)};
+  float* r[2] = {deviceFloats(n, 0, 0), deviceFloats(n, 1, 0)};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int k = 0; k < 2; ++k)
+    ASSERT_EQ(ncclAllReduce(s[k], r[k], n, ncclFloat, op[k], c[k], kStream0), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(r[0][i], 3 * (3 + 2 * static_cast<float>(i % 7))) << i;
+  // Host buffers with the same op: Loom's own pre-multiplied sum.
+  std::vector<float> h0(n, 1), h1(n, 2), o0(n), o1(n);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(h0.data(), o0.data(), n, ncclFloat, op[0], c[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(h1.data(), o1.data(), n, ncclFloat, op[1], c[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(o0, std::vector<float>(n, 9));
+  for (int k = 0; k < 2; ++k) ASSERT_EQ(ncclRedOpDestroy(op[k], c[k]), ncclSuccess);
+  EXPECT_EQ(countOf(log_.str(), "RedOpDestroy"), 2u) << log_.str();
+}
+
+TEST_F(StandInStock, StockAsyncErrorReachesGetAsyncError) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  ncclResult_t e = ncclInternalError;
+  ASSERT_EQ(ncclCommGetAsyncError(c[0], &e), ncclSuccess);
+  EXPECT_EQ(e, ncclSuccess);
+  log_.setAsyncError(ncclRemoteError);
+  ASSERT_EQ(ncclCommGetAsyncError(c[0], &e), ncclSuccess);
+  log_.setAsyncError(ncclSuccess);
+  EXPECT_EQ(e, ncclRemoteError);
+}
+
+TEST_F(StandInStock, FinalizeDestroyAndAbortReachStock) {
+  const int liveBefore = log_.live();
+  ncclComm_t comms[2];
+  int devs[2] = {0, 1};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess);
+  EXPECT_EQ(log_.live(), liveBefore + 2);
+  log_.clear();
+  ASSERT_EQ(ncclCommFinalize(comms[0]), ncclSuccess);
+  ASSERT_EQ(ncclCommDestroy(comms[0]), ncclSuccess);
+  ASSERT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+  std::string calls = log_.str();
+  EXPECT_TRUE(has(calls, "CommFinalize")) << calls;
+  EXPECT_TRUE(has(calls, "rank=0\nCommDestroy")) << calls;  // finalize, then destroy
+  EXPECT_TRUE(has(calls, "CommAbort")) << calls;
+  EXPECT_EQ(countOf(calls, "CommDestroy"), 1u) << calls;    // the aborted one is not destroyed
+  EXPECT_EQ(log_.live(), liveBefore);
+}
+
+TEST_F(StandInStock, SplitChildrenGetShadowsOfTheirOwn) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  log_.clear();
+  ncclComm_t child[2] = {nullptr, nullptr};
+  std::thread t([&] { EXPECT_EQ(ncclCommSplit(c[1], 1, 0, &child[1], nullptr), ncclSuccess); });
+  EXPECT_EQ(ncclCommSplit(c[0], 0, 0, &child[0], nullptr), ncclSuccess);
+  t.join();
+  std::string calls = log_.str();
+  EXPECT_EQ(countOf(calls, "GetUniqueId"), 2u) << calls;  // one per child communicator
+  EXPECT_EQ(countOf(calls, "rank=0 nranks=1"), 2u) << calls;
+  // Each child on its parent's device, whatever the splitting thread had current.
+  EXPECT_TRUE(has(calls, "rank=0 nranks=1 blocking=0 device=0")) << calls;
+  EXPECT_TRUE(has(calls, "rank=0 nranks=1 blocking=0 device=1")) << calls;
+  float* s = deviceFloats(8, 1, 4), *r = deviceFloats(8, 1, 0);
+  ASSERT_EQ(ncclAllReduce(s, r, 8, ncclFloat, ncclSum, child[1], kStream1), ncclSuccess);
+  EXPECT_EQ(r[3], 7);
+  for (ncclComm_t k : child) ASSERT_EQ(ncclCommDestroy(k), ncclSuccess);
+}
+
+TEST_F(StandInStock, OffKeepsStockOutAndRefusesDeviceBuffers) {
+  ScopedFallback off("off");
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  EXPECT_EQ(log_.str(), "");
+  float* s = deviceFloats(8, 0, 1);
+  EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[0], kStream0), ncclInvalidUsage);
+  std::string msg = ncclGetLastError(c[0]);
+  EXPECT_TRUE(has(msg, "ncclAllReduce: sendbuff")) << msg;
+  EXPECT_TRUE(has(msg, "LOOM_NCCL_FALLBACK=off")) << msg;
+}
+
+TEST_F(StandInStock, OneSharedGpuKeepsStockOutUnderAutoAndFailsInitUnderForce) {
+  {
+    Comms c({1, 1});
+    ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+    EXPECT_EQ(log_.str(), "");
+    float* s = deviceFloats(8, 1, 1);
+    EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[1], kStream0), ncclInvalidUsage);
+    std::string msg = ncclGetLastError(c[1]);
+    EXPECT_TRUE(has(msg, "ranks 0 and 1 share CUDA device 1")) << msg;
+  }
+  ScopedFallback force("force");
+  Comms f({1, 1});
+  EXPECT_EQ(f.rc, ncclInvalidUsage);
+  EXPECT_TRUE(has(f.error, "LOOM_NCCL_FALLBACK=force, but ranks 0 and 1 share CUDA device 1"))
+      << f.error;
+  Comms g({0, -1});
+  EXPECT_EQ(g.rc, ncclInvalidUsage);
+  EXPECT_TRUE(has(g.error, "rank 1 has no CUDA device")) << g.error;
+  EXPECT_EQ(log_.str(), "");  // decided before stock NCCL was asked for anything
+}
+
+TEST_F(StandInStock, UnknownModeIsInvalidArgument) {
+  ScopedFallback bad("sometimes");
+  Comms c({0, 1});
+  EXPECT_EQ(c.rc, ncclInvalidArgument);
+  EXPECT_TRUE(has(c.error, "LOOM_NCCL_FALLBACK=sometimes: expected auto, off or force"))
+      << c.error;
+}
+
+#else  // the machine's real stock NCCL
+
+class RealStock : public Fixture {
+ protected:
+  void SetUp() override {
+    Fixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+      dlclose(cuda);
+      GTEST_SKIP() << "a CUDA driver is installed: stock NCCL would find its GPU here; the "
+                      "stand-in suite and the GPU check cover routing on such a machine";
+    }
+    std::string why;
+    if (!loom::dispatch::processStockNccl(&why)) GTEST_SKIP() << "no stock NCCL: " << why;
+  }
+};
+
+TEST_F(RealStock, ForceReportsStockNcclsOwnErrorOnEveryRankWithoutHanging) {
+  ScopedFallback force("force");
+  Comms c({0, 1});
+  EXPECT_NE(c.rc, ncclSuccess);
+  EXPECT_NE(c.rc, ncclInProgress);
+  EXPECT_TRUE(has(c.error, "LOOM_NCCL_FALLBACK=force, but stock NCCL (")) << c.error;
+  EXPECT_TRUE(has(c.error, "could not create its communicator on rank 0")) << c.error;
+}
+
+TEST_F(RealStock, AutoKeepsLoomAndSaysWhyDeviceBuffersAreRefused) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* s = deviceFloats(8, 0, 1);
+  EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[0], nullptr), ncclInvalidUsage);
+  std::string msg = ncclGetLastError(c[0]);
+  EXPECT_TRUE(has(msg, "LOOM_NCCL_FALLBACK=auto, but stock NCCL (")) << msg;
+  EXPECT_TRUE(has(msg, "could not create its communicator")) << msg;
+  // Host buffers are unaffected.
+  std::vector<float> h0(8, 1), h1(8, 2);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(h0.data(), h0.data(), 8, ncclFloat, ncclSum, c[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(h1.data(), h1.data(), 8, ncclFloat, ncclSum, c[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(h0, std::vector<float>(8, 3));
+}
+
+#endif
+
+}  // namespace

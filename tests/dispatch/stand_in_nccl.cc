@@ -1,0 +1,356 @@
+// A stand-in for stock NCCL (libnccl.so.2), selected with LOOM_NCCL_LIBRARY, for the
+// fallback's routing tests on machines without a GPU. It exports the entry points Loom's
+// dispatch binds, with nccl.h's signatures, and keeps every rank of a process in memory:
+// ranks that share a unique id form a clique. All-reduce (float; sum, prod, max, min and
+// pre-multiplied sums) and send/receive really move data, computed by whichever rank's
+// call completes a round, so one thread driving every rank in a group works as well as a
+// thread per rank. Every call is logged; tests read the log (and inject an asynchronous
+// error) through the standInNccl* hooks with dlopen(RTLD_NOLOAD) and dlsym.
+//
+// The same tests run against real stock NCCL on a GPU (see tests/dispatch/CMakeLists.txt);
+// this library is a test aid only.
+#include <nccl.h>
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#define EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+struct Deposit {
+  int rank;
+  const void* send;
+  void* recv;
+  size_t count;
+  ncclDataType_t dtype;
+  ncclRedOp_t op;
+  float scalar = 1;  // the depositing rank's pre-multiplier (its own op table)
+};
+
+struct Clique {
+  int nranks = 0;
+  std::map<long, std::vector<Deposit>> allReduceRounds;  // round -> deposits so far
+  std::map<std::pair<int, int>, std::deque<Deposit>> sends, recvs;  // (src, dst)
+};
+
+struct PreMul {
+  float scalar;
+};
+
+}  // namespace
+
+struct ncclComm {
+  std::string id;
+  int rank = 0;
+  int nranks = 0;
+  bool blocking = true;
+  int pendingPolls = 0;  // ncclInProgress answers left (non-blocking init or group)
+  long allReduces = 0;
+  std::vector<PreMul> ops;
+};
+
+namespace {
+
+struct State {
+  std::mutex mu;
+  std::map<std::string, Clique> cliques;
+  std::string log;
+  std::string lastError;
+  long nextId = 0;
+  int groupDepth = 0;
+  std::vector<ncclComm*> inGroup;  // non-blocking comms with calls in the open group
+  int liveComms = 0;
+  std::atomic<int> asyncError{ncclSuccess};
+};
+
+State& state() {
+  static State* s = new State();
+  return *s;
+}
+
+void logLine(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void logLine(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  state().log += buf;
+  state().log += '\n';
+}
+
+ncclResult_t fail(ncclResult_t rc, const char* what) {
+  state().lastError = what;
+  return rc;
+}
+
+float apply(const Deposit& d, float acc, float x, bool first) {
+  const ncclRedOp_t op = d.op;
+  if (op >= ncclNumOps) x *= d.scalar;  // pre-multiplied sum
+  if (first) return x;
+  switch (op) {
+    case ncclProd: return acc * x;
+    case ncclMax: return acc > x ? acc : x;
+    case ncclMin: return acc < x ? acc : x;
+    default: return acc + x;
+  }
+}
+
+void matchSendRecv(Clique& q, std::pair<int, int> key) {
+  auto& s = q.sends[key];
+  auto& r = q.recvs[key];
+  while (!s.empty() && !r.empty()) {
+    memcpy(r.front().recv, s.front().send, s.front().count * sizeof(float));
+    s.pop_front();
+    r.pop_front();
+  }
+}
+
+// Inside a group, a non-blocking communicator's calls make ncclGroupEnd answer
+// ncclInProgress until that communicator has been polled (as stock NCCL's may).
+void touch(ncclComm* c) {
+  State& st = state();
+  if (st.groupDepth > 0 && !c->blocking) st.inGroup.push_back(c);
+}
+
+}  // namespace
+
+EXPORT ncclResult_t ncclGetVersion(int* version) {
+  *version = 22809;
+  return ncclSuccess;
+}
+
+EXPORT const char* ncclGetErrorString(ncclResult_t rc) {
+  switch (rc) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (stand-in)";
+    case ncclInvalidArgument: return "invalid argument (stand-in)";
+    case ncclInProgress: return "operation in progress";
+    default: return "stand-in error";
+  }
+}
+
+EXPORT const char* ncclGetLastError(ncclComm_t) { return state().lastError.c_str(); }
+
+EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uid) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  memset(uid->internal, 0, sizeof(uid->internal));
+  snprintf(uid->internal, sizeof(uid->internal), "stand-in-%ld", state().nextId++);
+  logLine("GetUniqueId %s", uid->internal);
+  return ncclSuccess;
+}
+
+// The calling thread's current device, as stock NCCL takes it (cudaGetDevice): asked of the
+// driver Loom loaded (LOOM_CUDA_DRIVER_LIBRARY, the stand-in driver in these tests).
+int currentDevice() {
+  const char* path = getenv("LOOM_CUDA_DRIVER_LIBRARY");
+  void* h = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  auto get = h ? reinterpret_cast<int (*)(int*)>(dlsym(h, "cuCtxGetDevice")) : nullptr;
+  int dev = -1;
+  if (!get || get(&dev) != 0) dev = -1;
+  if (h) dlclose(h);
+  return dev;
+}
+
+EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId uid,
+                                           int rank, ncclConfig_t* config) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto* c = new ncclComm();
+  c->id.assign(uid.internal, strnlen(uid.internal, sizeof(uid.internal)));
+  c->rank = rank;
+  c->nranks = nranks;
+  state().cliques[c->id].nranks = nranks;
+  state().liveComms++;
+  const bool blocking = !config || config->blocking != 0;
+  c->blocking = blocking;
+  c->pendingPolls = blocking ? 0 : 3;
+  logLine("CommInitRank id=%s rank=%d nranks=%d blocking=%d device=%d", c->id.c_str(), rank,
+          nranks, blocking ? 1 : 0, currentDevice());
+  *comm = c;
+  return blocking ? ncclSuccess : ncclInProgress;
+}
+
+EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId uid, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, uid, rank, nullptr);
+}
+
+EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* err) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (comm->pendingPolls > 0) {
+    comm->pendingPolls--;
+    *err = ncclInProgress;
+  } else {
+    *err = static_cast<ncclResult_t>(state().asyncError.load());
+  }
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("CommFinalize id=%s rank=%d", comm->id.c_str(), comm->rank);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("CommDestroy id=%s rank=%d", comm->id.c_str(), comm->rank);
+  state().liveComms--;
+  delete comm;
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("CommAbort id=%s rank=%d", comm->id.c_str(), comm->rank);
+  state().liveComms--;
+  delete comm;
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
+                                             ncclDataType_t dtype, ncclScalarResidence_t,
+                                             ncclComm_t comm) {
+  if (dtype != ncclFloat) return fail(ncclInvalidArgument, "stand-in: float scalars only");
+  std::lock_guard<std::mutex> lock(state().mu);
+  comm->ops.push_back({*static_cast<float*>(scalar)});
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + comm->ops.size() - 1);
+  logLine("RedOpCreatePreMulSum rank=%d op=%d scalar=%g", comm->rank, static_cast<int>(*op),
+          comm->ops.back().scalar);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("RedOpDestroy rank=%d op=%d", comm->rank, static_cast<int>(op));
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count,
+                                  ncclDataType_t dtype, ncclRedOp_t op, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  if (dtype != ncclFloat) return fail(ncclInvalidArgument, "stand-in: float all-reduce only");
+  std::lock_guard<std::mutex> lock(state().mu);
+  touch(comm);
+  logLine("AllReduce id=%s rank=%d count=%zu op=%d stream=%p", comm->id.c_str(), comm->rank,
+          count, static_cast<int>(op), static_cast<void*>(stream));
+  Clique& q = state().cliques[comm->id];
+  auto& round = q.allReduceRounds[comm->allReduces++];
+  round.push_back({comm->rank, send, recv, count, dtype, op,
+                   op >= ncclNumOps ? comm->ops.at(op - ncclNumOps).scalar : 1.0f});
+  if (static_cast<int>(round.size()) < q.nranks) return ncclSuccess;
+  // The round is complete: every rank's result, in rank order like a ring would not be,
+  // but exact for the small integers the tests use.
+  std::vector<float> acc(count);
+  std::vector<const Deposit*> byRank(q.nranks);
+  for (const Deposit& d : round) byRank[d.rank] = &d;
+  for (int r = 0; r < q.nranks; ++r)
+    for (size_t i = 0; i < count; ++i)
+      acc[i] = apply(*byRank[r], acc[i], static_cast<const float*>(byRank[r]->send)[i], r == 0);
+  for (const Deposit& d : round) memcpy(d.recv, acc.data(), count * sizeof(float));
+  q.allReduceRounds.erase(comm->allReduces - 1);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t dtype, int peer,
+                             ncclComm_t comm, cudaStream_t stream) {
+  if (dtype != ncclFloat) return fail(ncclInvalidArgument, "stand-in: float send only");
+  std::lock_guard<std::mutex> lock(state().mu);
+  touch(comm);
+  logLine("Send id=%s rank=%d peer=%d count=%zu stream=%p", comm->id.c_str(), comm->rank, peer,
+          count, static_cast<void*>(stream));
+  Clique& q = state().cliques[comm->id];
+  q.sends[{comm->rank, peer}].push_back({comm->rank, send, nullptr, count, dtype, ncclSum});
+  matchSendRecv(q, {comm->rank, peer});
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t dtype, int peer,
+                             ncclComm_t comm, cudaStream_t stream) {
+  if (dtype != ncclFloat) return fail(ncclInvalidArgument, "stand-in: float recv only");
+  std::lock_guard<std::mutex> lock(state().mu);
+  touch(comm);
+  logLine("Recv id=%s rank=%d peer=%d count=%zu stream=%p", comm->id.c_str(), comm->rank, peer,
+          count, static_cast<void*>(stream));
+  Clique& q = state().cliques[comm->id];
+  q.recvs[{peer, comm->rank}].push_back({comm->rank, nullptr, recv, count, dtype, ncclSum});
+  matchSendRecv(q, {peer, comm->rank});
+  return ncclSuccess;
+}
+
+// Logged only: the routing tests check what reaches them.
+EXPORT ncclResult_t ncclBroadcast(const void*, void*, size_t count, ncclDataType_t, int root,
+                                  ncclComm_t comm, cudaStream_t) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  touch(comm);
+  logLine("Broadcast id=%s rank=%d count=%zu root=%d", comm->id.c_str(), comm->rank, count, root);
+  return ncclSuccess;
+}
+EXPORT ncclResult_t ncclReduce(const void*, void*, size_t count, ncclDataType_t, ncclRedOp_t op,
+                               int root, ncclComm_t comm, cudaStream_t) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  touch(comm);
+  logLine("Reduce id=%s rank=%d count=%zu op=%d root=%d", comm->id.c_str(), comm->rank, count,
+          static_cast<int>(op), root);
+  return ncclSuccess;
+}
+EXPORT ncclResult_t ncclAllGather(const void*, void*, size_t count, ncclDataType_t,
+                                  ncclComm_t comm, cudaStream_t) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  touch(comm);
+  logLine("AllGather id=%s rank=%d count=%zu", comm->id.c_str(), comm->rank, count);
+  return ncclSuccess;
+}
+EXPORT ncclResult_t ncclReduceScatter(const void*, void*, size_t count, ncclDataType_t,
+                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  touch(comm);
+  logLine("ReduceScatter id=%s rank=%d count=%zu op=%d", comm->id.c_str(), comm->rank, count,
+          static_cast<int>(op));
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclGroupStart() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().groupDepth++;
+  logLine("GroupStart");
+  return ncclSuccess;
+}
+EXPORT ncclResult_t ncclGroupEnd() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("GroupEnd");
+  if (--state().groupDepth > 0) return ncclSuccess;
+  std::vector<ncclComm*> touched;
+  touched.swap(state().inGroup);
+  for (ncclComm* c : touched) c->pendingPolls = 2;
+  return touched.empty() ? ncclSuccess : ncclInProgress;
+}
+
+// ---- test hooks
+
+EXPORT const char* standInNcclLog() {
+  static thread_local std::string copy;
+  std::lock_guard<std::mutex> lock(state().mu);
+  copy = state().log;
+  return copy.c_str();
+}
+EXPORT void standInNcclClearLog() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().log.clear();
+}
+EXPORT int standInNcclLiveComms() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().liveComms;
+}
+EXPORT void standInNcclSetAsyncError(int rc) { state().asyncError = rc; }
