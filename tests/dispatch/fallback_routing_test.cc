@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/cuda_driver.h"
+#include "core/rank_harness.h"
 #include "dispatch/stock_nccl.h"
 #include "engine/stand_in_hooks.h"
 
@@ -371,6 +372,22 @@ TEST_F(RealStock, AutoKeepsLoomAndSaysWhyDeviceBuffersAreRefused) {
   ASSERT_EQ(ncclAllReduce(h1.data(), h1.data(), 8, ncclFloat, ncclSum, c[1], nullptr), ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
   EXPECT_EQ(h0, std::vector<float>(8, 3));
+}
+
+// Ranks as processes: the stock id crosses Loom's bootstrap, stock NCCL fails in each
+// process, and the outcome exchange still ends every rank promptly with the same error.
+TEST_F(RealStock, ForceFailsEveryProcessRankWithoutHanging) {
+  ScopedFallback force("force");  // inherited by the forked ranks
+  loomtest::RankOptions opt;
+  opt.timeoutSec = 60;
+  opt.beforeInit = [this](int rank) { hooks_.setCurrentDevice(rank); };
+  auto failures = loomtest::runRanks(
+      loomtest::Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); }, opt);
+  ASSERT_EQ(failures.size(), 2u) << loomtest::joinFailures(failures);
+  for (const std::string& f : failures) {
+    EXPECT_TRUE(has(f, "ncclCommInitRank: ")) << f;
+    EXPECT_TRUE(has(f, "could not create its communicator on rank 0")) << f;
+  }
 }
 
 #endif
