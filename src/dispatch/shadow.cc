@@ -114,8 +114,10 @@ struct ShadowFactory {
 
 Shadow::~Shadow() {
   if (aborted_) return;
-  ncclResult_t rc = settle(lib_.api().commDestroy(comm_));
-  if (rc != ncclSuccess)
+  // Finalizes first when that was not done (stock NCCL does it inside), then frees: the
+  // handle is gone afterwards, so an "in progress" answer is not polled.
+  ncclResult_t rc = lib_.api().commDestroy(comm_);
+  if (rc != ncclSuccess && rc != ncclInProgress)
     LOOM_WARN("stock ncclCommDestroy of shadow communicator %p: %s",
               static_cast<void*>(comm_), lib_.api().getErrorString(rc));
 }

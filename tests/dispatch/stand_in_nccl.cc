@@ -203,21 +203,18 @@ EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+namespace {
+ncclResult_t release(ncclComm_t comm, const char* how) {
   std::lock_guard<std::mutex> lock(state().mu);
-  logLine("CommDestroy id=%s rank=%d", comm->id.c_str(), comm->rank);
+  logLine("%s id=%s rank=%d", how, comm->id.c_str(), comm->rank);
   state().liveComms--;
   delete comm;
   return ncclSuccess;
 }
+}  // namespace
 
-EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  logLine("CommAbort id=%s rank=%d", comm->id.c_str(), comm->rank);
-  state().liveComms--;
-  delete comm;
-  return ncclSuccess;
-}
+EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) { return release(comm, "CommDestroy"); }
+EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return release(comm, "CommAbort"); }
 
 EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
                                              ncclDataType_t dtype, ncclScalarResidence_t,
