@@ -111,7 +111,7 @@ void ncclComm::runInit() noexcept {
       for (int o = 0; o < ncclNumOps; ++o) builtinOps[t][o] = loom::Reducer::make(t, o, nranks);
     auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag);
     loom::dispatch::FallbackSetup fb = loom::dispatch::setUpFallback(
-        c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag);
+        c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag, &revoked);
     shadow = std::move(fb.shadow);
     deviceServer = shadow ? loom::strprintf("stock NCCL %d (%s): %s", shadow->lib().version(),
                                             shadow->lib().path().c_str(), fb.decision.why.c_str())

@@ -131,8 +131,18 @@ void launch(const std::vector<OpArgs>& args) {
   }
   std::vector<std::unique_ptr<CallScope>> scopes;
   for (ncclComm_t comm : comms) scopes.push_back(std::make_unique<CallScope>(comm));
-  if (!stock.empty()) launchOnStock(stock);  // enqueued on the callers' streams: returns soon
+  // Stock calls are enqueued on the callers' streams and return soon. Loom's part runs
+  // even when they fail, so that peers waiting in it are not left hanging.
+  std::exception_ptr stockFailure;
+  if (!stock.empty()) {
+    try {
+      launchOnStock(stock);
+    } catch (...) {
+      stockFailure = std::current_exception();
+    }
+  }
   if (!ops.empty()) enqueue(ops, Completion::kBeforeReturn);
+  if (stockFailure) std::rethrow_exception(stockFailure);
 }
 
 void runDeferredInits(std::vector<ncclComm_t> inits) {

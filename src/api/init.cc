@@ -331,6 +331,7 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
 LOOM_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", comm, [&] {
     loom::api::checkComm(comm, "ncclCommFinalize");
+    loom::api::CallScope scope(comm);  // an abort from another thread waits for it
     // Host operations complete before their call returns: nothing is left to flush but
     // the calls stock NCCL serves.
     if (comm->shadow) {
@@ -404,9 +405,11 @@ LOOM_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
                    "ncclCommGetAsyncError: comm %p is not a live communicator",
                    static_cast<void*>(comm));
+    loom::api::CallScope scope(comm);
     *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
     // The calls stock NCCL serves fail asynchronously on its side.
-    if (*asyncError == ncclSuccess && comm->shadow) *asyncError = comm->shadow->asyncError();
+    if (*asyncError == ncclSuccess && comm->shadow && !comm->abortFlag.load())
+      *asyncError = comm->shadow->asyncError();
     return ncclSuccess;
   });
 }

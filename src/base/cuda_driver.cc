@@ -45,6 +45,7 @@ Driver* probe(std::string* why) {
     d->lib.bind(d->api.deviceGetUuid, "cuDeviceGetUuid");
   d->lib.bind(d->api.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
   d->lib.bind(d->api.ctxSetCurrent, "cuCtxSetCurrent");
+  d->lib.bind(d->api.ctxGetCurrent, "cuCtxGetCurrent");
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;
@@ -126,33 +127,41 @@ bool deviceUuid(int ordinal, unsigned char uuid[16]) {
          d->api.deviceGetUuid(uuid, dev) == kCudaSuccess;
 }
 
-bool makeDeviceCurrent(int ordinal, std::string* why) {
+bool ScopedDevice::set(int ordinal, std::string* why) {
   const Driver* d = driver();
   if (!d) {
     *why = "no CUDA driver";
     return false;
   }
   if (currentDevice() == ordinal) return true;
-  CuDevice dev;
-  void* ctx = nullptr;
-  if (!d->api.primaryCtxRetain || !d->api.ctxSetCurrent) {
-    *why = d->lib.path() + " lacks cuDevicePrimaryCtxRetain/cuCtxSetCurrent";
+  if (!d->api.primaryCtxRetain || !d->api.ctxSetCurrent || !d->api.ctxGetCurrent) {
+    *why = d->lib.path() + " lacks cuDevicePrimaryCtxRetain/cuCtxSetCurrent/cuCtxGetCurrent";
     return false;
   }
+  CuDevice dev;
   if (!deviceHandle(d, ordinal, &dev)) {
     *why = strprintf("cuDeviceGet(%d) failed", ordinal);
     return false;
   }
   // The primary context stays retained for the process's life, as the runtime keeps it.
+  void* ctx = nullptr;
   if (CuResult r = d->api.primaryCtxRetain(&ctx, dev); r != kCudaSuccess) {
     *why = strprintf("cuDevicePrimaryCtxRetain(%d): %s", ordinal, d->errorText(r).c_str());
     return false;
   }
+  void* previous = nullptr;
+  if (d->api.ctxGetCurrent(&previous) != kCudaSuccess) previous = nullptr;
   if (CuResult r = d->api.ctxSetCurrent(ctx); r != kCudaSuccess) {
     *why = strprintf("cuCtxSetCurrent(device %d): %s", ordinal, d->errorText(r).c_str());
     return false;
   }
+  changed_ = true;
+  previous_ = previous;
   return true;
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (changed_) driver()->api.ctxSetCurrent(previous_);
 }
 
 }  // namespace loom::cuda

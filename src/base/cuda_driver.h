@@ -46,6 +46,7 @@ struct DriverApi {
   CuResult (*deviceGetUuid)(unsigned char* uuid16, CuDevice device) = nullptr;  // CUuuid
   CuResult (*primaryCtxRetain)(void** ctx, CuDevice device) = nullptr;
   CuResult (*ctxSetCurrent)(void* ctx) = nullptr;
+  CuResult (*ctxGetCurrent)(void** ctx) = nullptr;
 };
 
 // Plain data, created once and never freed (a driver must outlive every static
@@ -93,7 +94,20 @@ int currentDevice();
 bool deviceUuid(int ordinal, unsigned char uuid[16]);
 
 // Makes device `ordinal` current on the calling thread (its primary context), as
-// cudaSetDevice does, unless it already is. False with `why` set when that fails.
-bool makeDeviceCurrent(int ordinal, std::string* why);
+// cudaSetDevice does, unless it already is, and puts the thread's previous context back
+// when it goes (so an init on the caller's thread leaves its device as it was).
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  // False with `why` set when the device cannot be made current.
+  bool set(int ordinal, std::string* why);
+
+ private:
+  bool changed_ = false;
+  void* previous_ = nullptr;
+};
 
 }  // namespace loom::cuda

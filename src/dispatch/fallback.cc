@@ -59,6 +59,13 @@ const char* fallbackModeName(FallbackMode m) {
 
 FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks) {
   FallbackDecision d;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].mode != kInvalidMode) continue;
+    d.fail = d.badKnob = true;
+    d.why = strprintf("rank %zu has a malformed LOOM_NCCL_FALLBACK (expected auto, off or "
+                      "force; its log says what it is)", r);
+    return d;
+  }
   const auto mode = static_cast<FallbackMode>(ranks.at(0).mode);
   for (size_t r = 1; r < ranks.size(); ++r) {
     const auto other = static_cast<FallbackMode>(ranks[r].mode);

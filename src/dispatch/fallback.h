@@ -25,14 +25,17 @@ struct RankFallbackInfo {
   int32_t stockVersion = 0;   // 0: no usable stock library on this rank
   uint8_t uuid[16] = {};      // all zero when the driver cannot say
   uint8_t hasUuid = 0;
-  uint8_t mode = 0;           // this rank's FallbackMode
+  uint8_t mode = 0;           // this rank's FallbackMode, or kInvalidMode
   uint8_t pad[6] = {};
 };
+// A rank whose LOOM_NCCL_FALLBACK is malformed says so, so that every rank fails alike.
+constexpr uint8_t kInvalidMode = 255;
 static_assert(sizeof(RankFallbackInfo) == 40, "exchanged as bytes: keep it padding-free");
 
 struct FallbackDecision {
   bool useStock = false;  // create the shadow and route device calls to it
   bool fail = false;      // LOOM_NCCL_FALLBACK=force could not be honoured: init fails
+  bool badKnob = false;   // ... because a rank's LOOM_NCCL_FALLBACK is malformed
   std::string why;        // for the INIT log, loom-info and refusals
 };
 

@@ -35,15 +35,32 @@ void copyText(char* dst, size_t cap, const std::string& s) {
   dst[n] = '\0';
 }
 
-RankFallbackInfo localInfo(FallbackMode mode, int cudaDev, uint64_t hostHash) {
+// This rank's description. The mode is read here: a malformed one is described, not
+// thrown, so that every rank learns of it. The rank's device is made current on this
+// thread (`device`) for stock NCCL's init; a rank that cannot is described as having none.
+RankFallbackInfo localInfo(int cudaDev, uint64_t hostHash, cuda::ScopedDevice* device) {
   RankFallbackInfo info;
-  info.mode = static_cast<uint8_t>(mode);
   info.hostHash = hostHash;
-  info.cudaDev = cudaDev;
-  // Without a device (or with the fallback off) stock NCCL could serve nothing: it is not
-  // even opened.
-  if (cudaDev < 0 || mode == FallbackMode::kOff) return info;
+  FallbackMode mode = FallbackMode::kOff;
+  try {
+    mode = fallbackMode();
+    info.mode = static_cast<uint8_t>(mode);
+  } catch (const Error& e) {
+    LOOM_WARN("%s", e.what());
+    info.mode = kInvalidMode;
+  }
+  // No driver (ncclCommInitAll names devices without one), no device, or the fallback
+  // off: stock NCCL could serve nothing here, and is not even opened.
+  info.cudaDev = cuda::driver() ? cudaDev : -1;
+  const bool wanted = info.mode == static_cast<uint8_t>(FallbackMode::kAuto) ||
+                      info.mode == static_cast<uint8_t>(FallbackMode::kForce);
+  if (info.cudaDev < 0 || !wanted) return info;
   std::string why;
+  if (!device->set(cudaDev, &why)) {
+    LOOM_WARN("the fallback cannot make CUDA device %d current: %s", cudaDev, why.c_str());
+    info.cudaDev = -1;
+    return info;
+  }
   if (const StockNccl* lib = processStockNccl(&why)) info.stockVersion = lib->version();
   else LOOM_INFO(kLogInit, "no stock NCCL for the fallback: %s", why.c_str());
   if (cuda::deviceUuid(cudaDev, info.uuid)) info.hasUuid = 1;
@@ -55,22 +72,30 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 struct ShadowFactory {
-  // This rank's part of creating the shadows; the outcome says how it went.
+  // This rank's part of creating the shadows (its device already current); the outcome
+  // says how it went, whatever happens, so that the ranks can compare outcomes.
   static std::unique_ptr<Shadow> create(const StockNccl& lib, const IdMessage& id, int rank,
-                                        int nranks, int cudaDev,
-                                        const std::atomic<bool>* abortFlag, InitOutcome* out) {
+                                        int nranks, const std::atomic<bool>* abortFlag,
+                                        const std::atomic<bool>* revoked, InitOutcome* out) {
     out->rc = ncclSuccess;
     out->msg[0] = '\0';
+    try {
+      return createOrSay(lib, id, rank, nranks, abortFlag, revoked, out);
+    } catch (const std::exception& e) {
+      out->rc = ncclInternalError;
+      copyText(out->msg, sizeof(out->msg), e.what());
+      return nullptr;
+    }
+  }
+
+  static std::unique_ptr<Shadow> createOrSay(const StockNccl& lib, const IdMessage& id,
+                                             int rank, int nranks,
+                                             const std::atomic<bool>* abortFlag,
+                                             const std::atomic<bool>* revoked,
+                                             InitOutcome* out) {
     if (id.rc != ncclSuccess) {
       out->rc = id.rc;
       copyText(out->msg, sizeof(out->msg), std::string("rank 0: ") + id.msg);
-      return nullptr;
-    }
-    // Stock NCCL binds a communicator to the thread's current device.
-    std::string why;
-    if (!cuda::makeDeviceCurrent(cudaDev, &why)) {
-      out->rc = ncclUnhandledCudaError;
-      copyText(out->msg, sizeof(out->msg), "making CUDA device current: " + why);
       return nullptr;
     }
     ncclUniqueId uid;
@@ -80,12 +105,12 @@ struct ShadowFactory {
     ncclComm_t comm = nullptr;
     ncclResult_t rc = lib.api().commInitRankConfig(&comm, nranks, uid, rank, &config);
     std::unique_ptr<Shadow> s;
-    if (comm) s.reset(new Shadow(lib, comm, abortFlag));
+    if (comm) s.reset(new Shadow(lib, comm, abortFlag, revoked));
     const auto deadline = Clock::now() + std::chrono::seconds(kInitTimeout.get());
     while (rc == ncclInProgress && s) {
-      if (abortFlag && abortFlag->load()) {
+      if (s->stopped()) {
         out->rc = ncclInvalidUsage;
-        copyText(out->msg, sizeof(out->msg), "the communicator was aborted");
+        copyText(out->msg, sizeof(out->msg), "the communicator was aborted or revoked");
         s->abort();
         return nullptr;
       }
@@ -103,8 +128,11 @@ struct ShadowFactory {
     }
     if (rc != ncclSuccess) {
       out->rc = rc;
-      copyText(out->msg, sizeof(out->msg), s ? s->errorText(rc) : strprintf("%s (%d)",
-               lib.api().getErrorString(rc), rc));
+      const char* last = lib.api().getLastError(nullptr);
+      copyText(out->msg, sizeof(out->msg),
+               s ? s->errorText(rc)
+                 : strprintf("%s (%d)%s%s", lib.api().getErrorString(rc), static_cast<int>(rc),
+                             last && *last ? ": " : "", last ? last : ""));
       if (s) s->abort();
       return nullptr;
     }
@@ -130,7 +158,7 @@ std::string Shadow::errorText(ncclResult_t rc) {
 
 ncclResult_t Shadow::settle(ncclResult_t rc) {
   while (rc == ncclInProgress) {
-    if (abort_ && abort_->load()) return ncclInvalidUsage;
+    if (stopped()) return ncclInvalidUsage;
     std::this_thread::yield();
     rc = asyncError();
   }
@@ -191,16 +219,19 @@ ncclResult_t Shadow::run(const StockCall& c, std::string* msg) {
 }
 
 FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
-                            const std::atomic<bool>* abortFlag) {
+                            const std::atomic<bool>* abortFlag, const std::atomic<bool>* revoked) {
   const int rank = bs.rank(), nranks = bs.nranks();
   FallbackSetup out;
+  cuda::ScopedDevice device;  // this thread's device is put back on return
   std::vector<RankFallbackInfo> infos(nranks);
-  infos[rank] = localInfo(fallbackMode(), cudaDev, hostHash);
+  infos[rank] = localInfo(cudaDev, hostHash, &device);
   bs.allGather(infos.data(), sizeof(RankFallbackInfo));
   out.decision = decideFallback(infos);
-  const auto mode = static_cast<FallbackMode>(infos[0].mode);
-  if (out.decision.fail) throw Error(Code::kInvalidUsage, out.decision.why);
+  if (out.decision.fail)
+    throw Error(out.decision.badKnob ? Code::kInvalidArgument : Code::kInvalidUsage,
+                out.decision.why);
   if (!out.decision.useStock) return out;
+  const auto mode = static_cast<FallbackMode>(infos[0].mode);
 
   const StockNccl& lib = *processStockNccl(nullptr);  // every rank has one: decided above
   std::vector<IdMessage> ids(nranks);
@@ -217,7 +248,7 @@ FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
   bs.allGather(ids.data(), sizeof(IdMessage));
   std::vector<InitOutcome> outcomes(nranks);
   std::unique_ptr<Shadow> shadow =
-      ShadowFactory::create(lib, ids[0], rank, nranks, cudaDev, abortFlag, &outcomes[rank]);
+      ShadowFactory::create(lib, ids[0], rank, nranks, abortFlag, revoked, &outcomes[rank]);
   bs.allGather(outcomes.data(), sizeof(InitOutcome));
   for (int r = 0; r < nranks; ++r) {
     if (outcomes[r].rc == ncclSuccess) continue;

@@ -51,16 +51,21 @@ class Shadow {
   ncclResult_t asyncError();   // stock's ncclCommGetAsyncError
 
   // Waits while stock answers ncclInProgress (its non-blocking communicators do), until it
-  // settles or `abortFlag` is raised.
+  // settles or the communicator is aborted or revoked.
   ncclResult_t settle(ncclResult_t rc);
 
  private:
   friend struct ShadowFactory;
-  Shadow(const StockNccl& lib, ncclComm_t comm, const std::atomic<bool>* abortFlag)
-      : lib_(lib), comm_(comm), abort_(abortFlag) {}
+  Shadow(const StockNccl& lib, ncclComm_t comm, const std::atomic<bool>* abortFlag,
+         const std::atomic<bool>* revoked)
+      : lib_(lib), comm_(comm), abort_(abortFlag), revoked_(revoked) {}
+  bool stopped() const {
+    return (abort_ && abort_->load()) || (revoked_ && revoked_->load());
+  }
   const StockNccl& lib_;
   ncclComm_t comm_;
   const std::atomic<bool>* abort_;
+  const std::atomic<bool>* revoked_;
   bool aborted_ = false;
   std::string errorText(ncclResult_t rc);
 };
@@ -71,10 +76,11 @@ struct FallbackSetup {
 };
 
 // Collective: every rank of `bs` calls it after Loom's own init. `cudaDev` is this rank's
-// device (-1: none), `hostHash` its host. Throws on every rank alike when
-// LOOM_NCCL_FALLBACK=force cannot be honoured; with auto, a failed shadow leaves
-// `shadow` null and says why in `decision.why`.
+// device (-1: none), `hostHash` its host; `abortFlag` and `revoked` are the communicator's.
+// Throws on every rank alike when LOOM_NCCL_FALLBACK=force cannot be honoured or a rank's
+// knob is malformed; with auto, a failed shadow leaves `shadow` null and says why in
+// `decision.why`. The calling thread's current CUDA device is as it was on return.
 FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
-                            const std::atomic<bool>* abortFlag);
+                            const std::atomic<bool>* abortFlag, const std::atomic<bool>* revoked);
 
 }  // namespace loom::dispatch

@@ -86,6 +86,16 @@ TEST(FallbackDecision, EachMissingPieceIsNamedAndFailsOnlyUnderForce) {
   EXPECT_TRUE(decideFallback({rank(kAuto, 0, 22809, 1), rank(kAuto, 0, 22809, 2)}).useStock);
 }
 
+TEST(FallbackDecision, AMalformedKnobOnAnyRankFailsEveryRank) {
+  auto bad = rank(kAuto, 1);
+  bad.mode = loom::dispatch::kInvalidMode;
+  auto d = decideFallback({rank(kAuto, 0), bad});
+  EXPECT_FALSE(d.useStock);
+  EXPECT_TRUE(d.fail);
+  EXPECT_TRUE(d.badKnob);
+  EXPECT_TRUE(has(d.why, "rank 1 has a malformed LOOM_NCCL_FALLBACK")) << d.why;
+}
+
 TEST(FallbackDecision, RanksThatDisagreeOnTheModeNeverUseStock) {
   auto d = decideFallback({rank(kAuto, 0), rank(kAuto, 1), rank(kOff, 2)});
   EXPECT_FALSE(d.useStock);

@@ -103,13 +103,15 @@ struct StockLog {
     clear = reinterpret_cast<void (*)()>(dlsym(h, "standInNcclClearLog"));
     live = reinterpret_cast<int (*)()>(dlsym(h, "standInNcclLiveComms"));
     setAsyncError = reinterpret_cast<void (*)(int)>(dlsym(h, "standInNcclSetAsyncError"));
+    failInitOfRank = reinterpret_cast<void (*)(int)>(dlsym(h, "standInNcclFailInitOfRank"));
   }
-  bool ok() const { return text && clear && live && setAsyncError; }
+  bool ok() const { return text && clear && live && setAsyncError && failInitOfRank; }
   std::string str() const { return text(); }
   const char* (*text)() = nullptr;
   void (*clear)() = nullptr;
   int (*live)() = nullptr;
   void (*setAsyncError)(int) = nullptr;
+  void (*failInitOfRank)(int) = nullptr;
 };
 
 class StandInStock : public Fixture {
@@ -275,7 +277,12 @@ TEST_F(StandInStock, SplitChildrenGetShadowsOfTheirOwn) {
   ASSERT_EQ(c.rc, ncclSuccess) << c.error;
   log_.clear();
   ncclComm_t child[2] = {nullptr, nullptr};
-  std::thread t([&] { EXPECT_EQ(ncclCommSplit(c[1], 1, 0, &child[1], nullptr), ncclSuccess); });
+  std::thread t([&] {
+    const int before = loom::cuda::currentDevice();
+    EXPECT_EQ(ncclCommSplit(c[1], 1, 0, &child[1], nullptr), ncclSuccess);
+    // The child's shadow was made on device 1, and this thread's device is as it was.
+    EXPECT_EQ(loom::cuda::currentDevice(), before);
+  });
   EXPECT_EQ(ncclCommSplit(c[0], 0, 0, &child[0], nullptr), ncclSuccess);
   t.join();
   std::string calls = log_.str();
@@ -327,8 +334,36 @@ TEST_F(StandInStock, UnknownModeIsInvalidArgument) {
   ScopedFallback bad("sometimes");
   Comms c({0, 1});
   EXPECT_EQ(c.rc, ncclInvalidArgument);
-  EXPECT_TRUE(has(c.error, "LOOM_NCCL_FALLBACK=sometimes: expected auto, off or force"))
-      << c.error;
+  EXPECT_TRUE(has(c.error, "has a malformed LOOM_NCCL_FALLBACK")) << c.error;
+}
+
+// One rank's stock init fails: under auto every rank gives its shadow up (the others'
+// are aborted) and says why; under force every rank's init fails naming that rank.
+TEST_F(StandInStock, OneRanksFailedStockInitTakesEveryShadowDown) {
+  const int liveBefore = log_.live();
+  log_.failInitOfRank(1);
+  {
+    Comms c({0, 1});
+    ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+    std::string calls = log_.str();
+    EXPECT_TRUE(has(calls, "CommInitRank rank=1 failed")) << calls;
+    EXPECT_TRUE(has(calls, "CommAbort id=")) << calls;  // rank 0's shadow
+    EXPECT_EQ(log_.live(), liveBefore);
+    float* s = deviceFloats(8, 0, 1);
+    EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[0], kStream0), ncclInvalidUsage);
+    std::string msg = ncclGetLastError(c[0]);
+    EXPECT_TRUE(has(msg, "could not create its communicator on rank 1")) << msg;
+    EXPECT_TRUE(has(msg, "this rank's init fails")) << msg;
+  }
+  {
+    ScopedFallback force("force");
+    Comms f({0, 1});
+    EXPECT_EQ(f.rc, ncclUnhandledCudaError);
+    EXPECT_TRUE(has(f.error, "LOOM_NCCL_FALLBACK=force, but stock NCCL")) << f.error;
+    EXPECT_TRUE(has(f.error, "on rank 1")) << f.error;
+  }
+  log_.failInitOfRank(-1);
+  EXPECT_EQ(log_.live(), liveBefore);
 }
 
 #else  // the machine's real stock NCCL

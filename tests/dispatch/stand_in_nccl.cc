@@ -70,6 +70,7 @@ struct State {
   std::string lastError;
   long nextId = 0;
   int groupDepth = 0;
+  int failInitOfRank = -1;  // this rank's init fails (unhandled CUDA error)
   std::vector<ncclComm*> inGroup;  // non-blocking comms with calls in the open group
   int liveComms = 0;
   std::atomic<int> asyncError{ncclSuccess};
@@ -167,6 +168,10 @@ int currentDevice() {
 EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId uid,
                                            int rank, ncclConfig_t* config) {
   std::lock_guard<std::mutex> lock(state().mu);
+  if (rank == state().failInitOfRank) {
+    logLine("CommInitRank rank=%d failed", rank);
+    return fail(ncclUnhandledCudaError, "stand-in: this rank's init fails");
+  }
   auto* c = new ncclComm();
   c->id.assign(uid.internal, strnlen(uid.internal, sizeof(uid.internal)));
   c->rank = rank;
@@ -351,3 +356,7 @@ EXPORT int standInNcclLiveComms() {
   return state().liveComms;
 }
 EXPORT void standInNcclSetAsyncError(int rc) { state().asyncError = rc; }
+EXPORT void standInNcclFailInitOfRank(int rank) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  state().failInitOfRank = rank;
+}

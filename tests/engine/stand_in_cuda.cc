@@ -107,6 +107,14 @@ __attribute__((visibility("default"))) CUresult cuDevicePrimaryCtxRetain(void** 
   return kSuccess;
 }
 
+__attribute__((visibility("default"))) CUresult cuCtxGetCurrent(void** ctx) {
+  if (!ctx) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(state().mu);
+  const int current = tlsDevice != kNoThreadContext ? tlsDevice : state().currentDevice;
+  *ctx = reinterpret_cast<void*>(static_cast<uintptr_t>(current + 1));  // -1: none
+  return kSuccess;
+}
+
 __attribute__((visibility("default"))) CUresult cuCtxSetCurrent(void* ctx) {
   tlsDevice = static_cast<int>(reinterpret_cast<uintptr_t>(ctx)) - 1;
   return kSuccess;
