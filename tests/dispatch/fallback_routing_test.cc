@@ -337,6 +337,34 @@ TEST_F(StandInStock, UnknownModeIsInvalidArgument) {
   EXPECT_TRUE(has(c.error, "has a malformed LOOM_NCCL_FALLBACK")) << c.error;
 }
 
+// Ranks as processes, each with its own environment: a disagreement or a malformed value
+// on one rank fails every rank alike, before stock NCCL is asked for anything. The
+// fixture makes no communicator first: the ranks are forked before any Loom thread runs.
+using StandInStockProcesses = Fixture;
+TEST_F(StandInStockProcesses, ThatDisagreeOnTheKnobAllFail) {
+  struct Case {
+    const char* modes[2];
+    const char* expect;
+  };
+  const Case cases[] = {
+      {{"force", "auto"}, "LOOM_NCCL_FALLBACK differs between ranks (rank 0: force, rank 1: auto)"},
+      {{"auto", "bogus"}, "rank 1 has a malformed LOOM_NCCL_FALLBACK"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.expect);
+    loomtest::RankOptions opt;
+    opt.timeoutSec = 60;
+    opt.beforeInit = [this, &c](int rank) {
+      hooks_.setCurrentDevice(rank);
+      setenv("LOOM_NCCL_FALLBACK", c.modes[rank], 1);
+    };
+    auto failures = loomtest::runRanks(
+        loomtest::Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); }, opt);
+    ASSERT_EQ(failures.size(), 2u) << loomtest::joinFailures(failures);
+    for (const std::string& f : failures) EXPECT_TRUE(has(f, c.expect)) << f;
+  }
+}
+
 // One rank's stock init fails: under auto every rank gives its shadow up (the others'
 // are aborted) and says why; under force every rank's init fails naming that rank.
 TEST_F(StandInStock, OneRanksFailedStockInitTakesEveryShadowDown) {
