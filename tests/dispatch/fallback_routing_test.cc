@@ -104,14 +104,19 @@ struct StockLog {
     live = reinterpret_cast<int (*)()>(dlsym(h, "standInNcclLiveComms"));
     setAsyncError = reinterpret_cast<void (*)(int)>(dlsym(h, "standInNcclSetAsyncError"));
     failInitOfRank = reinterpret_cast<void (*)(int)>(dlsym(h, "standInNcclFailInitOfRank"));
+    setCommAsyncError =
+        reinterpret_cast<void (*)(int, int, int)>(dlsym(h, "standInNcclSetCommAsyncError"));
   }
-  bool ok() const { return text && clear && live && setAsyncError && failInitOfRank; }
+  bool ok() const {
+    return text && clear && live && setAsyncError && failInitOfRank && setCommAsyncError;
+  }
   std::string str() const { return text(); }
   const char* (*text)() = nullptr;
   void (*clear)() = nullptr;
   int (*live)() = nullptr;
   void (*setAsyncError)(int) = nullptr;
   void (*failInitOfRank)(int) = nullptr;
+  void (*setCommAsyncError)(int rank, int nranks, int rc) = nullptr;
 };
 
 class StandInStock : public Fixture {
@@ -242,16 +247,18 @@ TEST_F(StandInStock, PreMulSumRunsAsItsTwinOnStock) {
   EXPECT_EQ(countOf(log_.str(), "RedOpDestroy"), 2u) << log_.str();
 }
 
-TEST_F(StandInStock, StockAsyncErrorReachesGetAsyncError) {
-  Comms c({0, 1});
+TEST_F(StandInStock, StockAsyncErrorReachesGetAsyncErrorOfItsOwnCommunicator) {
+  Comms c({0, 1, 2});
   ASSERT_EQ(c.rc, ncclSuccess) << c.error;
   ncclResult_t e = ncclInternalError;
-  ASSERT_EQ(ncclCommGetAsyncError(c[0], &e), ncclSuccess);
+  ASSERT_EQ(ncclCommGetAsyncError(c[1], &e), ncclSuccess);
   EXPECT_EQ(e, ncclSuccess);
-  log_.setAsyncError(ncclRemoteError);
-  ASSERT_EQ(ncclCommGetAsyncError(c[0], &e), ncclSuccess);
-  log_.setAsyncError(ncclSuccess);
-  EXPECT_EQ(e, ncclRemoteError);
+  log_.setCommAsyncError(1, 3, ncclRemoteError);  // rank 1's shadow only
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(ncclCommGetAsyncError(c[k], &e), ncclSuccess);
+    EXPECT_EQ(e, k == 1 ? ncclRemoteError : ncclSuccess) << "rank " << k;
+  }
+  log_.setCommAsyncError(1, 3, ncclSuccess);
 }
 
 TEST_F(StandInStock, FinalizeDestroyAndAbortReachStock) {
@@ -262,6 +269,10 @@ TEST_F(StandInStock, FinalizeDestroyAndAbortReachStock) {
   EXPECT_EQ(log_.live(), liveBefore + 2);
   log_.clear();
   ASSERT_EQ(ncclCommFinalize(comms[0]), ncclSuccess);
+  // Stock's finalize answered "in progress"; Loom's returned once it had settled.
+  ncclResult_t e = ncclInternalError;
+  ASSERT_EQ(ncclCommGetAsyncError(comms[0], &e), ncclSuccess);
+  EXPECT_EQ(e, ncclSuccess);
   ASSERT_EQ(ncclCommDestroy(comms[0]), ncclSuccess);
   ASSERT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
   std::string calls = log_.str();

@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -58,6 +59,7 @@ struct ncclComm {
   bool blocking = true;
   int pendingPolls = 0;  // ncclInProgress answers left (non-blocking init or group)
   long allReduces = 0;
+  int asyncError = ncclSuccess;  // this communicator's own (the process-wide one aside)
   std::vector<PreMul> ops;
 };
 
@@ -72,6 +74,7 @@ struct State {
   int groupDepth = 0;
   int failInitOfRank = -1;  // this rank's init fails (unhandled CUDA error)
   std::vector<ncclComm*> inGroup;  // non-blocking comms with calls in the open group
+  std::vector<ncclComm*> comms;    // live ones
   int liveComms = 0;
   std::atomic<int> asyncError{ncclSuccess};
 };
@@ -178,6 +181,7 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   c->nranks = nranks;
   state().cliques[c->id].nranks = nranks;
   state().liveComms++;
+  state().comms.push_back(c);
   const bool blocking = !config || config->blocking != 0;
   c->blocking = blocking;
   c->pendingPolls = blocking ? 0 : 3;
@@ -197,15 +201,19 @@ EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* err) {
     comm->pendingPolls--;
     *err = ncclInProgress;
   } else {
-    *err = static_cast<ncclResult_t>(state().asyncError.load());
+    *err = comm->asyncError != ncclSuccess ? static_cast<ncclResult_t>(comm->asyncError)
+                                           : static_cast<ncclResult_t>(state().asyncError.load());
   }
   return ncclSuccess;
 }
 
+// A non-blocking communicator finishes its finalize only after being polled, as stock's may.
 EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(state().mu);
   logLine("CommFinalize id=%s rank=%d", comm->id.c_str(), comm->rank);
-  return ncclSuccess;
+  if (comm->blocking) return ncclSuccess;
+  comm->pendingPolls = 2;
+  return ncclInProgress;
 }
 
 namespace {
@@ -213,6 +221,8 @@ ncclResult_t release(ncclComm_t comm, const char* how) {
   std::lock_guard<std::mutex> lock(state().mu);
   logLine("%s id=%s rank=%d", how, comm->id.c_str(), comm->rank);
   state().liveComms--;
+  auto& live = state().comms;
+  live.erase(std::remove(live.begin(), live.end(), comm), live.end());
   delete comm;
   return ncclSuccess;
 }
@@ -356,6 +366,12 @@ EXPORT int standInNcclLiveComms() {
   return state().liveComms;
 }
 EXPORT void standInNcclSetAsyncError(int rc) { state().asyncError = rc; }
+// The asynchronous error of the live stand-in communicator that is rank `rank` of `nranks`.
+EXPORT void standInNcclSetCommAsyncError(int rank, int nranks, int rc) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  for (ncclComm* c : state().comms)
+    if (c->rank == rank && c->nranks == nranks) c->asyncError = rc;
+}
 EXPORT void standInNcclFailInitOfRank(int rank) {
   std::lock_guard<std::mutex> lock(state().mu);
   state().failInitOfRank = rank;
