@@ -88,10 +88,12 @@ void issueOnStock(const OpArgs& a) {
 
 // A group's stock calls go in one stock group, closed even when one of them fails.
 void launchOnStock(const std::vector<const OpArgs*>& calls) {
-  const dispatch::StockApi& api = calls[0]->comm->shadow->lib().api();  // one per process
+  const dispatch::StockNccl& lib = calls[0]->comm->shadow->lib();  // one per process
+  const dispatch::StockApi& api = lib.api();
   ncclResult_t rc = api.groupStart();
   if (rc != ncclSuccess)
-    throwError(static_cast<Code>(rc), "stock ncclGroupStart: %s", api.getErrorString(rc));
+    throwError(static_cast<Code>(rc), "stock ncclGroupStart: %s",
+               lib.errorText(rc, nullptr).c_str());
   std::exception_ptr first;
   for (const OpArgs* a : calls) {
     try {
@@ -108,8 +110,8 @@ void launchOnStock(const std::vector<const OpArgs*>& calls) {
   }
   if (first) std::rethrow_exception(first);
   if (rc != ncclSuccess)
-    throwError(static_cast<Code>(rc), "stock ncclGroupEnd (%zu calls on device buffers): %s (%s)",
-               calls.size(), api.getErrorString(rc), api.getLastError(nullptr));
+    throwError(static_cast<Code>(rc), "stock ncclGroupEnd (%zu calls on device buffers): %s",
+               calls.size(), lib.errorText(rc, nullptr).c_str());
 }
 
 // One operation outside a group: the entry point already holds its call scope.

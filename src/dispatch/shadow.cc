@@ -128,11 +128,7 @@ struct ShadowFactory {
     }
     if (rc != ncclSuccess) {
       out->rc = rc;
-      const char* last = lib.api().getLastError(nullptr);
-      copyText(out->msg, sizeof(out->msg),
-               s ? s->errorText(rc)
-                 : strprintf("%s (%d)%s%s", lib.api().getErrorString(rc), static_cast<int>(rc),
-                             last && *last ? ": " : "", last ? last : ""));
+      copyText(out->msg, sizeof(out->msg), lib.errorText(rc, s ? s->comm_ : nullptr));
       if (s) s->abort();
       return nullptr;
     }
@@ -147,13 +143,7 @@ Shadow::~Shadow() {
   ncclResult_t rc = lib_.api().commDestroy(comm_);
   if (rc != ncclSuccess && rc != ncclInProgress)
     LOOM_WARN("stock ncclCommDestroy of shadow communicator %p: %s",
-              static_cast<void*>(comm_), lib_.api().getErrorString(rc));
-}
-
-std::string Shadow::errorText(ncclResult_t rc) {
-  const char* last = lib_.api().getLastError(comm_);
-  return strprintf("%s (%d)%s%s", lib_.api().getErrorString(rc), static_cast<int>(rc),
-                   last && *last ? ": " : "", last ? last : "");
+              static_cast<void*>(comm_), lib_.errorText(rc, nullptr).c_str());
 }
 
 ncclResult_t Shadow::settle(ncclResult_t rc) {
@@ -180,7 +170,7 @@ void Shadow::abort() {
 ncclResult_t Shadow::finalize(std::string* msg) {
   if (!lib_.api().commFinalize) return ncclSuccess;  // older stock: destroy flushes
   ncclResult_t rc = settle(lib_.api().commFinalize(comm_));
-  if (rc != ncclSuccess) *msg = errorText(rc);
+  if (rc != ncclSuccess) *msg = lib_.errorText(rc, comm_);
   return rc;
 }
 
@@ -214,7 +204,7 @@ ncclResult_t Shadow::run(const StockCall& c, std::string* msg) {
     }
   }
   rc = settle(rc);
-  if (rc != ncclSuccess) *msg = errorText(rc);
+  if (rc != ncclSuccess) *msg = lib_.errorText(rc, comm_);
   return rc;
 }
 
@@ -242,8 +232,7 @@ FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
     m.rc = rc;
     memcpy(m.id, uid.internal, sizeof(m.id));
     copyText(m.msg, sizeof(m.msg),
-             rc == ncclSuccess ? "" : strprintf("stock ncclGetUniqueId: %s",
-                                                lib.api().getErrorString(rc)));
+             rc == ncclSuccess ? "" : "stock ncclGetUniqueId: " + lib.errorText(rc, nullptr));
   }
   bs.allGather(ids.data(), sizeof(IdMessage));
   std::vector<InitOutcome> outcomes(nranks);

@@ -67,7 +67,6 @@ class Shadow {
   const std::atomic<bool>* abort_;
   const std::atomic<bool>* revoked_;
   bool aborted_ = false;
-  std::string errorText(ncclResult_t rc);
 };
 
 struct FallbackSetup {

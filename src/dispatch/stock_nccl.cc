@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "base/config.h"
+#include "base/error.h"
 
 namespace loom::dispatch {
 namespace {
@@ -207,6 +208,12 @@ std::unique_ptr<StockNccl> findStockNccl(std::string* tried) {
   }
   if (tried) *tried = refused.empty() ? "none found" : refused;
   return nullptr;
+}
+
+std::string StockNccl::errorText(ncclResult_t rc, ncclComm_t comm) const {
+  const char* last = api_.getLastError(comm);
+  return strprintf("%s (%d)%s%s", api_.getErrorString(rc), static_cast<int>(rc),
+                   last && *last ? ": " : "", last ? last : "");
 }
 
 const StockNccl* processStockNccl(std::string* why) {

@@ -53,6 +53,9 @@ struct StockApi {
 
 class StockNccl {
  public:
+  // "error string (code): last error" for a result `rc` of this library; `comm` may be
+  // null (stock NCCL then reports its last error of any communicator).
+  std::string errorText(ncclResult_t rc, ncclComm_t comm) const;
 
   const std::string& path() const { return path_; }  // absolute
   int version() const { return version_; }           // its ncclGetVersion

@@ -88,6 +88,12 @@ class Fixture : public testing::Test {
     device_.push_back(p);
     return p;
   }
+  // A device all-reduce on `comm` (of device `dev`) that must be refused; its message.
+  std::string refusal(ncclComm_t comm, int dev) {
+    float* s = deviceFloats(8, dev, 1);
+    EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
+    return ncclGetLastError(comm);
+  }
   loomtest::StandInHooks hooks_;
   std::vector<float*> device_;
 };
@@ -313,9 +319,7 @@ TEST_F(StandInStock, OffKeepsStockOutAndRefusesDeviceBuffers) {
   Comms c({0, 1});
   ASSERT_EQ(c.rc, ncclSuccess) << c.error;
   EXPECT_EQ(log_.str(), "");
-  float* s = deviceFloats(8, 0, 1);
-  EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[0], kStream0), ncclInvalidUsage);
-  std::string msg = ncclGetLastError(c[0]);
+  std::string msg = refusal(c[0], 0);
   EXPECT_TRUE(has(msg, "ncclAllReduce: sendbuff")) << msg;
   EXPECT_TRUE(has(msg, "LOOM_NCCL_FALLBACK=off")) << msg;
 }
@@ -325,9 +329,7 @@ TEST_F(StandInStock, OneSharedGpuKeepsStockOutUnderAutoAndFailsInitUnderForce) {
     Comms c({1, 1});
     ASSERT_EQ(c.rc, ncclSuccess) << c.error;
     EXPECT_EQ(log_.str(), "");
-    float* s = deviceFloats(8, 1, 1);
-    EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[1], kStream0), ncclInvalidUsage);
-    std::string msg = ncclGetLastError(c[1]);
+    std::string msg = refusal(c[1], 1);
     EXPECT_TRUE(has(msg, "ranks 0 and 1 share CUDA device 1")) << msg;
   }
   ScopedFallback force("force");
@@ -388,9 +390,7 @@ TEST_F(StandInStock, OneRanksFailedStockInitTakesEveryShadowDown) {
     EXPECT_TRUE(has(calls, "CommInitRank rank=1 failed")) << calls;
     EXPECT_TRUE(has(calls, "CommAbort id=")) << calls;  // rank 0's shadow
     EXPECT_EQ(log_.live(), liveBefore);
-    float* s = deviceFloats(8, 0, 1);
-    EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[0], kStream0), ncclInvalidUsage);
-    std::string msg = ncclGetLastError(c[0]);
+    std::string msg = refusal(c[0], 0);
     EXPECT_TRUE(has(msg, "could not create its communicator on rank 1")) << msg;
     EXPECT_TRUE(has(msg, "this rank's init fails")) << msg;
   }
@@ -434,9 +434,7 @@ TEST_F(RealStock, ForceReportsStockNcclsOwnErrorOnEveryRankWithoutHanging) {
 TEST_F(RealStock, AutoKeepsLoomAndSaysWhyDeviceBuffersAreRefused) {
   Comms c({0, 1});
   ASSERT_EQ(c.rc, ncclSuccess) << c.error;
-  float* s = deviceFloats(8, 0, 1);
-  EXPECT_EQ(ncclAllReduce(s, s, 8, ncclFloat, ncclSum, c[0], nullptr), ncclInvalidUsage);
-  std::string msg = ncclGetLastError(c[0]);
+  std::string msg = refusal(c[0], 0);
   EXPECT_TRUE(has(msg, "LOOM_NCCL_FALLBACK=auto, but stock NCCL (")) << msg;
   EXPECT_TRUE(has(msg, "could not create its communicator")) << msg;
   // Host buffers are unaffected.
