@@ -7,7 +7,8 @@
 #
 #   scripts/sanitize.sh                           ASan + UBSan: every core_test test,
 #                                                 chaos_test (50 trials), fault_test,
-#                                                 hier_test (processes posing as hosts)
+#                                                 hier_test (processes posing as hosts;
+#                                                 one layout of each kind)
 #   LOOM_SANITIZER=thread scripts/sanitize.sh     ThreadSanitizer: core_test with ranks as
 #                                                 threads (TSan does not follow fork()), the
 #                                                 net transport's proxy thread and the
@@ -60,7 +61,10 @@ if [ "$kind" = address ]; then
   # revoke, shrink, hostile connections and chaos.
   core_filter='*'
   fault_filter='*'
-  hier_filter='*'
+  # Every hierarchical layout kind (even, uneven, interleaved, mixed networks) once; the
+  # single-threaded plan sweeps (HierPlan.*Every*) and same-kind layouts only in "full"
+  # (the plain CTest run has them all).
+  hier_filter='*:-HierPlan.BroadcastAndReduceEveryLayoutAndRoot:HierPlan.ReduceScatterAndAllGatherEveryLayout:Layouts/Hier.EveryCase/uneven_2_1_3_hier:Layouts/Hier.EveryCase/2x2_hier:Layouts/Hier.EveryCase/uneven_3_1_default:Layouts/Hier.EveryCase/interleaved_2x2_hier'
   chaos_trials=50
   fault_chaos_trials=20
 else
@@ -89,6 +93,7 @@ case "$subset" in
     [ "$chaos_trials" -gt 0 ] && chaos_trials=5 && fault_chaos_trials=3 ;;
   full)
     core_filter='*'
+    [ -n "$hier_filter" ] && hier_filter='*'
     [ "$kind" = thread ] && core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrors*.*' ;;
 esac
 

@@ -56,8 +56,8 @@ std::string pidNamespaceTag() {
   return strprintf("%llx", static_cast<unsigned long long>(st.st_ino));
 }
 
-// Whether a process no longer runs: gone, or killed and not yet reaped by its parent
-// (a zombie holds its pid until then, and its peers notice its death before that).
+}  // namespace
+
 bool processGone(pid_t pid) {
   if (kill(pid, 0) != 0) return errno == ESRCH;
   char path[64];
@@ -71,8 +71,6 @@ bool processGone(pid_t pid) {
   const char* close = strrchr(buf, ')');  // "pid (comm) state ...": comm may hold spaces
   return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
-
-}  // namespace
 
 int ShmSegment::sweepDead() {
   std::string prefix = "loom-" + pidNamespaceTag() + "-";

@@ -3,10 +3,16 @@
 // /dev/shm. RAII: the mapping is released by the destructor.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <string>
 
 namespace loom {
+
+// Whether a process no longer runs: gone, or killed and not yet reaped by its parent
+// (a zombie holds its pid until then, and its peers notice its death before that).
+bool processGone(pid_t pid);
 
 class ShmSegment {
  public:
@@ -24,7 +30,8 @@ class ShmSegment {
 
   void unlink();  // removes the name (idempotent); the mapping stays valid
   // Unlinks names that processes of this pid namespace created and did not live to
-  // unlink (SIGKILL during connection setup). Returns how many it removed.
+  // unlink (SIGKILL during connection setup). Returns how many it removed; every
+  // communicator's init sweeps too, so another process may have removed them first.
   static int sweepDead();
   void* data() const { return data_; }
   size_t size() const { return size_; }

@@ -73,8 +73,12 @@ TEST_P(PieceShapes, MatchModel) {
       for (size_t i = 0; i < n; ++i) {
         float bv = s.b ? (s.bPartial ? b[i] : b[i] * pre) : 0;
         float v = s.a && s.b ? a[i] + bv : s.a ? a[i] : bv;
-        if (s.out) ASSERT_EQ(out[i], v) << "mask " << mask << " i " << i;
-        if (s.dst) ASSERT_EQ(dst[i], s.postDst ? v * post : v) << "mask " << mask << " i " << i;
+        if (s.out) {
+          ASSERT_EQ(out[i], v) << "mask " << mask << " i " << i;
+        }
+        if (s.dst) {
+          ASSERT_EQ(dst[i], s.postDst ? v * post : v) << "mask " << mask << " i " << i;
+        }
       }
       EXPECT_EQ(out[n], -7);  // nothing past the piece
       EXPECT_EQ(dst[n], -9);

@@ -8,7 +8,12 @@
 
 namespace loom::topo::test {
 
-inline std::string fixture(const std::string& name) { return std::string(LOOM_TOPO_FIXTURES) + "/" + name; }
+inline std::string fixture(const std::string& name) {
+  std::string path = LOOM_TOPO_FIXTURES;
+  path += '/';
+  path += name;
+  return path;
+}
 inline System loadFixture(const std::string& name) { return loadSystemFile(fixture(name)); }
 
 }  // namespace loom::topo::test
