@@ -1,6 +1,7 @@
 // Conformance suite for network backends: what any NetBackend must do for the generic
 // net transport to run over it, checked through the interface alone against every
-// backend this build offers (TCP today; verbs, UCX and NCCL plugins as they come).
+// backend this build offers (TCP, and Loom's test NCCL net plugins of every ABI version,
+// v6..v11, through the plugin loader; verbs and UCX as they come).
 // Two instances of the backend play ranks 0 and 1 of one job in this process, driven
 // from one thread (the API is non-blocking); the peer-death cases fork a process that is
 // killed mid-transfer. Every case is bounded: a backend that hangs fails, never stalls.
@@ -19,6 +20,8 @@
 #include "base/error.h"
 #include "base/hmac.h"
 #include "transports/net/net_backend.h"
+#include "transports/net/plugin_backend.h"
+#include "transports/test_plugins.h"
 
 namespace loomtest {
 namespace {
@@ -64,10 +67,22 @@ struct Conn {
   std::unique_ptr<loom::NetMr> sendMr, recvMr;
 };
 
+// A built-in backend by name, or "PluginV<N>": the test plugin of ABI version N.
+std::unique_ptr<NetBackend> makeBackend(const std::string& name, const loom::JobId& job,
+                                        int rank) {
+  loom::NetContext ctx{job, rank, 2, loopback()};
+  if (name.rfind("PluginV", 0) == 0) {
+    auto api = testPlugin(std::stoi(name.substr(7)));
+    if (!api) throw std::runtime_error("test plugin " + name + " did not load");
+    return loom::makePluginNetBackend(api, ctx);
+  }
+  return loom::findNetBackend(name).make(ctx);
+}
+
 class NetBackendConformance : public testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<NetBackend> make(const loom::JobId& job, int rank) {
-    return loom::findNetBackend(GetParam()).make(loom::NetContext{job, rank, 2, loopback()});
+    return makeBackend(GetParam(), job, rank);
   }
   void SetUp() override {
     job_ = randomJob();
@@ -322,7 +337,7 @@ constexpr double kDeathBoundSec = 10;
 class NetBackendDeath : public testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<NetBackend> make(const loom::JobId& job, int rank) {
-    return loom::findNetBackend(GetParam()).make(loom::NetContext{job, rank, 2, loopback()});
+    return makeBackend(GetParam(), job, rank);
   }
 };
 
@@ -448,6 +463,7 @@ TEST_P(NetBackendDeath, ReceiverKilledFailsTheSender) {
 std::vector<std::string> backendNames() {
   std::vector<std::string> v;
   for (const auto& b : loom::netBackends()) v.push_back(b.name);
+  for (int version = 6; version <= 11; ++version) v.push_back("PluginV" + std::to_string(version));
   return v;
 }
 

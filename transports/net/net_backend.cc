@@ -4,6 +4,9 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/log.h"
+#include "transports/net/plugin_api.h"
+#include "transports/net/plugin_backend.h"
 #include "transports/net/tcp_backend.h"
 
 namespace loom {
@@ -11,16 +14,21 @@ namespace {
 
 StringKnob kNet("LOOM_NET", "NCCL_NET", "",
                 "Network backend for connections between hosts, by name (case-insensitive): "
-                "Socket (TCP through the generic network pump). Empty: the built-in socket "
-                "transport");
+                "an NCCL net plugin's own name, or Socket (TCP through the generic network "
+                "pump). Empty: the first NCCL net plugin that starts, else the built-in "
+                "socket transport");
+
 
 }  // namespace
 
 std::vector<NetBackendSpec> netBackends() {
+  std::vector<NetBackendSpec> all;
+  // Plugins first, as NCCL orders them; each answers to its own name.
+  for (const auto& p : processNetPlugins().plugins)
+    all.push_back({p->name(), [p](const NetContext& c) { return makePluginNetBackend(p, c); }});
   // NCCL calls its TCP backend "Socket": NCCL_NET=Socket means the same here.
-  return {
-      {"Socket", makeTcpNetBackend},
-  };
+  all.push_back({"Socket", makeTcpNetBackend});
+  return all;
 }
 
 NetBackendSpec findNetBackend(const std::string& name) {
@@ -30,10 +38,40 @@ NetBackendSpec findNetBackend(const std::string& name) {
     if (strcasecmp(b.name.c_str(), name.c_str()) == 0) return b;
     names += (names.empty() ? "" : ", ") + b.name;
   }
-  LOOM_THROW(kInvalidArgument, "NCCL_NET=%s: no network backend of that name; this build has: %s",
-             name.c_str(), names.c_str());
+  std::string failures;
+  for (const std::string& f : processNetPlugins().failures) failures += "; " + f;
+  LOOM_THROW(kInvalidArgument, "NCCL_NET=%s: no network backend of that name; this process has: %s%s",
+             name.c_str(), names.c_str(), failures.c_str());
 }
 
 std::string selectedNetBackend() { return kNet.get(); }
+
+StartedNet startNetBackend(const NetContext& ctx) {
+  std::string name = selectedNetBackend();
+  if (!name.empty()) {
+    NetBackendSpec spec = findNetBackend(name);
+    StartedNet n{spec.make(ctx), spec.name};
+    if (n.backend->devices() < 1)
+      LOOM_THROW(kSystemError, "rank %d: NCCL_NET=%s: the %s backend found no network device",
+                 ctx.rank, name.c_str(), spec.name.c_str());
+    return n;
+  }
+  const PluginLoad& plugins = processNetPlugins();
+  for (const auto& p : plugins.plugins) {
+    try {
+      StartedNet n{makePluginNetBackend(p, ctx), p->name()};
+      LOOM_INFO(kLogNet | kLogInit, "rank %d: NET/Plugin: using %s", ctx.rank,
+                p->describe().c_str());
+      return n;
+    } catch (const Error& e) {
+      // As NCCL: a plugin that does not start gives way to the next, then the built-ins.
+      if (plugins.requested)
+        LOOM_WARN("%s; trying the next network", e.what());
+      else
+        LOOM_INFO(kLogNet | kLogInit, "%s; trying the next network", e.what());
+    }
+  }
+  return {};
+}
 
 }  // namespace loom

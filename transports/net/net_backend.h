@@ -135,8 +135,17 @@ std::vector<NetBackendSpec> netBackends();
 // The backend `name` names (case-insensitive, as NCCL compares NCCL_NET); throws
 // kInvalidArgument naming those that exist when there is none.
 NetBackendSpec findNetBackend(const std::string& name);
-// NCCL_NET: the backend every network connection uses; empty: the built-in socket
-// transport carries them instead of the generic pump.
+// NCCL_NET: the backend every network connection uses; empty: the first NCCL net plugin
+// that starts, else the built-in socket transport carries them instead of the generic pump.
 std::string selectedNetBackend();
+
+struct StartedNet {
+  std::unique_ptr<NetBackend> backend;  // null: the built-in socket transport
+  std::string name;
+};
+// The backend one communicator's network connections use: NCCL_NET's (throws if it
+// cannot start or has no device); unset, the first plugin whose init succeeds with
+// devices (those that fail are logged and skipped, as NCCL does), else none.
+StartedNet startNetBackend(const NetContext& ctx);
 
 }  // namespace loom

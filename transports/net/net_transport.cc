@@ -5,11 +5,16 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "base/time.h"
 
 namespace loom {
 namespace {
+
+IntKnob kConnectTimeout("LOOM_NET_CONNECT_TIMEOUT", "", 60,
+                        "Seconds a network backend may take to connect or accept one "
+                        "connection (the peer alive) before the init fails naming the pair");
 
 size_t ctrlBytes() { return (sizeof(FifoCtrl) + 4095) & ~size_t(4095); }
 int tagOf(uint64_t step) { return static_cast<int>(step & 0x7fffffff); }
@@ -18,7 +23,8 @@ int tagOf(uint64_t step) { return static_cast<int>(step & 0x7fffffff); }
 // waits of microseconds at first (a LAN connect), up to a millisecond.
 template <class T, class Call, class Gone>
 std::unique_ptr<T> pollUntil(Bootstrap& bs, int peer, const char* what, Call call, Gone gone) {
-  Deadline deadline = Deadline::in(60);
+  int64_t limit = kConnectTimeout.get();
+  Deadline deadline = Deadline::in(static_cast<double>(limit));
   unsigned us = 10;
   for (;;) {
     if (auto c = call()) return c;
@@ -35,8 +41,8 @@ std::unique_ptr<T> pollUntil(Bootstrap& bs, int peer, const char* what, Call cal
       }
     }
     if (deadline.expired())
-      LOOM_THROW(kRemoteError, "rank %d: %s with rank %d timed out after 60 s", bs.rank(), what,
-                 peer);
+      LOOM_THROW(kRemoteError, "rank %d: %s with rank %d timed out after %lld s "
+                 "(LOOM_NET_CONNECT_TIMEOUT)", bs.rank(), what, peer, static_cast<long long>(limit));
     usleep(us);
     us = us < 1000 ? us * 2 : 1000;
   }
@@ -61,17 +67,13 @@ class NetPending : public PendingRecv {
 class NetTransport : public Transport {
  public:
   explicit NetTransport(const TransportContext& ctx) : bs_(ctx.bootstrap), shape_(ctx.shape) {
-    std::string name = selectedNetBackend();
-    if (name.empty()) return;
-    NetBackendSpec spec = findNetBackend(name);
-    name_ = "net/" + spec.name;
-    backend_ = spec.make(NetContext{bs_.job(), bs_.rank(), bs_.nranks(), bs_.iface()});
-    if (backend_->devices() < 1)
-      LOOM_THROW(kSystemError, "rank %d: NCCL_NET=%s: the %s backend found no network device",
-                 bs_.rank(), name.c_str(), spec.name.c_str());
+    StartedNet n = startNetBackend(NetContext{bs_.job(), bs_.rank(), bs_.nranks(), bs_.iface()});
+    if (!n.backend) return;
+    name_ = "net/" + n.name;
+    backend_ = std::shared_ptr<NetBackend>(std::move(n.backend));
   }
 
-  // Every pair that shm left over, when NCCL_NET names a backend.
+  // Every pair that shm left over, when NCCL_NET names a backend or a plugin started.
   bool canConnect(const PeerInfo&, const PeerInfo&) const override { return backend_ != nullptr; }
 
   std::unique_ptr<PendingRecv> setup(const ConnRequest& req, Blob* blob) override {
@@ -94,11 +96,12 @@ class NetTransport : public Transport {
                  bs_.rank(), req.peer, blob.size(), sizeof(h.bytes));
     memcpy(h.bytes, blob.data(), sizeof(h.bytes));
     std::unique_ptr<NetStage> stage;
-    auto comm = pollUntil<NetSendComm>(
-        bs_, req.peer, "network connect", [&] { return backend_->connect(0, h, stage); },
-        [] { return false; });
-    return std::make_unique<NetConnection>(req.peer, req.peerInfo, shape_, name_, std::move(comm),
-                                           nullptr, req.where);
+    if (auto comm = backend_->connect(0, h, stage))
+      return std::make_unique<NetConnection>(req.peer, req.peerInfo, shape_, name_,
+                                             std::move(comm), nullptr, req.where);
+    return std::make_unique<NetConnection>(req.peer, req.peerInfo, shape_, name_, backend_, h,
+                                           std::move(stage),
+                                           static_cast<double>(kConnectTimeout.get()), req.where);
   }
 
   std::unique_ptr<Connection> accept(int peer, const PeerInfo& info, const std::string& where,
@@ -115,7 +118,7 @@ class NetTransport : public Transport {
   Bootstrap& bs_;
   FifoShape shape_;
   std::string name_;
-  std::unique_ptr<NetBackend> backend_;  // null: NCCL_NET is not set
+  std::shared_ptr<NetBackend> backend_;  // null: NCCL_NET unset and no plugin started
 };
 
 std::unique_ptr<Connection> NetPending::finish() {
@@ -131,6 +134,21 @@ NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
       sender_(send != nullptr),
       send_(std::move(send)),
       recv_(std::move(recv)) {
+  allocate(shape);
+  attach();
+}
+
+NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
+                             const std::string& transport, std::shared_ptr<NetBackend> backend,
+                             const NetHandle& handle, std::unique_ptr<NetStage> stage,
+                             double timeoutSec, const std::string& where)
+    : Connection(peer, transport, info, where), sender_(true) {
+  allocate(shape);
+  pending_.reset(new PendingConnect{std::move(backend), handle, std::move(stage), timeoutSec,
+                                    Deadline::in(timeoutSec)});
+}
+
+void NetConnection::allocate(FifoShape shape) {
   size_t slots = shape.slotBytes * static_cast<size_t>(shape.depth);
   if (posix_memalign(&mem_, 4096, ctrlBytes() + slots) != 0)
     LOOM_THROW(kSystemError, "out of memory allocating %zu bytes for a network FIFO",
@@ -140,8 +158,25 @@ NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
   fifo_.slots = static_cast<char*>(mem_) + ctrlBytes();
   fifo_.slotBytes = shape.slotBytes;
   fifo_.depth = shape.depth;
+}
+
+void NetConnection::attach() {
+  size_t slots = fifo_.slotBytes * static_cast<size_t>(fifo_.depth);
   mr_ = send_ ? send_->regMr(fifo_.slots, slots, NetMemType::kHost)
               : recv_->regMr(fifo_.slots, slots, NetMemType::kHost);
+}
+
+bool NetConnection::finishConnect() {
+  send_ = pending_->backend->connect(0, pending_->handle, pending_->stage);
+  if (!send_) {
+    if (pending_->deadline.expired())
+      LOOM_THROW(kRemoteError, "network connect timed out after %.0f s (LOOM_NET_CONNECT_TIMEOUT)",
+                 pending_->timeoutSec);
+    return false;
+  }
+  pending_.reset();
+  attach();
+  return true;
 }
 
 NetConnection::~NetConnection() {
@@ -155,12 +190,14 @@ void NetConnection::close() {
   mr_.reset();
   send_.reset();
   recv_.reset();
+  pending_.reset();
 }
 
 bool NetConnection::progress() {
   std::lock_guard<std::mutex> g(mu_);
-  if (error_ || (!send_ && !recv_)) return false;
+  if (error_ || (!send_ && !recv_ && !pending_)) return false;
   try {
+    if (pending_ && !finishConnect()) return false;
     return send_ ? pumpSend() : pumpRecv();
   } catch (const Error& e) {
     error_.emplace(e.code(), strprintf("%s: %s", describe().c_str(), e.what()));
@@ -173,6 +210,7 @@ void NetConnection::checkPeer() const {
   if (!waiting) return;
   std::lock_guard<std::mutex> g(mu_);
   if (error_) throw *error_;
+  if (pending_) return;  // still connecting: the proxy thread bounds it
   if (!send_ && !recv_)
     LOOM_THROW(kRemoteError, "%s: the connection was closed on this rank", describe().c_str());
 }

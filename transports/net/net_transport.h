@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/time.h"
 #include "transports/net/net_backend.h"
 #include "transports/registry.h"
 
@@ -25,6 +26,12 @@ class NetConnection : public Connection {
   NetConnection(int peer, const PeerInfo& info, FifoShape shape, const std::string& transport,
                 std::unique_ptr<NetSendComm> send, std::unique_ptr<NetRecvComm> recv,
                 const std::string& where);
+  // A sender whose connect is still under way: the proxy thread finishes it. Loom makes
+  // every connection of a communicator before it accepts any, and some backends' connect
+  // completes only once the peer's accept has progressed, so it cannot be waited for here.
+  NetConnection(int peer, const PeerInfo& info, FifoShape shape, const std::string& transport,
+                std::shared_ptr<NetBackend> backend, const NetHandle& handle,
+                std::unique_ptr<NetStage> stage, double timeoutSec, const std::string& where);
   ~NetConnection() override;
 
   bool needsProgress() const override { return true; }
@@ -41,6 +48,18 @@ class NetConnection : public Connection {
  private:
   bool pumpSend();
   bool pumpRecv();
+  void allocate(FifoShape shape);
+  void attach();  // registers the FIFO's slots with the comm now held
+  bool finishConnect();
+
+  struct PendingConnect {
+    std::shared_ptr<NetBackend> backend;
+    NetHandle handle;
+    std::unique_ptr<NetStage> stage;
+    double timeoutSec;
+    Deadline deadline;
+  };
+  std::unique_ptr<PendingConnect> pending_;
 
   bool sender_;
   std::unique_ptr<NetSendComm> send_;
