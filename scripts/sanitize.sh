@@ -77,9 +77,9 @@ else
   # threaded process (its children may not start threads), so they stay out.
   fault_filter=''
   hier_filter=''
-  # The proxy thread pumping net connections while the executor waits, closes and probes
-  # them; registry tests with a transport of the tests; the step primitive between threads.
-  transports_filter='NetTransport.NameInAnyCaseAndRanksAsThreads:TransportRegistry.TestTransportChosenAheadOfShm:TransportRegistry.PriorityOrderAndCanConnectDecideEachPair:TransportRegistry.BlobSizeLimitIsEnforced'
+  # The proxy thread pumping net connections (and finishing their connects) while the
+  # executor waits, closes and probes them, over TCP and an NCCL net plugin; registry tests with a transport of the tests; the step primitive between threads.
+  transports_filter='NetTransport.NameInAnyCaseAndRanksAsThreads:NetPluginJob.RanksAsThreadsShareThePlugin:NetPluginLoader.*:TransportRegistry.TestTransportChosenAheadOfShm:TransportRegistry.PriorityOrderAndCanConnectDecideEachPair:TransportRegistry.BlobSizeLimitIsEnforced'
   kernels_filter='StepPrimitive.*'
   chaos_trials=0
   fault_chaos_trials=0

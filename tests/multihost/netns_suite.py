@@ -139,9 +139,9 @@ def init_line(job, rank):
     return next((l.strip() for l in log_text(job, rank).splitlines() if "Init COMPLETE" in l), None)
 
 
-def check_topology(job, same_host):
+def check_topology(job, same_host, network="socket"):
     """Each rank's INIT line: localRanks is its host's rank count, and every connected peer
-    is reached over shm exactly when same_host(me, peer)."""
+    is reached over shm exactly when same_host(me, peer), else over `network`."""
     n = len(job.placement)
     kinds = set()
     for rank in range(n):
@@ -157,9 +157,9 @@ def check_topology(job, same_host):
         local = sum(1 for p in range(n) if same_host(rank, p))
         if int(m.group(1)) != local:
             fail("rank %d sees %s local ranks, expected %d" % (rank, m.group(1), local))
-        for peer, kind in re.findall(r"(\d+):(\w+)", m.group(2)):
+        for peer, kind in re.findall(r"(\d+):([\w/]+)", m.group(2)):
             peer = int(peer)
-            want = "shm" if same_host(rank, peer) else "socket"
+            want = "shm" if same_host(rank, peer) else network
             kinds.add(kind)
             if kind != want:
                 fail("rank %d reaches rank %d over %s, expected %s" % (rank, peer, kind, want))
@@ -190,7 +190,8 @@ def check_namespaces(job):
         fail("ranks' network namespaces do not follow the placement: %s" % seen)
 
 
-def run_check(fab, binary, placement, workdir, env=None, same_host=None, label=""):
+def run_check(fab, binary, placement, workdir, env=None, same_host=None, label="",
+              network="socket"):
     job = Job(fab, binary, placement, workdir, env=env)
     codes = job.wait()
     ok = True
@@ -203,7 +204,7 @@ def run_check(fab, binary, placement, workdir, env=None, same_host=None, label="
         job.dump()
     check_namespaces(job)
     same_host = same_host or (lambda a, b: placement[a] == placement[b])
-    kinds = check_topology(job, same_host)
+    kinds = check_topology(job, same_host, network)
     checks = [re.search(r"OK (\d+) checks", job.text(r)) for r in range(len(placement))]
     print("%s%d ranks in %d namespaces: %s checks passed, transports used: %s" % (
         label, len(placement), len(set(placement)),
@@ -217,6 +218,22 @@ def case_collectives(fab, binary, placement, workdir):
     if chosen:
         print("default choice: all-reduce ran as %s" % ", ".join(sorted(set(chosen))))
     want = {"socket"} | ({"shm"} if len(set(placement)) < len(placement) else set())
+    if kinds != want:
+        fail("transports used %s, expected %s" % (sorted(kinds), sorted(want)))
+
+
+def case_plugin(fab, binary, placement, workdir):
+    """An NCCL net plugin (Loom's test plugin, v11, listening on the namespace's own address)
+    serves every pair of hosts; no NCCL_NET: the first plugin that starts is used."""
+    plugin = os.environ.get("LOOM_TEST_NET_PLUGIN")
+    if not plugin or not os.path.exists(plugin):
+        fail("LOOM_TEST_NET_PLUGIN does not name the test plugin: %r" % plugin)
+        return
+    kinds, _ = run_check(fab, binary, placement, workdir,
+                         env={"NCCL_NET_PLUGIN": plugin, "LOOM_TEST_NET_ADDR": "auto",
+                              "NCCL_NET": None},
+                         network="net/LoomTest")
+    want = {"net/LoomTest"} | ({"shm"} if len(set(placement)) < len(placement) else set())
     if kinds != want:
         fail("transports used %s, expected %s" % (sorted(kinds), sorted(want)))
 
@@ -348,6 +365,7 @@ CASES = {
     "2x2": ([0, 0, 1, 1], case_collectives),
     "uneven": ([0, 0, 1, 2, 2, 2], case_collectives),
     "algos": ([0, 0, 1, 1], case_algos),
+    "plugin": ([0, 0, 1, 2], case_plugin),
     "hostid": ([0, 0, 1, 1], case_hostid),
     "kill-shared": ([0, 0, 1, 1], lambda f, b, p, w: case_kill(f, b, p, w, victim=3)),
     "kill-lone": ([0, 0, 1, 2, 2, 2], lambda f, b, p, w: case_kill(f, b, p, w, victim=2)),

@@ -197,6 +197,23 @@ TEST_F(NetPluginJob, EveryVersionServesCollectivesWithoutNcclNet) {
   }
 }
 
+// Ranks as threads of one process share the plugin (a v11 context each, a v8 plugin's
+// one init), with connects finished on each communicator's proxy thread (also run under
+// ThreadSanitizer).
+TEST_F(NetPluginJob, RanksAsThreadsShareThePlugin) {
+  EnvGuard shmOff("NCCL_SHM_DISABLE", "1");
+  EnvGuard n("NCCL_NET", nullptr);
+  for (const char* v : {"11", "8"}) {
+    SCOPED_TRACE(v);
+    EnvGuard p("NCCL_NET_PLUGIN", testPluginPath(v).c_str());
+    EnvGuard m("LOOM_TEST_NET_MODE", "connect_after_accept");
+    clearLogs();
+    auto f = runRanks(Mode::kThreads, 3, exercise, 60);
+    ASSERT_TRUE(f.empty()) << joinFailures(f);
+    expectRingTransports(3, [](int, int) { return "net/LoomTest"; });
+  }
+}
+
 // Null requests ("call again") are retried; a plugin that calls setenv() in its init while
 // other ranks' threads read the environment does no harm.
 TEST_F(NetPluginJob, NullRequestsAndSetenvInInitStillGiveExactResults) {

@@ -13,9 +13,13 @@
 //   wrong_sizes     test() reports each receive after a comm's first one byte larger than
 //                   its buffer
 //   setenv          init calls setenv() many times (as some plugins tune NCCL that way)
-// It counts its inits and finalizes in LOOM_TEST_NET_COUNTS (a file path), if set.
+// It counts its inits and finalizes in LOOM_TEST_NET_COUNTS (a file path), if set. It
+// listens on loopback, or with LOOM_TEST_NET_ADDR=auto on the first IPv4 address of an
+// interface that is up and not loopback (a network namespace's own address).
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -46,6 +50,7 @@ std::string gMode;
 
 struct Handle {  // inside NCCL's 128-byte handle
   uint32_t magic;
+  uint32_t addr;  // IPv4, network order
   uint16_t port;
   uint16_t version;
   int stageFd;  // connect's progress: the socket + 1 while connecting
@@ -180,20 +185,35 @@ Result getProperties(int dev, Props* p) {
   return kOk;
 }
 
+uint32_t listenAddr() {
+  const char* want = getenv("LOOM_TEST_NET_ADDR");
+  uint32_t addr = htonl(INADDR_LOOPBACK);
+  ifaddrs* all = nullptr;
+  if (!want || strcmp(want, "auto") != 0 || getifaddrs(&all) != 0) return addr;
+  for (ifaddrs* i = all; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+        !(i->ifa_flags & IFF_LOOPBACK)) {
+      addr = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+      break;
+    }
+  freeifaddrs(all);
+  return addr;
+}
+
 Result listenImpl(int dev, void* handle, void** listenComm) {
   *listenComm = nullptr;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return kSystemError;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_addr.s_addr = listenAddr();
   socklen_t len = sizeof(a);
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 64) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || nonblock(fd) != 0) {
     close(fd);
     return kSystemError;
   }
-  Handle h{kMagic, ntohs(a.sin_port), static_cast<uint16_t>(V), 0, 0};
+  Handle h{kMagic, a.sin_addr.s_addr, ntohs(a.sin_port), static_cast<uint16_t>(V), 0, 0};
   memcpy(handle, &h, sizeof(h));
   *listenComm = new Listen{fd};
   return kOk;
@@ -221,7 +241,7 @@ Result connectImpl(int dev, void* handle, void** sendComm) {
     nonblock(fd);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_addr.s_addr = h.addr;
     a.sin_port = htons(h.port);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 && errno != EINPROGRESS) {
       close(fd);
