@@ -111,7 +111,8 @@ def case_json():
     expect(doc["version"] == VERSION and doc["ncclVersion"] == "2.28.9" and
            doc["ncclVersionCode"] == 22809, f"versions {doc['version']} {doc['ncclVersion']}")
     feats = {f["key"]: f for f in doc["features"]}
-    expect(sorted(feats) == sorted(["hostMemory", "cuda", "nvml", "ibverbs", "ucx", "ncclFallback"]),
+    expect(sorted(feats) == sorted(["hostMemory", "cuda", "nvml", "ibverbs", "ucx", "ncclFallback",
+                                    "netPlugins"]),
            f"feature keys {sorted(feats)}")
     expect(feats["hostMemory"]["compiled"] and feats["hostMemory"]["available"], "host memory")
     for f in doc["features"]:
@@ -196,6 +197,20 @@ def case_network():
     expect(any(i["name"] == "lo" for i in net["interfaces"]), f"{net}")
     out, _ = run(env={"LOOM_HOSTID": "pretend-host-7"})
     expect(re.search(r"  id: pretend-host-7  hash", out), "LOOM_HOSTID not shown as the host id")
+
+
+def case_net_plugins():
+    """NCCL_NET_PLUGIN as loom-info reports it: the plugin loaded with its ABI version and
+    path, entries that did not load with the names tried; none: nothing."""
+    plugin = os.environ["LOOM_TEST_NET_PLUGIN"]
+    out, _ = run("--json", env={"NCCL_NET_PLUGIN": plugin + ",no-such-plugin"})
+    f = {x["key"]: x for x in json.loads(out)["features"]}["netPlugins"]
+    expect(f["available"] and f["path"] == plugin, f"netPlugins {f}")
+    expect("LoomTest (v11, " + plugin in f["detail"] and "libnccl-net-no-such-plugin.so" in f["detail"],
+           f"netPlugins detail {f['detail']}")
+    out, _ = run("--json", env={"NCCL_NET_PLUGIN": "none"})
+    f = {x["key"]: x for x in json.loads(out)["features"]}["netPlugins"]
+    expect(not f["available"] and "none" in f["detail"], f"netPlugins with none: {f}")
 
 
 def case_logs_off_stdout():

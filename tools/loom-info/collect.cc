@@ -15,6 +15,7 @@
 #include "bootstrap/unique_id.h"
 #include "dispatch/fallback.h"
 #include "dispatch/stock_nccl.h"
+#include "transports/net/plugin_api.h"
 #include "info.h"
 #include "kernels/reduce.h"
 #include "loom/loom.h"
@@ -81,6 +82,22 @@ void findRuntime(const RuntimeSpec& spec, FeatureInfo* f) {
   else f->detail = error;
 }
 
+// NCCL net plugins as NCCL_NET_PLUGIN names them: which loaded (the first that starts
+// serves the network unless NCCL_NET says otherwise), and why the others did not.
+FeatureInfo netPlugins() {
+  FeatureInfo f;
+  f.name = "NCCL net plugins";
+  f.key = "netPlugins";
+  f.compiled = true;
+  const PluginLoad& load = processNetPlugins();
+  f.available = !load.plugins.empty();
+  if (f.available) f.path = load.plugins[0]->path();
+  for (const auto& p : load.plugins) f.detail += (f.detail.empty() ? "" : "; ") + p->describe();
+  for (const std::string& e : load.failures) f.detail += (f.detail.empty() ? "" : "; ") + e;
+  if (f.detail.empty()) f.detail = "none (NCCL_NET_PLUGIN=none)";
+  return f;
+}
+
 std::vector<FeatureInfo> collectFeatures() {
   unsigned compiled = 0, available = 0;
   ncclResult_t rc = loomGetFeatures(&compiled, &available);
@@ -96,6 +113,7 @@ std::vector<FeatureInfo> collectFeatures() {
     findRuntime(spec, &f);
     out.push_back(std::move(f));
   }
+  out.push_back(netPlugins());
   return out;
 }
 
