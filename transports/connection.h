@@ -40,6 +40,9 @@ class Connection {
   // Cheap liveness probe used while a wait makes no progress (dead process, closed socket,
   // a peer that failed and closed its end). Throws kRemoteError.
   virtual void checkPeer() const {}
+  // Returns once a connection whose setup finishes in the background (a network connect
+  // completed on the proxy thread) is made; throws its error if it failed or timed out.
+  virtual void awaitConnected() const {}
   // This rank failed or is going away: make the peer's waits on this connection fail
   // promptly instead of hanging (failure propagates along every connection).
   virtual void close() {}

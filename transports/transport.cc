@@ -180,6 +180,9 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
     bootstrap_.recv(k.first, kTagAck + k.second, &ack, sizeof(ack));
     add(recv_[slot(k)], pending[k]->finish());
   }
+  // 4. Connects left to finish in the background (they needed their peer's accept) are
+  // made, or the init fails with their error.
+  for (ConnKey k : sends) send_[slot(k)]->awaitConnected();
 }
 
 void TransportManager::closeAll() {

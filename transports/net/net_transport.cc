@@ -205,6 +205,17 @@ bool NetConnection::progress() {
   }
 }
 
+void NetConnection::awaitConnected() const {
+  for (unsigned us = 10;; us = us < 1000 ? us * 2 : 1000) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (error_) throw *error_;
+      if (!pending_) return;  // the proxy thread bounds a pending connect (its deadline)
+    }
+    usleep(us);
+  }
+}
+
 void NetConnection::checkPeer() const {
   bool waiting = sender_ ? !fifo_.drained() : !fifo_.canRecv();
   if (!waiting) return;

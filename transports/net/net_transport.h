@@ -43,6 +43,7 @@ class NetConnection : public Connection {
   // receives posted ahead, so a peer that finished and closed is an error only when this
   // side still expects data.
   void checkPeer() const override;
+  void awaitConnected() const override;
   void close() override;
 
  private:

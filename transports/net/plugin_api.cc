@@ -26,7 +26,7 @@ using namespace netabi;  // NOLINT(google-build-using-namespace): the ABI's own 
 // Plugins print through NCCL's logger; their lines join Loom's, under NET unless they say.
 void pluginLogger(int level, unsigned long flags, const char* file, int line, const char* fmt,
                   ...) {
-  LogLevel l = level == kLogWarn   ? LogLevel::kWarn
+  LogLevel l = level == kLogWarn || level == kLogAbort ? LogLevel::kWarn
                : level == kLogInfo ? LogLevel::kInfo
                : level >= kLogTrace ? LogLevel::kTrace
                                     : LogLevel::kNone;
@@ -177,8 +177,25 @@ class Adapter final : public PluginApi {
   bool initialised_ = false;  // v6-v10
 };
 
-// The newest interface the library exports, adapted.
+std::shared_ptr<PluginApi> makeAdapter(void* lib, const std::string& path);
+
+// The newest interface the library exports, adapted; one adapter per plugin table in the
+// process, however many NCCL_NET_PLUGIN spellings reach it (v6-v10 init once per process).
 std::shared_ptr<PluginApi> adapt(void* lib, const std::string& path) {
+  static std::mutex mu;
+  static auto* adapters = new std::map<const void*, std::shared_ptr<PluginApi>>;
+  const void* table = nullptr;
+  for (const char* sym : {"ncclNetPlugin_v11", "ncclNetPlugin_v10", "ncclNetPlugin_v9",
+                          "ncclNetPlugin_v8", "ncclNetPlugin_v7", "ncclNetPlugin_v6"})
+    if (!table) table = dlsym(lib, sym);
+  if (!table) return nullptr;
+  std::lock_guard<std::mutex> g(mu);
+  auto& a = (*adapters)[table];
+  if (!a) a = makeAdapter(lib, path);
+  return a;
+}
+
+std::shared_ptr<PluginApi> makeAdapter(void* lib, const std::string& path) {
   if (auto* n = static_cast<const NetV11*>(dlsym(lib, "ncclNetPlugin_v11")))
     return std::make_shared<Adapter<11, NetV11>>(n, path);
   if (auto* n = static_cast<const NetV10*>(dlsym(lib, "ncclNetPlugin_v10")))

@@ -1,7 +1,7 @@
 #include "transports/net/plugin_backend.h"
 
+#include <climits>
 #include <cstring>
-#include <set>
 
 #include "base/error.h"
 #include "base/hmac.h"
@@ -49,14 +49,17 @@ using SessionPtr = std::shared_ptr<Session>;
 
 class PluginMr : public NetMr {
  public:
-  PluginMr(SessionPtr s, void* comm, void* mh) : s_(std::move(s)), comm_(comm), mh_(mh) {}
+  PluginMr(SessionPtr s, void* comm, void* mh, NetMemType type)
+      : s_(std::move(s)), comm_(comm), mh_(mh), type_(type) {}
   ~PluginMr() override { s_->api->deregMr(comm_, mh_); }
   void* handle() const { return mh_; }
+  NetMemType type() const { return type_; }
 
  private:
   SessionPtr s_;
   void* comm_;
   void* mh_;
+  NetMemType type_;
 };
 
 void* mhOf(NetMr* mr) { return mr ? static_cast<PluginMr*>(mr)->handle() : nullptr; }
@@ -101,14 +104,19 @@ std::unique_ptr<NetMr> registerMr(const SessionPtr& s, void* comm, void* data, s
   s->check(s->api->regMr(comm, data, bytes,
                          type == NetMemType::kCuda ? netabi::kPtrCuda : netabi::kPtrHost, &mh),
            "regMr");
-  return std::make_unique<PluginMr>(s, comm, mh);
+  return std::make_unique<PluginMr>(s, comm, mh, type);
 }
 
 class PluginSendComm : public NetSendComm {
  public:
   PluginSendComm(SessionPtr s, void* comm, const NetHandle& h)
       : s_(std::move(s)), comm_(comm), auth_(s_->authTag(h)) {
-    authMr_ = registerMr(s_, comm_, auth_.data(), auth_.size(), NetMemType::kHost);
+    try {
+      authMr_ = registerMr(s_, comm_, auth_.data(), auth_.size(), NetMemType::kHost);
+    } catch (const Error&) {
+      s_->api->closeSend(comm_);  // the destructor will not run
+      throw;
+    }
   }
   ~PluginSendComm() override {
     authMr_.reset();
@@ -169,9 +177,7 @@ class PluginRecvComm : public NetRecvComm {
   PluginRecvComm(SessionPtr s, void* comm) : s_(std::move(s)), comm_(comm) {}
   ~PluginRecvComm() override { s_->api->closeRecv(comm_); }
   std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
-    auto mr = registerMr(s_, comm_, data, bytes, type);
-    if (type == NetMemType::kCuda) cuda_.insert(mhOf(mr.get()));
-    return mr;
+    return registerMr(s_, comm_, data, bytes, type);
   }
   NetRequest* irecv(void* data, size_t capacity, int tag, NetMr* mr) override {
     if (pool_.used >= netabi::kMaxRequests) return nullptr;
@@ -180,11 +186,18 @@ class PluginRecvComm : public NetRecvComm {
     return r ? pool_.take(r, capacity) : nullptr;
   }
   NetRequest* iflush(void* data, size_t bytes, NetMr* mr) override {
-    if (bytes == 0 || !cuda_.count(mhOf(mr)) || pool_.used >= netabi::kMaxRequests)
+    if (bytes == 0 || !mr || static_cast<PluginMr*>(mr)->type() != NetMemType::kCuda)
       return nullptr;  // host memory needs no flush
+    if (bytes > INT_MAX || pool_.used >= netabi::kMaxRequests)
+      LOOM_THROW(kInternalError, "rank %d: NET/Plugin %s: a flush of %zu bytes with %d requests "
+                 "outstanding exceeds the plugin interface", s_->rank, s_->api->describe().c_str(),
+                 bytes, pool_.used);
     void* r = nullptr;
     s_->check(s_->api->iflush(comm_, data, static_cast<int>(bytes), mhOf(mr), &r), "iflush");
-    return r ? pool_.take(r, bytes) : nullptr;
+    if (!r)
+      LOOM_THROW(kInternalError, "rank %d: NET/Plugin %s: iflush gave no request",
+                 s_->rank, s_->api->describe().c_str());
+    return pool_.take(r, bytes);
   }
   bool test(NetRequest* req, size_t* bytes) override {
     auto* q = static_cast<Req*>(req);
@@ -202,7 +215,6 @@ class PluginRecvComm : public NetRecvComm {
  private:
   SessionPtr s_;
   void* comm_;
-  std::set<void*> cuda_;
   ReqPool pool_;
 };
 
@@ -210,7 +222,12 @@ class PluginRecvComm : public NetRecvComm {
 class AcceptStage : public NetStage {
  public:
   AcceptStage(SessionPtr s, void* comm) : s_(std::move(s)), comm_(comm) {
-    mr_ = registerMr(s_, comm_, buf_, sizeof(buf_), NetMemType::kHost);
+    try {
+      mr_ = registerMr(s_, comm_, buf_, sizeof(buf_), NetMemType::kHost);
+    } catch (const Error&) {
+      s_->api->closeRecv(comm_);  // the destructor will not run
+      throw;
+    }
   }
   ~AcceptStage() override {
     mr_.reset();
@@ -352,6 +369,16 @@ std::unique_ptr<NetBackend> makePluginNetBackend(std::shared_ptr<PluginApi> api,
   if (backend->devices() < 1)
     LOOM_THROW(kSystemError, "rank %d: NET/Plugin %s: the plugin reports no network device",
                ctx.rank, s->api->describe().c_str());
+  // Loom's network FIFOs are host memory, and a slot is at most a few MiB; NCCL refuses a
+  // message limit of 0 or over 1 TiB as well.
+  NetProperties p = backend->properties(0);
+  if (!(p.ptrSupport & kNetPtrHost))
+    LOOM_THROW(kSystemError, "rank %d: NET/Plugin %s: device 0 (%s) cannot send host memory "
+               "(ptrSupport %d)", ctx.rank, s->api->describe().c_str(), p.name.c_str(), p.ptrSupport);
+  if (p.maxMessageBytes < (size_t(4) << 20) || p.maxMessageBytes > (size_t(1) << 40))
+    LOOM_THROW(kSystemError, "rank %d: NET/Plugin %s: device 0 (%s) has a message limit of %zu "
+               "bytes (Loom needs 4 MiB to 1 TiB)", ctx.rank, s->api->describe().c_str(),
+               p.name.c_str(), p.maxMessageBytes);
   return backend;
 }
 
