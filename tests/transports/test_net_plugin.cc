@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "transports/net/plugin_abi.h"
@@ -148,8 +149,14 @@ Result post(Comm* c, void* data, size_t size, void** request) {
 // ---- the interface, version by version where it differs ----
 
 Result initCommon() {
-  const char* m = getenv("LOOM_TEST_NET_MODE");
-  gMode = m ? m : "";
+  // v11 inits run concurrently (a communicator each): the mode is written only when a
+  // test changed it between inits, never while other communicators read it.
+  static std::mutex mu;
+  {
+    const char* m = getenv("LOOM_TEST_NET_MODE");
+    std::lock_guard<std::mutex> lk(mu);
+    if (gMode != (m ? m : "")) gMode = m ? m : "";
+  }
   countEvent("init");
   if (gMode == "setenv")
     for (int i = 0; i < 200; ++i)
