@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "dispatch/stock_nccl.h"
 #include "loom/loom.h"
+#include "transports/net/ucx_api.h"
 
 namespace {
 
@@ -33,12 +34,14 @@ unsigned probeAvailable() {
   return avail;
 }
 
-// What this build contains: host memory, and the fallback to stock NCCL (except in
-// sanitizer builds, which cannot open it). The CUDA executor, NVML topology, the verbs and
-// UCX transports are not built yet; each adds its bit here when it lands.
+// What this build contains: host memory, the fallback to stock NCCL (except in sanitizer
+// builds, which cannot open it), the UCX network backend where UCX's headers were there
+// to build it. The CUDA executor, NVML topology and the verbs backend are not built yet;
+// each adds its bit here when it lands.
 unsigned compiledFeatures() {
   unsigned bits = loomFeatureHostMemory;
   if (loom::dispatch::stockNcclSupportedInThisBuild()) bits |= loomFeatureNcclFallback;
+  if (loom::ucxBuiltIn()) bits |= loomFeatureUcx;
   return bits;
 }
 

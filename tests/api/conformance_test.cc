@@ -408,6 +408,13 @@ TEST(ConformanceTest, LoomVersionAndFeatures) {
   EXPECT_EQ(bool(available & loomFeatureNvml), loads({"libnvidia-ml.so.1"}));
   EXPECT_EQ(bool(available & loomFeatureIbverbs), loads({"libibverbs.so.1"}));
   EXPECT_EQ(bool(available & loomFeatureUcx), loads({"libucp.so.0"}));
+  // The UCX backend is built wherever UCX's headers are (CI installs libucx-dev).
+#if __has_include(<ucp/api/ucp.h>) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
+  EXPECT_TRUE(compiled & loomFeatureUcx);
+#else
+  EXPECT_FALSE(compiled & loomFeatureUcx);
+#endif
   // The fallback is built in, except where the sanitizer runtime refuses RTLD_DEEPBIND.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   EXPECT_FALSE(compiled & loomFeatureNcclFallback);

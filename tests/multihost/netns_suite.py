@@ -238,6 +238,18 @@ def case_plugin(fab, binary, placement, workdir):
         fail("transports used %s, expected %s" % (sorted(kinds), sorted(want)))
 
 
+def case_ucx(fab, binary, placement, workdir):
+    """NCCL_NET=UCX: UCX over tcp on each namespace's own interface serves every pair of
+    hosts (UCX_NET_DEVICES pinned; shared memory stays Loom's within a host)."""
+    kinds, _ = run_check(fab, binary, placement, workdir,
+                         env={"NCCL_NET": "UCX", "UCX_TLS": "tcp",
+                              "UCX_NET_DEVICES": fabric.IFNAME},
+                         network="net/UCX")
+    want = {"net/UCX"} | ({"shm"} if len(set(placement)) < len(placement) else set())
+    if kinds != want:
+        fail("transports used %s, expected %s" % (sorted(kinds), sorted(want)))
+
+
 def case_algos(fab, binary, placement, workdir):
     for algo in ("ring", "tree", "halvingdoubling", "direct", "hierarchical"):
         if failures:
@@ -366,6 +378,7 @@ CASES = {
     "uneven": ([0, 0, 1, 2, 2, 2], case_collectives),
     "algos": ([0, 0, 1, 1], case_algos),
     "plugin": ([0, 0, 1, 2], case_plugin),
+    "ucx": ([0, 0, 1, 2, 2], case_ucx),
     "hostid": ([0, 0, 1, 1], case_hostid),
     "kill-shared": ([0, 0, 1, 1], lambda f, b, p, w: case_kill(f, b, p, w, victim=3)),
     "kill-lone": ([0, 0, 1, 2, 2, 2], lambda f, b, p, w: case_kill(f, b, p, w, victim=2)),

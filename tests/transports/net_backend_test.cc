@@ -1,7 +1,8 @@
 // Conformance suite for network backends: what any NetBackend must do for the generic
 // net transport to run over it, checked through the interface alone against every
-// backend this build offers (TCP, and Loom's test NCCL net plugins of every ABI version,
-// v6..v11, through the plugin loader; verbs and UCX as they come).
+// backend this build offers (TCP; UCX over tcp, posix shared memory and cma, each alone;
+// Loom's test NCCL net plugins of every ABI version, v6..v11, through the plugin loader;
+// verbs as it comes).
 // Two instances of the backend play ranks 0 and 1 of one job in this process, driven
 // from one thread (the API is non-blocking); the peer-death cases fork a process that is
 // killed mid-transfer. Every case is bounded: a backend that hangs fails, never stalls.
@@ -21,6 +22,7 @@
 #include "base/hmac.h"
 #include "transports/net/net_backend.h"
 #include "transports/net/plugin_backend.h"
+#include "transports/net/ucx_backend.h"
 #include "transports/test_plugins.h"
 
 namespace loomtest {
@@ -67,10 +69,21 @@ struct Conn {
   std::unique_ptr<loom::NetMr> sendMr, recvMr;
 };
 
-// A built-in backend by name, or "PluginV<N>": the test plugin of ABI version N.
+// UCX pinned to one transport (UCX_TLS) and, for tcp, to the loopback device.
+loom::UcxConfig ucxVariant(const std::string& name) {
+  if (name == "UcxTcp") return {{"TLS", "tcp"}, {"NET_DEVICES", "lo"}};
+  if (name == "UcxPosix") return {{"TLS", "posix"}};
+  // Shared memory for small messages and the handshake, cma (process_vm_readv) for the
+  // rendezvous of every message over 8 KiB.
+  return {{"TLS", "posix,cma"}, {"RNDV_THRESH", "8192"}};
+}
+
+// A built-in backend by name, "Ucx<Transport>": UCX over that transport alone, or
+// "PluginV<N>": the test plugin of ABI version N.
 std::unique_ptr<NetBackend> makeBackend(const std::string& name, const loom::JobId& job,
                                         int rank) {
   loom::NetContext ctx{job, rank, 2, loopback()};
+  if (name.rfind("Ucx", 0) == 0) return loom::makeUcxNetBackend(ctx, ucxVariant(name));
   if (name.rfind("PluginV", 0) == 0) {
     auto api = testPlugin(std::stoi(name.substr(7)));
     if (!api) throw std::runtime_error("test plugin " + name + " did not load");
@@ -462,7 +475,10 @@ TEST_P(NetBackendDeath, ReceiverKilledFailsTheSender) {
 
 std::vector<std::string> backendNames() {
   std::vector<std::string> v;
-  for (const auto& b : loom::netBackends()) v.push_back(b.name);
+  for (const auto& b : loom::netBackends())
+    if (b.name != "UCX") v.push_back(b.name);
+  if (loom::ucxBuiltIn())
+    for (const char* u : {"UcxTcp", "UcxPosix", "UcxCma"}) v.push_back(u);
   for (int version = 6; version <= 11; ++version) v.push_back("PluginV" + std::to_string(version));
   return v;
 }
@@ -471,6 +487,20 @@ INSTANTIATE_TEST_SUITE_P(Net, NetBackendConformance, testing::ValuesIn(backendNa
                          [](const auto& info) { return info.param; });
 INSTANTIATE_TEST_SUITE_P(Net, NetBackendDeath, testing::ValuesIn(backendNames()),
                          [](const auto& info) { return info.param; });
+
+// UCX is offered wherever it is built (CI builds it); a build without it says why not.
+TEST(NetBackendSelection, UcxIsOfferedWhereBuilt) {
+  if (loom::ucxBuiltIn()) {
+    EXPECT_EQ(loom::findNetBackend("ucx").name, "UCX");
+    return;
+  }
+  try {
+    loom::findNetBackend("UCX");
+    FAIL() << "UCX was found in a build without it";
+  } catch (const loom::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(loom::ucxUnavailable()), std::string::npos) << e.what();
+  }
+}
 
 TEST(NetBackendSelection, NamesAreCaseInsensitiveAndUnknownOnesListWhatExists) {
   EXPECT_EQ(loom::findNetBackend("socket").name, "Socket");

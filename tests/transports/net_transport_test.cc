@@ -2,7 +2,8 @@
 // pairs that shm does not serve then go through the FIFO<->network pump with exact
 // results, the INIT line says "net/<backend>", an unknown name is ncclInvalidArgument
 // naming what exists, ranks that disagree about NCCL_NET are told so, and a peer killed
-// mid-collective fails the others promptly instead of hanging them.
+// mid-collective fails the others promptly instead of hanging them. The same over UCX
+// (NCCL_NET=UCX) on each transport it runs here.
 #include <nccl.h>
 #include <signal.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "transports/net/ucx_api.h"
 #include "transports/transport_test_util.h"
 
 namespace loomtest {
@@ -29,6 +31,25 @@ TEST_F(NetTransport, NcclNetCarriesEveryPairBetweenHosts) {
   auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks(ownHosts()));
   ASSERT_TRUE(f.empty()) << joinFailures(f);
   expectRingTransports(4, [](int, int) { return "net/Socket"; });
+}
+
+// NCCL_NET=UCX: every collective exact between 4 hosts over each UCX transport alone, as
+// processes and as threads; the INIT lines say net/UCX.
+TEST_F(NetTransport, UcxCarriesEveryPairOverEachTransport) {
+  if (!loom::ucxBuiltIn()) GTEST_SKIP() << loom::ucxUnavailable();
+  EnvGuard net("NCCL_NET", "ucx");
+  EnvGuard dev("UCX_NET_DEVICES", "lo");
+  for (const char* tls : {"tcp", "posix", "posix,cma"}) {
+    EnvGuard t("UCX_TLS", tls);
+    clearLogs();
+    auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks(ownHosts()));
+    ASSERT_TRUE(f.empty()) << "UCX_TLS=" << tls << ": " << joinFailures(f);
+    expectRingTransports(4, [](int, int) { return "net/UCX"; });
+  }
+  EnvGuard t("UCX_TLS", "tcp");
+  EnvGuard shmOff("NCCL_SHM_DISABLE", "1");
+  auto f = runRanks(Mode::kThreads, 3, exercise, 60);
+  ASSERT_TRUE(f.empty()) << "ranks as threads: " << joinFailures(f);
 }
 
 // Threads of this process named `name` (/proc/self/task/*/comm).
@@ -89,6 +110,21 @@ TEST_F(NetTransport, ShmStillServesRanksOfOneHost) {
   expectRingTransports(4, [&](int r, int p) { return hosts[r] == hosts[p] ? "shm" : "net/Socket"; });
 }
 
+// A UCX that cannot be loaded fails the init, naming the library tried and dlerror.
+TEST_F(NetTransport, UcxThatDoesNotLoadFailsInitNamingWhy) {
+  if (!loom::ucxBuiltIn()) GTEST_SKIP() << loom::ucxUnavailable();
+  if (loom::ucxProbed()) GTEST_SKIP() << "this process loaded UCX already (CTest runs it alone)";
+  EnvGuard net("NCCL_NET", "UCX");
+  EnvGuard lib("LOOM_UCX_LIBRARY", "/nonexistent/libucp.so.0");
+  auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); },
+                    processRanks(ownHosts()));
+  ASSERT_EQ(f.size(), 2u) << "init succeeded without UCX: " << joinFailures(f);
+  for (const auto& e : f) {
+    EXPECT_NE(e.find("NCCL_NET=UCX: UCX is not loadable"), std::string::npos) << e;
+    EXPECT_NE(e.find("/nonexistent/libucp.so.0"), std::string::npos) << e;
+  }
+}
+
 TEST_F(NetTransport, UnknownBackendIsInvalidArgumentNamingWhatExists) {
   EnvGuard net("NCCL_NET", "NoSuchNet");
   auto f = runRanks(Mode::kThreads, 2, [](int, int, ncclComm_t) { return std::string(); }, 60);
@@ -116,10 +152,10 @@ TEST_F(NetTransport, RanksDisagreeingAboutNcclNetAreTold) {
 
 // A rank SIGKILLs itself in the middle of a stream of all-reduces: the others fail with
 // ncclRemoteError within seconds, naming a peer, and never hang.
-TEST_F(NetTransport, KilledPeerFailsTheOthersPromptly) {
-  EnvGuard net("NCCL_NET", "Socket");
+template <typename Options>
+void killedPeerFailsTheOthers(const std::string& backend, Options ranks) {
   const int n = 3, victim = 1;
-  auto body = [](int rank, int nranks, ncclComm_t comm) -> std::string {
+  auto body = [backend](int rank, int nranks, ncclComm_t comm) -> std::string {
     std::vector<float> v(1 << 16);
     for (int it = 0; it < 100000; ++it) {
       if (rank == victim && it == 5) raise(SIGKILL);
@@ -134,14 +170,31 @@ TEST_F(NetTransport, KilledPeerFailsTheOthersPromptly) {
       std::string msg = ncclGetLastError(comm);
       RANK_CHECK(rc == ncclRemoteError, "%s: %s", ncclGetErrorString(rc), msg.c_str());
       RANK_CHECK(sec < 10, "the failure took %.1f s: %s", sec, msg.c_str());
-      RANK_CHECK(msg.find("via net/Socket") != std::string::npos, "no peer named: %s", msg.c_str());
+      RANK_CHECK(msg.find("via net/" + backend) != std::string::npos, "no peer named: %s",
+                 msg.c_str());
       return "";
     }
     return "the victim's death went unnoticed";
   };
-  auto f = runRanks(Mode::kProcesses, n, body, processRanks(ownHosts()));
+  auto f = runRanks(Mode::kProcesses, n, body, ranks);
   ASSERT_EQ(f.size(), 1u) << joinFailures(f);
   EXPECT_EQ(f[0].rfind("rank 1: ", 0), 0u) << "only the victim should fail: " << f[0];
+}
+
+TEST_F(NetTransport, KilledPeerFailsTheOthersPromptly) {
+  EnvGuard net("NCCL_NET", "Socket");
+  killedPeerFailsTheOthers("Socket", processRanks(ownHosts()));
+}
+
+TEST_F(NetTransport, KilledPeerFailsTheOthersPromptlyOverUcx) {
+  if (!loom::ucxBuiltIn()) GTEST_SKIP() << loom::ucxUnavailable();
+  EnvGuard net("NCCL_NET", "UCX");
+  EnvGuard dev("UCX_NET_DEVICES", "lo");
+  for (const char* tls : {"tcp", "posix"}) {
+    EnvGuard t("UCX_TLS", tls);
+    killedPeerFailsTheOthers("UCX", processRanks(ownHosts()));
+    if (HasFailure()) FAIL() << "UCX_TLS=" << tls;
+  }
 }
 
 }  // namespace

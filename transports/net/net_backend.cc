@@ -8,15 +8,16 @@
 #include "transports/net/plugin_api.h"
 #include "transports/net/plugin_backend.h"
 #include "transports/net/tcp_backend.h"
+#include "transports/net/ucx_backend.h"
 
 namespace loom {
 namespace {
 
 StringKnob kNet("LOOM_NET", "NCCL_NET", "",
                 "Network backend for connections between hosts, by name (case-insensitive): "
-                "an NCCL net plugin's own name, or Socket (TCP through the generic network "
-                "pump). Empty: the first NCCL net plugin that starts, else the built-in "
-                "socket transport");
+                "an NCCL net plugin's own name, Socket (TCP through the generic network "
+                "pump) or UCX (UCP tagged messages; UCX_TLS picks its transports). Empty: "
+                "the first NCCL net plugin that starts, else the built-in socket transport");
 
 
 }  // namespace
@@ -28,6 +29,10 @@ std::vector<NetBackendSpec> netBackends() {
     all.push_back({p->name(), [p](const NetContext& c) { return makePluginNetBackend(p, c); }});
   // NCCL calls its TCP backend "Socket": NCCL_NET=Socket means the same here.
   all.push_back({"Socket", makeTcpNetBackend});
+  // UCX where it is built (NCCL offers it as a plugin); libucp is loaded only when a
+  // communicator starts the backend, which fails naming why if it cannot.
+  if (ucxBuiltIn())
+    all.push_back({"UCX", [](const NetContext& c) { return makeUcxNetBackend(c); }});
   return all;
 }
 
@@ -40,6 +45,7 @@ NetBackendSpec findNetBackend(const std::string& name) {
   }
   std::string failures;
   for (const std::string& f : processNetPlugins().failures) failures += "; " + f;
+  if (!ucxBuiltIn()) failures += "; UCX: " + ucxUnavailable();
   LOOM_THROW(kInvalidArgument, "NCCL_NET=%s: no network backend of that name; this process has: %s%s",
              name.c_str(), names.c_str(), failures.c_str());
 }

@@ -1,7 +1,6 @@
 #include "transports/net/tcp_backend.h"
 
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -14,6 +13,7 @@
 #include "base/error.h"
 #include "base/time.h"
 #include "bootstrap/wire.h"
+#include "transports/socket/hello_stream.h"
 #include "transports/socket/socket_connection.h"
 #include "transports/socket/stream_acceptor.h"
 
@@ -286,13 +286,7 @@ class TcpListenComm : public NetListenComm {
 
 // A connect in progress: each stream connects, then sends its hello, without blocking.
 struct TcpConnectStage : NetStage {
-  struct Stream {
-    Socket sock;
-    PeerHello hello;
-    bool connected = false;
-    size_t sent = 0;
-  };
-  std::vector<Stream> streams;
+  std::vector<HelloStream> streams;
   Deadline deadline = Deadline::in(60);
 };
 
@@ -362,14 +356,14 @@ class TcpBackend : public NetBackend {
     if (!stage) stage = start(h, a, who);
     auto& st = static_cast<TcpConnectStage&>(*stage);
     bool all = true;
-    for (uint32_t s = 0; s < st.streams.size(); ++s) all &= advance(st.streams[s], who);
+    for (HelloStream& s : st.streams) all &= s.advance();
     if (!all) {
       if (st.deadline.expired())
         LOOM_THROW(kRemoteError, "%s: connect timed out", who.c_str());
       return nullptr;
     }
     std::vector<Socket> socks;
-    for (auto& s : st.streams) socks.push_back(std::move(s.sock));
+    for (HelloStream& s : st.streams) socks.push_back(s.take());
     stage.reset();
     return std::make_unique<TcpSendComm>(std::move(socks), who);
   }
@@ -382,43 +376,11 @@ class TcpBackend : public NetBackend {
 
   std::unique_ptr<NetStage> start(const TcpHandle& h, const SocketAddr& a, const std::string& who) {
     auto st = std::make_unique<TcpConnectStage>();
-    for (uint32_t s = 0; s < h.nstreams; ++s) {
-      int fd = ::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-      if (fd < 0) throwErrno("%s: socket", who.c_str());
-      TcpConnectStage::Stream str;
-      str.sock = Socket(fd);
-      str.hello = makePeerHello(ctx_.job, kKindNet, ctx_.rank, h.rank,
-                                StreamAcceptor::streamId(h.connId, s));
-      // Completion (even an immediate one) is seen by advance(), which polls for it.
-      if (::connect(fd, a.sa(), a.len) != 0 && errno != EINPROGRESS)
-        LOOM_THROW(kRemoteError, "%s: connect failed: %s", who.c_str(), strerror(errno));
-      st->streams.push_back(std::move(str));
-    }
+    for (uint32_t s = 0; s < h.nstreams; ++s)
+      st->streams.emplace_back(a, makePeerHello(ctx_.job, kKindNet, ctx_.rank, h.rank,
+                                                StreamAcceptor::streamId(h.connId, s)),
+                               who);
     return st;
-  }
-
-  // One step of one stream's connect; true once its hello is fully sent.
-  bool advance(TcpConnectStage::Stream& s, const std::string& who) {
-    if (!s.connected) {
-      pollfd p{s.sock.fd(), POLLOUT, 0};
-      if (::poll(&p, 1, 0) <= 0) return false;
-      int err = 0;
-      socklen_t len = sizeof(err);
-      getsockopt(s.sock.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
-      // The listener was up before its handle was published: refused means it is gone.
-      if (err != 0)
-        LOOM_THROW(kRemoteError, "%s: connect failed: %s", who.c_str(), strerror(err));
-      s.connected = true;
-      s.sock.setNoDelay();
-      s.sock.setLivenessTimeout();
-    }
-    while (s.sent < sizeof(s.hello)) {
-      size_t n = s.sock.trySend(reinterpret_cast<const char*>(&s.hello) + s.sent,
-                                sizeof(s.hello) - s.sent, who.c_str());
-      if (n == 0) return false;
-      s.sent += n;
-    }
-    return true;
   }
 
   NetContext ctx_;

@@ -1,0 +1,641 @@
+#include "transports/net/ucx_backend.h"
+
+#include "base/error.h"
+
+#ifdef LOOM_UCX_HEADERS
+#include <netinet/in.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "base/time.h"
+#include "bootstrap/wire.h"
+#include "transports/socket/hello_stream.h"
+#include "transports/socket/stream_acceptor.h"
+
+namespace loom {
+namespace {
+
+constexpr uint16_t kKindUcx = 5;               // PeerHello kind of a UCX control stream
+constexpr uint32_t kHandleMagic = 0x4c554358;  // "LUCX"
+constexpr uint32_t kAddressMagic = 0x4c554341;
+constexpr uint64_t kGoodbyeMagic = 0x4c55435842594521ull;
+constexpr int kMaxRequests = 32;  // per comm, as NCCL_NET_MAX_REQUESTS
+constexpr uint32_t kMaxAddressBytes = 64 << 10;
+constexpr double kCloseSec = 2;  // a closing comm waits this long for its sends
+
+struct UcxHandle {
+  uint32_t magic;
+  int32_t rank;  // the listening rank: hellos are addressed to it
+  uint64_t connId;
+  uint32_t addrLen;
+  uint8_t addr[sizeof(sockaddr_in6)];
+};
+static_assert(sizeof(UcxHandle) <= kNetHandleBytes);
+
+// On a control stream: the receiver's worker address first, the sender's goodbye last.
+struct AddressHeader {
+  uint32_t magic;
+  uint32_t bytes;
+};
+struct Goodbye {
+  uint64_t magic;
+  uint64_t sent;  // messages the sender posted; none after them will come
+};
+
+// One backend's UCP context and worker, shared by its comms. UCP calls are serialised
+// by `mu` (the worker is UCS_THREAD_MODE_SERIALIZED): the proxy thread pumps comms
+// while the init thread may be accepting others.
+struct Worker {
+  explicit Worker(const UcxApi& a) : api(a) {}
+  ~Worker() {
+    // Endpoints still closing get a bounded while to finish, then are forced.
+    Deadline d = Deadline::in(kCloseSec);
+    while (!closing.empty() && !d.expired()) progress();
+    for (Closing& c : closing) {
+      if (UCS_PTR_IS_PTR(c.req)) api.requestFree(c.req);
+      if (c.flushing) c.req = close(c.ep, c.peerMode);
+      if (UCS_PTR_IS_PTR(c.req)) api.requestFree(c.req);
+    }
+    if (worker) api.workerDestroy(worker);
+    if (context) api.cleanup(context);
+  }
+  void progress() {
+    while (api.workerProgress(worker) != 0) {
+    }
+    advanceClosing();
+  }
+  // Takes over a send comm's endpoint: flushed first where `flush` (what was sent has
+  // reached the receiver; that needs the receiver's worker, so it is not waited for),
+  // then closed.
+  void retire(ucp_ep_h ep, bool flush, bool peerMode) {
+    ucp_request_param_t p{};
+    if (flush)
+      closing.push_back({ep, api.epFlushNbx(ep, &p), true, peerMode});
+    else
+      closing.push_back({ep, close(ep, peerMode), false, peerMode});
+    advanceClosing();
+  }
+
+  const UcxApi& api;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::vector<uint8_t> address;
+  std::mutex mu;
+  // Endpoints' error states: kept for the worker's life, since UCP may report an
+  // endpoint's error while it closes.
+  std::vector<std::unique_ptr<std::pair<bool, ucs_status_t>>> epErrors;
+
+ private:
+  struct Closing {
+    ucp_ep_h ep;
+    ucs_status_ptr_t req;  // the flush, then the close, in progress
+    bool flushing;
+    bool peerMode;
+  };
+  // Forced in error mode "peer" (a flushing close would wait for the receiver's worker);
+  // UCP allows that only there.
+  ucs_status_ptr_t close(ucp_ep_h ep, bool peerMode) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = peerMode ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    return api.epCloseNbx(ep, &p);
+  }
+  void advanceClosing() {
+    for (size_t i = 0; i < closing.size();) {
+      Closing& c = closing[i];
+      if (UCS_PTR_IS_PTR(c.req)) {
+        if (api.requestCheckStatus(c.req) == UCS_INPROGRESS) {
+          ++i;
+          continue;
+        }
+        api.requestFree(c.req);
+      }
+      if (c.flushing) {
+        c.flushing = false;
+        c.req = close(c.ep, c.peerMode);
+        continue;  // look at the close at once
+      }
+      closing.erase(closing.begin() + static_cast<long>(i));
+    }
+  }
+  std::vector<Closing> closing;
+};
+
+struct UcxRequest : NetRequest {
+  void* ucx = nullptr;  // UCP's request; null once complete
+  bool busy = false;    // handed out and not yet reported complete
+  uint64_t seq = 0;
+  size_t bytes = 0;
+  ucp_tag_recv_info_t info{};
+};
+
+// What both directions share: the worker, the control stream, the request slots.
+class UcxComm {
+ protected:
+  UcxComm(std::shared_ptr<Worker> w, Socket control, uint64_t tag, std::string who)
+      : w_(std::move(w)), api_(w_->api), control_(std::move(control)), tag_(tag),
+        who_(std::move(who)) {
+    control_.setNonBlocking(true);
+  }
+
+  UcxRequest* slot() {
+    for (UcxRequest& r : reqs_)
+      if (!r.busy) return &r;
+    return nullptr;
+  }
+  UcxRequest* check(NetRequest* req) {
+    auto* r = static_cast<UcxRequest*>(req);
+    if (r < reqs_ || r >= reqs_ + kMaxRequests || !r->busy)
+      LOOM_THROW(kInternalError, "%s: tested a request that is not in flight on this comm",
+                 who_.c_str());
+    return r;
+  }
+  bool pending() const {
+    for (const UcxRequest& r : reqs_)
+      if (r.ucx) return true;
+    return false;
+  }
+  // Reads what the control stream holds, at most every millisecond: `into` (if any)
+  // fills with the peer's goodbye; true once the peer has closed the stream.
+  bool pollControl(Goodbye* into, size_t* have) {
+    uint64_t now = nowNs();
+    if (now - lastPoll_ < 1000000) return eof_;
+    lastPoll_ = now;
+    while (!eof_) {
+      // Past the goodbye (or with none due) only the end of the stream may come.
+      char scratch[sizeof(Goodbye)];
+      bool full = !into || *have == sizeof(Goodbye);
+      char* at = full ? scratch : reinterpret_cast<char*>(into) + *have;
+      size_t room = full ? sizeof(scratch) : sizeof(Goodbye) - *have;
+      bool eof = false;
+      size_t n;
+      try {
+        n = control_.tryRecv(at, room, who_.c_str(), &eof);
+      } catch (const Error&) {
+        eof = true;  // reset: the peer's process is gone
+        n = 0;
+      }
+      if (eof) eof_ = true;
+      if (n == 0) break;
+      if (full)
+        LOOM_THROW(kRemoteError, "%s: unexpected data on the control stream", who_.c_str());
+      *have += n;
+    }
+    return eof_;
+  }
+
+  std::shared_ptr<Worker> w_;
+  const UcxApi& api_;
+  Socket control_;
+  uint64_t tag_;
+  std::string who_;
+  UcxRequest reqs_[kMaxRequests];
+  uint64_t posted_ = 0;
+  uint64_t lastPoll_ = 0;
+  bool eof_ = false;
+};
+
+class UcxMr : public NetMr {};
+
+std::unique_ptr<NetMr> hostOnly(NetMemType type, const std::string& who) {
+  if (type != NetMemType::kHost)
+    LOOM_THROW(kInvalidUsage, "%s: the UCX backend moves host memory only (CUDA memory needs "
+               "the CUDA executor, not built yet)", who.c_str());
+  return std::make_unique<UcxMr>();
+}
+
+class UcxSendComm : public NetSendComm, UcxComm {
+ public:
+  UcxSendComm(std::shared_ptr<Worker> w, ucp_ep_h ep, bool peerMode,
+              std::pair<bool, ucs_status_t>* err, Socket control, uint64_t tag, std::string who)
+      : UcxComm(std::move(w), std::move(control), tag, std::move(who)), ep_(ep),
+        peerMode_(peerMode), err_(err) {}
+
+  ~UcxSendComm() override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    // Sends in flight may finish (bounded); then the worker flushes and closes the
+    // endpoint in its own time, so a close never waits on the receiver.
+    Deadline d = Deadline::in(kCloseSec);
+    try {
+      while (pending() && !err_->first && !d.expired()) {
+        w_->progress();
+        for (UcxRequest& r : reqs_) reap(r);
+      }
+    } catch (const Error&) {
+      // A send failed: the endpoint is closed as it is.
+    }
+    bool clean = !err_->first && !pending();
+    for (UcxRequest& r : reqs_)
+      if (r.ucx) api_.requestFree(r.ucx);  // UCP releases it when it completes
+    w_->retire(ep_, clean, peerMode_);
+    Goodbye g{kGoodbyeMagic, posted_};
+    try {
+      control_.setNonBlocking(false);
+      control_.sendAll(&g, sizeof(g), Deadline::in(1), who_.c_str());
+    } catch (const Error&) {
+      // The receiver is gone already: nothing to tell.
+    }
+  }
+
+  std::unique_ptr<NetMr> regMr(void*, size_t, NetMemType type) override {
+    return hostOnly(type, who_);
+  }
+
+  NetRequest* isend(const void* data, size_t bytes, int, NetMr*) override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    failIfBroken();
+    UcxRequest* r = slot();
+    if (!r) return nullptr;
+    ucp_request_param_t p{};  // contiguous bytes, no callback: test() polls
+    ucs_status_ptr_t s = api_.tagSendNbx(ep_, data, bytes, tag_, &p);
+    if (UCS_PTR_IS_ERR(s))
+      LOOM_THROW(kRemoteError, "%s: ucp_tag_send_nbx failed: %s", who_.c_str(),
+                 api_.statusText(UCS_PTR_STATUS(s)).c_str());
+    r->ucx = s;  // null: already complete
+    r->busy = true;
+    r->seq = posted_++;
+    r->bytes = bytes;
+    return r;
+  }
+
+  bool test(NetRequest* req, size_t* bytes) override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    UcxRequest* r = check(req);
+    if (r->ucx) {
+      w_->progress();
+      if (!reap(*r)) {
+        failIfBroken();
+        return false;
+      }
+    }
+    r->busy = false;
+    *bytes = r->bytes;
+    return true;
+  }
+
+ private:
+  // True once `r` is complete; throws if it failed.
+  bool reap(UcxRequest& r) {
+    if (!r.ucx) return true;
+    ucs_status_t s = api_.requestCheckStatus(r.ucx);
+    if (s == UCS_INPROGRESS) return false;
+    api_.requestFree(r.ucx);
+    r.ucx = nullptr;
+    if (s != UCS_OK)
+      LOOM_THROW(kRemoteError, "%s: a send failed: %s (the receiver's process exited or its "
+                 "host is unreachable)", who_.c_str(), api_.statusText(s).c_str());
+    return true;
+  }
+
+  void failIfBroken() {
+    if (err_->first)
+      LOOM_THROW(kRemoteError, "%s: the endpoint failed: %s (the receiver's process exited or "
+                 "its host is unreachable)", who_.c_str(), api_.statusText(err_->second).c_str());
+    // The receiver never writes on the control stream: its end closing means it is gone.
+    if (pollControl(nullptr, nullptr))
+      LOOM_THROW(kRemoteError, "%s: the receiver closed the connection (process exited?)",
+                 who_.c_str());
+  }
+
+  void wait(ucs_status_ptr_t req, const Deadline& d) {
+    if (!UCS_PTR_IS_PTR(req)) return;
+    while (api_.requestCheckStatus(req) == UCS_INPROGRESS && !d.expired()) w_->progress();
+    api_.requestFree(req);
+  }
+
+  ucp_ep_h ep_;
+  bool peerMode_;
+  std::pair<bool, ucs_status_t>* err_;  // owned by the worker
+};
+
+class UcxRecvComm : public NetRecvComm, UcxComm {
+ public:
+  UcxRecvComm(std::shared_ptr<Worker> w, Socket control, uint64_t tag, std::string who)
+      : UcxComm(std::move(w), std::move(control), tag, std::move(who)) {}
+
+  ~UcxRecvComm() override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    // Receives still posted are cancelled; UCP must be done with their buffers before
+    // the caller frees them.
+    for (UcxRequest& r : reqs_)
+      if (r.ucx) api_.requestCancel(w_->worker, r.ucx);
+    Deadline d = Deadline::in(kCloseSec);
+    for (UcxRequest& r : reqs_) {
+      if (!r.ucx) continue;
+      while (api_.requestCheckStatus(r.ucx) == UCS_INPROGRESS && !d.expired()) w_->progress();
+      api_.requestFree(r.ucx);
+    }
+  }
+
+  std::unique_ptr<NetMr> regMr(void*, size_t, NetMemType type) override {
+    return hostOnly(type, who_);
+  }
+
+  NetRequest* irecv(void* data, size_t capacity, int, NetMr*) override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    UcxRequest* r = slot();
+    if (!r) return nullptr;
+    r->info = {};
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // always a request, tested for its size
+    ucs_status_ptr_t s = api_.tagRecvNbx(w_->worker, data, capacity, tag_, ~ucp_tag_t{0}, &p);
+    if (UCS_PTR_IS_ERR(s))
+      LOOM_THROW(kInternalError, "%s: ucp_tag_recv_nbx failed: %s", who_.c_str(),
+                 api_.statusText(UCS_PTR_STATUS(s)).c_str());
+    r->ucx = s;
+    r->busy = true;
+    r->seq = posted_++;
+    r->bytes = capacity;
+    return r;
+  }
+
+  // Host memory that UCP wrote: nothing to flush.
+  NetRequest* iflush(void*, size_t, NetMr*) override { return nullptr; }
+
+  bool test(NetRequest* req, size_t* bytes) override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    UcxRequest* r = check(req);
+    if (r->ucx) {
+      w_->progress();
+      ucs_status_t s = api_.tagRecvRequestTest(r->ucx, &r->info);
+      if (s == UCS_INPROGRESS) {
+        checkSender(*r);
+        return false;
+      }
+      api_.requestFree(r->ucx);
+      r->ucx = nullptr;
+      if (s == UCS_ERR_MESSAGE_TRUNCATED)
+        LOOM_THROW(kRemoteError, "%s: a message larger than its %zu-byte receive arrived",
+                   who_.c_str(), r->bytes);
+      if (s != UCS_OK)
+        LOOM_THROW(kRemoteError, "%s: a receive failed: %s", who_.c_str(),
+                   api_.statusText(s).c_str());
+    }
+    r->busy = false;
+    *bytes = r->info.length;
+    return true;
+  }
+
+ private:
+  // A receive its sender will never match fails: the goodbye says how many messages came
+  // (later receives fail; earlier ones are on their way); a stream closed without one
+  // means the sender's process died.
+  void checkSender(const UcxRequest& r) {
+    if (!pollControl(&bye_, &byeBytes_)) return;
+    bool said = byeBytes_ == sizeof(bye_) && bye_.magic == kGoodbyeMagic;
+    if (said && r.seq < bye_.sent) return;
+    if (said)
+      LOOM_THROW(kRemoteError, "%s: the peer closed the connection after its %llu messages",
+                 who_.c_str(), static_cast<unsigned long long>(bye_.sent));
+    LOOM_THROW(kRemoteError, "%s: the peer's connection closed without a goodbye (process "
+               "exited?)", who_.c_str());
+  }
+
+  Goodbye bye_{};
+  size_t byeBytes_ = 0;
+};
+
+class UcxListenComm : public NetListenComm {
+ public:
+  UcxListenComm(std::shared_ptr<Worker> w, StreamAcceptor& acceptor, uint64_t connId,
+                std::string who)
+      : w_(std::move(w)), acceptor_(acceptor), connId_(connId), who_(std::move(who)) {}
+
+  std::unique_ptr<NetRecvComm> accept(std::unique_ptr<NetStage>&) override {
+    auto got = acceptor_.tryTake(-1, connId_, 1, 0);
+    if (!got) return nullptr;
+    Socket s = std::move((*got)[0]);
+    std::string who = strprintf("%s from %s", who_.c_str(), s.peer().str().c_str());
+    // The worker's address, for the sender's endpoint: small enough for a fresh
+    // socket's buffer, so this does not wait on the peer.
+    AddressHeader h{kAddressMagic, static_cast<uint32_t>(w_->address.size())};
+    s.setNonBlocking(false);
+    s.sendAll(&h, sizeof(h), Deadline::in(10), who.c_str());
+    s.sendAll(w_->address.data(), w_->address.size(), Deadline::in(10), who.c_str());
+    return std::make_unique<UcxRecvComm>(w_, std::move(s), connId_, who);
+  }
+  bool mayStillArrive() const override { return acceptor_.busy(); }
+
+ private:
+  std::shared_ptr<Worker> w_;
+  StreamAcceptor& acceptor_;
+  uint64_t connId_;
+  std::string who_;
+};
+
+// A connect in progress: the control stream's hello, then the listener's worker address.
+struct UcxConnectStage : NetStage {
+  explicit UcxConnectStage(HelloStream s) : stream(std::move(s)) {}
+  HelloStream stream;
+  bool helloSent = false;
+  Socket sock;
+  AddressHeader header{};
+  size_t got = 0;  // bytes of header + address read
+  std::vector<uint8_t> address;
+  Deadline deadline = Deadline::in(60);
+};
+
+void onEpError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* e = static_cast<std::pair<bool, ucs_status_t>*>(arg);
+  e->first = true;
+  e->second = status;
+}
+
+class UcxBackend : public NetBackend {
+ public:
+  UcxBackend(const NetContext& ctx, const UcxApi& api, const UcxConfig& config)
+      : ctx_(ctx), w_(std::make_shared<Worker>(api)) {
+    ucp_config_t* cfg = nullptr;
+    check(api.configRead(nullptr, nullptr, &cfg), "ucp_config_read");
+    for (const auto& [name, value] : config) {
+      ucs_status_t s = api.configModify(cfg, name.c_str(), value.c_str());
+      if (s != UCS_OK) {
+        api.configRelease(cfg);
+        LOOM_THROW(kInvalidArgument, "rank %d: UCX: UCX_%s=%s is not accepted: %s", ctx_.rank,
+                   name.c_str(), value.c_str(), api.statusText(s).c_str());
+      }
+    }
+    ucp_params_t p{};
+    p.field_mask = UCP_PARAM_FIELD_FEATURES;
+    p.features = UCP_FEATURE_TAG;
+    ucs_status_t s = api.initVersion(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &w_->context);
+    api.configRelease(cfg);
+    check(s, "ucp_init");
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    check(api.workerCreate(w_->context, &wp, &w_->worker), "ucp_worker_create");
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    check(api.workerGetAddress(w_->worker, &addr, &len), "ucp_worker_get_address");
+    w_->address.assign(reinterpret_cast<uint8_t*>(addr), reinterpret_cast<uint8_t*>(addr) + len);
+    api.workerReleaseAddress(w_->worker, addr);
+  }
+
+  int devices() override { return 1; }
+
+  NetProperties properties(int dev) override {
+    checkDev(dev);
+    NetProperties p;
+    p.name = ctx_.iface.name.empty() ? ctx_.iface.addr.str() : ctx_.iface.name;
+    p.ptrSupport = kNetPtrHost;
+    p.speedMbps = 10000;
+    p.maxRecvs = 1;
+    return p;
+  }
+
+  std::unique_ptr<NetListenComm> listen(int dev, NetHandle* handle) override {
+    checkDev(dev);
+    if (!acceptor_) {
+      SocketAddr a = ctx_.iface.addr;
+      a.setPort(0);
+      acceptor_ = std::make_unique<StreamAcceptor>(ctx_.job, ctx_.rank, ctx_.nranks, a, kKindUcx,
+                                                   "UCX control listener");
+    }
+    UcxHandle h{};
+    h.magic = kHandleMagic;
+    h.rank = ctx_.rank;
+    h.connId = nextConnId_++;
+    const SocketAddr& a = acceptor_->addr();
+    if (a.len > sizeof(h.addr))
+      LOOM_THROW(kInternalError, "rank %d: a %u-byte listener address does not fit a UCX handle",
+                 ctx_.rank, static_cast<unsigned>(a.len));
+    h.addrLen = a.len;
+    memcpy(h.addr, &a.storage, a.len);
+    memset(handle->bytes, 0, sizeof(handle->bytes));
+    memcpy(handle->bytes, &h, sizeof(h));
+    return std::make_unique<UcxListenComm>(
+        w_, *acceptor_, h.connId,
+        strprintf("rank %d UCX net connection #%llu", ctx_.rank,
+                  static_cast<unsigned long long>(h.connId)));
+  }
+
+  std::unique_ptr<NetSendComm> connect(int dev, const NetHandle& handle,
+                                       std::unique_ptr<NetStage>& stage) override {
+    checkDev(dev);
+    UcxHandle h;
+    memcpy(&h, handle.bytes, sizeof(h));
+    SocketAddr a;
+    bool ok = h.magic == kHandleMagic && h.rank >= 0 && h.rank < ctx_.nranks &&
+              h.addrLen <= sizeof(h.addr) && h.addrLen >= sizeof(sa_family_t);
+    if (ok) {
+      memcpy(&a.storage, h.addr, h.addrLen);
+      a.len = h.addrLen;
+      ok = (a.family() == AF_INET && a.len == sizeof(sockaddr_in)) ||
+           (a.family() == AF_INET6 && a.len == sizeof(sockaddr_in6));
+    }
+    if (!ok) LOOM_THROW(kRemoteError, "rank %d: malformed UCX net handle", ctx_.rank);
+    std::string who = strprintf("rank %d UCX net connection #%llu to rank %d at %s", ctx_.rank,
+                                static_cast<unsigned long long>(h.connId), h.rank,
+                                a.str().c_str());
+    if (!stage)
+      stage = std::make_unique<UcxConnectStage>(HelloStream(
+          a, makePeerHello(ctx_.job, kKindUcx, ctx_.rank, h.rank, StreamAcceptor::streamId(h.connId, 0)),
+          who));
+    auto& st = static_cast<UcxConnectStage&>(*stage);
+    if (!readAddress(st, who)) {
+      if (st.deadline.expired()) LOOM_THROW(kRemoteError, "%s: connect timed out", who.c_str());
+      return nullptr;
+    }
+    std::lock_guard<std::mutex> lk(w_->mu);
+    w_->epErrors.push_back(std::make_unique<std::pair<bool, ucs_status_t>>(false, UCS_OK));
+    auto* err = w_->epErrors.back().get();
+    // Error mode "peer" where the transports support it (tcp, verbs); shared memory in
+    // UCX 1.13 has no peer failure handler, and the control stream tells of a dead peer
+    // there instead.
+    ucp_ep_h e = nullptr;
+    ucs_status_t s = UCS_ERR_UNREACHABLE;
+    bool peerMode = false;
+    for (ucp_err_handling_mode_t mode : {UCP_ERR_HANDLING_MODE_PEER, UCP_ERR_HANDLING_MODE_NONE}) {
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(st.address.data());
+      ep.err_mode = mode;
+      ep.err_handler.cb = onEpError;
+      ep.err_handler.arg = err;
+      peerMode = mode == UCP_ERR_HANDLING_MODE_PEER;
+      if (peerMode)  // may well be unreachable: not worth UCX's ERROR line
+        w_->api.quietly([&] { s = w_->api.epCreate(w_->worker, &ep, &e); });
+      else
+        s = w_->api.epCreate(w_->worker, &ep, &e);
+      if (s != UCS_ERR_UNREACHABLE) break;
+    }
+    if (s != UCS_OK)
+      LOOM_THROW(kRemoteError, "%s: ucp_ep_create failed: %s (no UCX transport reaches the "
+                 "peer? check UCX_TLS and UCX_NET_DEVICES)", who.c_str(),
+                 w_->api.statusText(s).c_str());
+    Socket sock = std::move(st.sock);
+    stage.reset();
+    return std::make_unique<UcxSendComm>(w_, e, peerMode, err, std::move(sock), h.connId, who);
+  }
+
+ private:
+  void checkDev(int dev) const {
+    if (dev != 0)
+      LOOM_THROW(kInvalidArgument, "UCX net backend: device %d does not exist (it has 1)", dev);
+  }
+
+  void check(ucs_status_t s, const char* call) {
+    if (s != UCS_OK)
+      LOOM_THROW(kSystemError, "rank %d: UCX %s: %s failed: %s", ctx_.rank,
+                 w_->api.version.c_str(), call, w_->api.statusText(s).c_str());
+  }
+
+  // One step of reading the listener's worker address; true once it is all here.
+  bool readAddress(UcxConnectStage& st, const std::string& who) {
+    if (!st.helloSent) {
+      if (!st.stream.advance()) return false;
+      st.helloSent = true;
+      st.sock = st.stream.take();
+    }
+    constexpr size_t hb = sizeof(AddressHeader);
+    while (st.got < hb) {
+      size_t n = st.sock.tryRecv(reinterpret_cast<char*>(&st.header) + st.got, hb - st.got,
+                                 who.c_str());
+      if (n == 0) return false;
+      st.got += n;
+      if (st.got == hb) {
+        if (st.header.magic != kAddressMagic || st.header.bytes == 0 ||
+            st.header.bytes > kMaxAddressBytes)
+          LOOM_THROW(kRemoteError, "%s: the listener sent no valid UCX worker address",
+                     who.c_str());
+        st.address.resize(st.header.bytes);
+      }
+    }
+    while (st.got < hb + st.address.size()) {
+      size_t n = st.sock.tryRecv(st.address.data() + (st.got - hb),
+                                 st.address.size() - (st.got - hb), who.c_str());
+      if (n == 0) return false;
+      st.got += n;
+    }
+    return true;
+  }
+
+  NetContext ctx_;
+  std::shared_ptr<Worker> w_;
+  std::unique_ptr<StreamAcceptor> acceptor_;  // made by the first listen()
+  uint64_t nextConnId_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig& config) {
+  std::string why;
+  const UcxApi* api = ucxApi(&why);
+  if (!api) LOOM_THROW(kSystemError, "rank %d: NCCL_NET=UCX: %s", ctx.rank, why.c_str());
+  return std::make_unique<UcxBackend>(ctx, *api, config);
+}
+
+}  // namespace loom
+
+#else
+
+namespace loom {
+std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig&) {
+  LOOM_THROW(kSystemError, "rank %d: NCCL_NET=UCX: %s", ctx.rank, ucxUnavailable().c_str());
+}
+}  // namespace loom
+
+#endif
