@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/time.h"
 #include "bootstrap/wire.h"
+#include "transports/net/listener.h"
 #include "transports/socket/hello_stream.h"
 #include "transports/socket/socket_connection.h"
 #include "transports/socket/stream_acceptor.h"
@@ -29,9 +30,8 @@ struct TcpHandle {
   uint32_t magic;
   uint32_t nstreams;
   int32_t rank;  // the listening rank: hellos are addressed to it
-  uint32_t addrLen;
   uint64_t connId;
-  uint8_t addr[sizeof(sockaddr_in6)];
+  HandleAddr addr;  // the listener's
 };
 static_assert(sizeof(TcpHandle) <= kNetHandleBytes);
 
@@ -298,34 +298,18 @@ class TcpBackend : public NetBackend {
 
   NetProperties properties(int dev) override {
     checkDev(dev);
-    NetProperties p;
-    p.name = ctx_.iface.name.empty() ? ctx_.iface.addr.str() : ctx_.iface.name;
-    p.ptrSupport = kNetPtrHost;
-    p.speedMbps = 10000;
-    p.latencyUs = 0;
-    p.maxRecvs = 1;
-    return p;
+    return bootstrapIfaceProperties(ctx_);
   }
 
   std::unique_ptr<NetListenComm> listen(int dev, NetHandle* handle) override {
     checkDev(dev);
-    if (!acceptor_) {
-      SocketAddr a = ctx_.iface.addr;
-      a.setPort(0);
-      acceptor_ = std::make_unique<StreamAcceptor>(ctx_.job, ctx_.rank, ctx_.nranks, a, kKindNet,
-                                                   "net listener");
-    }
+    if (!acceptor_) acceptor_ = makeNetAcceptor(ctx_, kKindNet, "net listener");
     TcpHandle h{};
     h.magic = kHandleMagic;
     h.nstreams = static_cast<uint32_t>(SocketConnection::streamCount());
     h.rank = ctx_.rank;
     h.connId = nextConnId_++;
-    const SocketAddr& a = acceptor_->addr();
-    h.addrLen = a.len;
-    if (a.len > sizeof(h.addr))
-      LOOM_THROW(kInternalError, "rank %d: a %u-byte listener address does not fit a TCP handle",
-                 ctx_.rank, static_cast<unsigned>(a.len));
-    memcpy(h.addr, &a.storage, a.len);
+    h.addr.set(acceptor_->addr(), ctx_.rank);
     memset(handle->bytes, 0, sizeof(handle->bytes));
     memcpy(handle->bytes, &h, sizeof(h));
     return std::make_unique<TcpListenComm>(
@@ -342,13 +326,7 @@ class TcpBackend : public NetBackend {
     SocketAddr a;
     bool ok = h.magic == kHandleMagic && h.nstreams >= 1 &&
               h.nstreams <= StreamAcceptor::kMaxStreams && h.rank >= 0 && h.rank < ctx_.nranks &&
-              h.addrLen <= sizeof(h.addr) && h.addrLen >= sizeof(sa_family_t);
-    if (ok) {
-      memcpy(&a.storage, h.addr, h.addrLen);
-      a.len = h.addrLen;
-      ok = (a.family() == AF_INET && a.len == sizeof(sockaddr_in)) ||
-           (a.family() == AF_INET6 && a.len == sizeof(sockaddr_in6));
-    }
+              h.addr.get(&a);
     if (!ok) LOOM_THROW(kRemoteError, "rank %d: malformed TCP net handle", ctx_.rank);
     std::string who = strprintf("rank %d TCP net connection #%llu to rank %d at %s", ctx_.rank,
                                 static_cast<unsigned long long>(h.connId), h.rank,

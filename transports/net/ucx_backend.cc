@@ -10,6 +10,7 @@
 
 #include "base/time.h"
 #include "bootstrap/wire.h"
+#include "transports/net/listener.h"
 #include "transports/socket/hello_stream.h"
 #include "transports/socket/stream_acceptor.h"
 
@@ -28,8 +29,7 @@ struct UcxHandle {
   uint32_t magic;
   int32_t rank;  // the listening rank: hellos are addressed to it
   uint64_t connId;
-  uint32_t addrLen;
-  uint8_t addr[sizeof(sockaddr_in6)];
+  HandleAddr addr;  // the listener's
 };
 static_assert(sizeof(UcxHandle) <= kNetHandleBytes);
 
@@ -477,32 +477,17 @@ class UcxBackend : public NetBackend {
 
   NetProperties properties(int dev) override {
     checkDev(dev);
-    NetProperties p;
-    p.name = ctx_.iface.name.empty() ? ctx_.iface.addr.str() : ctx_.iface.name;
-    p.ptrSupport = kNetPtrHost;
-    p.speedMbps = 10000;
-    p.maxRecvs = 1;
-    return p;
+    return bootstrapIfaceProperties(ctx_);
   }
 
   std::unique_ptr<NetListenComm> listen(int dev, NetHandle* handle) override {
     checkDev(dev);
-    if (!acceptor_) {
-      SocketAddr a = ctx_.iface.addr;
-      a.setPort(0);
-      acceptor_ = std::make_unique<StreamAcceptor>(ctx_.job, ctx_.rank, ctx_.nranks, a, kKindUcx,
-                                                   "UCX control listener");
-    }
+    if (!acceptor_) acceptor_ = makeNetAcceptor(ctx_, kKindUcx, "UCX control listener");
     UcxHandle h{};
     h.magic = kHandleMagic;
     h.rank = ctx_.rank;
     h.connId = nextConnId_++;
-    const SocketAddr& a = acceptor_->addr();
-    if (a.len > sizeof(h.addr))
-      LOOM_THROW(kInternalError, "rank %d: a %u-byte listener address does not fit a UCX handle",
-                 ctx_.rank, static_cast<unsigned>(a.len));
-    h.addrLen = a.len;
-    memcpy(h.addr, &a.storage, a.len);
+    h.addr.set(acceptor_->addr(), ctx_.rank);
     memset(handle->bytes, 0, sizeof(handle->bytes));
     memcpy(handle->bytes, &h, sizeof(h));
     return std::make_unique<UcxListenComm>(
@@ -517,14 +502,7 @@ class UcxBackend : public NetBackend {
     UcxHandle h;
     memcpy(&h, handle.bytes, sizeof(h));
     SocketAddr a;
-    bool ok = h.magic == kHandleMagic && h.rank >= 0 && h.rank < ctx_.nranks &&
-              h.addrLen <= sizeof(h.addr) && h.addrLen >= sizeof(sa_family_t);
-    if (ok) {
-      memcpy(&a.storage, h.addr, h.addrLen);
-      a.len = h.addrLen;
-      ok = (a.family() == AF_INET && a.len == sizeof(sockaddr_in)) ||
-           (a.family() == AF_INET6 && a.len == sizeof(sockaddr_in6));
-    }
+    bool ok = h.magic == kHandleMagic && h.rank >= 0 && h.rank < ctx_.nranks && h.addr.get(&a);
     if (!ok) LOOM_THROW(kRemoteError, "rank %d: malformed UCX net handle", ctx_.rank);
     std::string who = strprintf("rank %d UCX net connection #%llu to rank %d at %s", ctx_.rank,
                                 static_cast<unsigned long long>(h.connId), h.rank,
