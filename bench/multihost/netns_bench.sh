@@ -13,9 +13,14 @@
 #     --reps N            repetitions of every variant (default 5)
 #     --rate RATE         shape every veth with tc tbf, e.g. 10gbit, to emulate a datacenter
 #                         link (default: unshaped, as fast as the kernel moves TCP)
-#     --variant NAME:ENV  a variant, e.g. 'ring:NCCL_ALGO=Ring' or 'hier:LOOM_ALGO=hierarchical'
+#     --variant NAME:ENV  a variant, e.g. 'ring:NCCL_ALGO=Ring' or 'ucx:NCCL_NET=UCX UCX_TLS=tcp'
 #                         (ENV: space-separated VAR=VALUE, may be empty); repeatable; default:
 #                         'ring:NCCL_ALGO=Ring' and 'default:' (the library's own choice)
+#     --mpi NAME:ARGS     an Open MPI variant: bench/compare/mpi_allreduce.c (MPI_Allreduce,
+#                         float sum) under mpirun with these extra arguments, e.g.
+#                         'ompi-tcp:--mca pml ob1 --mca btl self,vader,tcp'; mpirun runs in host
+#                         0's namespace and starts its daemons in the others through an "ssh"
+#                         that enters the namespace; repeatable, alternating with the others
 #     -b/-e/-f/-n/-w      passed to all_reduce_perf (default -b 1M -e 128M -f 4 -n 20 -w 5)
 #
 # Needs root (namespaces, tc). Everything it creates is named lmb<pid>-* and removed on exit;
@@ -38,8 +43,9 @@ while (($#)); do
     --reps) reps="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
     --variant) variants+=("$2"); shift 2 ;;
+    --mpi) variants+=("${2%%:*}:@mpi ${2#*:}"); shift 2 ;;
     -b|-e|-f|-n|-w) custom_args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -63,7 +69,7 @@ cleanup() {
   local mine=()
   mapfile -t mine < <(ip netns list | awk '{print $1}' | grep "^$prefix" || true)
   if ((${#mine[@]})); then remove_ns "${mine[@]}"; fi
-  rm -rf "$work"
+  [[ -n "${LOOM_BENCH_KEEP:-}" ]] || rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
@@ -121,8 +127,48 @@ run_variant() {
       print v, $1, $8 }' "$out.0" >>"$work/results" || die "variant $name: wrong results"
 }
 
+# Open MPI variants: mpi_allreduce over the sizes all_reduce_perf's -b/-e/-f/-n/-w give.
+mpi_setup() {
+  command -v mpicc >/dev/null && command -v mpirun >/dev/null ||
+    die "--mpi needs Open MPI (apt-get install openmpi-bin libopenmpi-dev)"
+  mpicc -O2 -o "$work/mpi_allreduce" "$repo/bench/compare/mpi_allreduce.c" || die "mpicc failed"
+  local b=1048576 e=134217728 f=4 n=20 w=5 i sizes=""
+  for ((i = 0; i < ${#perf_args[@]}; i += 2)); do
+    case "${perf_args[i]}" in
+      -b) b=$(numfmt --from=iec "${perf_args[i+1]}") ;; -e) e=$(numfmt --from=iec "${perf_args[i+1]}") ;;
+      -f) f="${perf_args[i+1]}" ;; -n) n="${perf_args[i+1]}" ;; -w) w="${perf_args[i+1]}" ;;
+    esac
+  done
+  for ((i = b; i <= e; i *= f)); do sizes+="${sizes:+,}$i:$n:$w"; done
+  mpi_sizes="$sizes"
+  for ((k = 0; k < hosts; k++)); do echo "10.213.0.$((k + 1)) slots=$per_host"; done >"$work/hosts"
+  # mpirun's "ssh": the host is an address 10.213.0.<k+1>; the command runs in namespace k.
+  cat >"$work/agent.sh" <<AGENT
+#!/bin/sh
+host="\$1"; shift
+exec ip netns exec "$prefix\$((\${host##*.} - 1))" sh -c "\$*"
+AGENT
+  chmod +x "$work/agent.sh"
+}
+# run_mpi NAME "ARGS" -> appends "NAME size busbw" lines to $work/results
+run_mpi() {
+  local name="$1" args="$2" out="$work/run$run.mpi"
+  run=$((run + 1))
+  # shellcheck disable=SC2086  # $args is a list of mpirun arguments
+  ip netns exec "${prefix}0" timeout -k 5 600 mpirun --allow-run-as-root --oversubscribe \
+    -np "$nranks" --bind-to none --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent.sh" \
+    --mca oob_tcp_if_include mh0 --mca btl_tcp_if_include mh0 $args \
+    "$work/mpi_allreduce" --op allreduce --sizes "$mpi_sizes" >"$out" 2>&1 ||
+    { cat "$out" >&2; die "MPI variant $name (run $run) failed"; }
+  # RESULT <op> <bytes> <count> <iters> <time_us> <algbw> <busbw> <wrong>
+  awk -v v="$name" '$1 == "RESULT" {
+      if ($9 != 0) { print "WRONG " $0 > "/dev/stderr"; exit 7 }
+      print v, $3, $8 }' "$out" >>"$work/results" || die "MPI variant $name: wrong results"
+}
+
 names=()
 for v in "${variants[@]}"; do names+=("${v%%:*}"); done
+for v in "${variants[@]}"; do [[ "${v#*:}" == @mpi* ]] && { mpi_setup; break; }; done
 echo "# Loom all-reduce across $hosts network namespaces x $per_host ranks ($nranks ranks)," \
      "veth + bridge, TCP between namespaces, shm within"
 if [[ -n "$rate" ]]; then
@@ -134,7 +180,11 @@ echo "# tool: $tool ${perf_args[*]}; $reps repetitions, variants alternating: ${
 for ((i = 1; i <= reps; i++)); do
   for v in "${variants[@]}"; do
     echo "# rep $i/$reps: ${v%%:*}" >&2
-    run_variant "${v%%:*}" "${v#*:}"
+    if [[ "${v#*:}" == @mpi* ]]; then
+      run_mpi "${v%%:*}" "${v#*:@mpi}"
+    else
+      run_variant "${v%%:*}" "${v#*:}"
+    fi
   done
 done
 
