@@ -125,6 +125,21 @@ TEST_F(NetTransport, UcxThatDoesNotLoadFailsInitNamingWhy) {
   }
 }
 
+// UCX with no usable device fails the init naming the settings that left none.
+TEST_F(NetTransport, UcxWithoutADeviceFailsInitNamingTheSettings) {
+  if (!loom::ucxBuiltIn()) GTEST_SKIP() << loom::ucxUnavailable();
+  EnvGuard net("NCCL_NET", "UCX");
+  EnvGuard tls("UCX_TLS", "tcp");
+  EnvGuard dev("UCX_NET_DEVICES", "nosuch0");
+  auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); },
+                    processRanks(ownHosts()));
+  ASSERT_EQ(f.size(), 2u) << "init succeeded with no UCX device: " << joinFailures(f);
+  for (const auto& e : f) {
+    EXPECT_NE(e.find("ucp_init failed"), std::string::npos) << e;
+    EXPECT_NE(e.find("UCX_NET_DEVICES=nosuch0"), std::string::npos) << e;
+  }
+}
+
 TEST_F(NetTransport, UnknownBackendIsInvalidArgumentNamingWhatExists) {
   EnvGuard net("NCCL_NET", "NoSuchNet");
   auto f = runRanks(Mode::kThreads, 2, [](int, int, ncclComm_t) { return std::string(); }, 60);

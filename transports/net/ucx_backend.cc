@@ -5,6 +5,7 @@
 #ifdef LOOM_UCX_HEADERS
 #include <netinet/in.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -23,7 +24,10 @@ constexpr uint32_t kAddressMagic = 0x4c554341;
 constexpr uint64_t kGoodbyeMagic = 0x4c55435842594521ull;
 constexpr int kMaxRequests = 32;  // per comm, as NCCL_NET_MAX_REQUESTS
 constexpr uint32_t kMaxAddressBytes = 64 << 10;
-constexpr double kCloseSec = 2;  // a closing comm waits this long for its sends
+constexpr double kCloseSec = 2;   // a closing comm waits this long for its sends
+constexpr double kDrainSec = 5;   // ... for UCP to let go of buffers it may still touch
+constexpr double kGraceSec = 1;   // the end of a control stream waits this long for data
+                                  // UCX still carries (a separate connection)
 
 struct UcxHandle {
   uint32_t magic;
@@ -40,7 +44,7 @@ struct AddressHeader {
 };
 struct Goodbye {
   uint64_t magic;
-  uint64_t sent;  // messages the sender posted; none after them will come
+  uint64_t sent;  // messages the sender handed to UCP for good; none after them will come
 };
 
 // One backend's UCP context and worker, shared by its comms. UCP calls are serialised
@@ -176,7 +180,10 @@ class UcxComm {
         eof = true;  // reset: the peer's process is gone
         n = 0;
       }
-      if (eof) eof_ = true;
+      if (eof) {
+        eof_ = true;
+        eofAt_ = nowNs();
+      }
       if (n == 0) break;
       if (full)
         LOOM_THROW(kRemoteError, "%s: unexpected data on the control stream", who_.c_str());
@@ -194,6 +201,9 @@ class UcxComm {
   uint64_t posted_ = 0;
   uint64_t lastPoll_ = 0;
   bool eof_ = false;
+  uint64_t eofAt_ = 0;
+  // Whether the control stream ended more than `sec` ago.
+  bool endedFor(double sec) const { return eof_ && nowNs() - eofAt_ > sec * 1e9; }
 };
 
 class UcxMr : public NetMr {};
@@ -214,11 +224,13 @@ class UcxSendComm : public NetSendComm, UcxComm {
 
   ~UcxSendComm() override {
     std::lock_guard<std::mutex> lk(w_->mu);
-    // Sends in flight may finish (bounded); then the worker flushes and closes the
-    // endpoint in its own time, so a close never waits on the receiver.
-    Deadline d = Deadline::in(kCloseSec);
+    // Sends in flight may finish while the receiver is there (bounded); then the worker
+    // flushes and closes the endpoint in its own time, so a close never waits on the
+    // receiver's worker. Without error mode "peer" the close cannot cancel what UCP
+    // still reads from the caller's buffers, so those sends get longer.
+    Deadline d = Deadline::in(peerMode_ ? kCloseSec : kDrainSec);
     try {
-      while (pending() && !err_->first && !d.expired()) {
+      while (pending() && !err_->first && !pollControl(nullptr, nullptr) && !d.expired()) {
         w_->progress();
         for (UcxRequest& r : reqs_) reap(r);
       }
@@ -229,7 +241,8 @@ class UcxSendComm : public NetSendComm, UcxComm {
     for (UcxRequest& r : reqs_)
       if (r.ucx) api_.requestFree(r.ucx);  // UCP releases it when it completes
     w_->retire(ep_, clean, peerMode_);
-    Goodbye g{kGoodbyeMagic, posted_};
+    // Clean: every message posted is on its way. Else only those UCP completed are.
+    Goodbye g{kGoodbyeMagic, clean ? posted_ : completed_};
     try {
       control_.setNonBlocking(false);
       control_.sendAll(&g, sizeof(g), Deadline::in(1), who_.c_str());
@@ -244,7 +257,7 @@ class UcxSendComm : public NetSendComm, UcxComm {
 
   NetRequest* isend(const void* data, size_t bytes, int, NetMr*) override {
     std::lock_guard<std::mutex> lk(w_->mu);
-    failIfBroken();
+    failIfBroken(0);
     UcxRequest* r = slot();
     if (!r) return nullptr;
     ucp_request_param_t p{};  // contiguous bytes, no callback: test() polls
@@ -253,6 +266,7 @@ class UcxSendComm : public NetSendComm, UcxComm {
       LOOM_THROW(kRemoteError, "%s: ucp_tag_send_nbx failed: %s", who_.c_str(),
                  api_.statusText(UCS_PTR_STATUS(s)).c_str());
     r->ucx = s;  // null: already complete
+    if (!s) ++completed_;
     r->busy = true;
     r->seq = posted_++;
     r->bytes = bytes;
@@ -265,7 +279,7 @@ class UcxSendComm : public NetSendComm, UcxComm {
     if (r->ucx) {
       w_->progress();
       if (!reap(*r)) {
-        failIfBroken();
+        failIfBroken(kGraceSec);
         return false;
       }
     }
@@ -285,27 +299,25 @@ class UcxSendComm : public NetSendComm, UcxComm {
     if (s != UCS_OK)
       LOOM_THROW(kRemoteError, "%s: a send failed: %s (the receiver's process exited or its "
                  "host is unreachable)", who_.c_str(), api_.statusText(s).c_str());
+    ++completed_;
     return true;
   }
 
-  void failIfBroken() {
+  // A send in flight fails once the endpoint failed, or `grace` seconds after the
+  // receiver's control stream ended (its completion acknowledgement may trail the end).
+  void failIfBroken(double grace) {
     if (err_->first)
       LOOM_THROW(kRemoteError, "%s: the endpoint failed: %s (the receiver's process exited or "
                  "its host is unreachable)", who_.c_str(), api_.statusText(err_->second).c_str());
     // The receiver never writes on the control stream: its end closing means it is gone.
-    if (pollControl(nullptr, nullptr))
+    if (pollControl(nullptr, nullptr) && endedFor(grace))
       LOOM_THROW(kRemoteError, "%s: the receiver closed the connection (process exited?)",
                  who_.c_str());
   }
 
-  void wait(ucs_status_ptr_t req, const Deadline& d) {
-    if (!UCS_PTR_IS_PTR(req)) return;
-    while (api_.requestCheckStatus(req) == UCS_INPROGRESS && !d.expired()) w_->progress();
-    api_.requestFree(req);
-  }
-
   ucp_ep_h ep_;
   bool peerMode_;
+  uint64_t completed_ = 0;  // sends UCP reported complete
   std::pair<bool, ucs_status_t>* err_;  // owned by the worker
 };
 
@@ -318,9 +330,11 @@ class UcxRecvComm : public NetRecvComm, UcxComm {
     std::lock_guard<std::mutex> lk(w_->mu);
     // Receives still posted are cancelled; UCP must be done with their buffers before
     // the caller frees them.
+    // A receive UCP has matched already (a rendezvous, a message in fragments) is not
+    // cancelled: it ends when its data is in, or fails once the sender is gone.
     for (UcxRequest& r : reqs_)
       if (r.ucx) api_.requestCancel(w_->worker, r.ucx);
-    Deadline d = Deadline::in(kCloseSec);
+    Deadline d = Deadline::in(kDrainSec);
     for (UcxRequest& r : reqs_) {
       if (!r.ucx) continue;
       while (api_.requestCheckStatus(r.ucx) == UCS_INPROGRESS && !d.expired()) w_->progress();
@@ -378,16 +392,21 @@ class UcxRecvComm : public NetRecvComm, UcxComm {
   }
 
  private:
-  // A receive its sender will never match fails: the goodbye says how many messages came
-  // (later receives fail; earlier ones are on their way); a stream closed without one
-  // means the sender's process died.
+  // A receive its sender will never match fails. The goodbye says how many messages are
+  // on their way: later receives fail at once, earlier ones get kDrainSec to arrive (UCX
+  // carries them on a connection of its own). A stream closed without a goodbye means the
+  // sender's process died: what it sent before gets kGraceSec.
   void checkSender(const UcxRequest& r) {
     if (!pollControl(&bye_, &byeBytes_)) return;
     bool said = byeBytes_ == sizeof(bye_) && bye_.magic == kGoodbyeMagic;
-    if (said && r.seq < bye_.sent) return;
-    if (said)
+    if (said && r.seq >= bye_.sent)
       LOOM_THROW(kRemoteError, "%s: the peer closed the connection after its %llu messages",
                  who_.c_str(), static_cast<unsigned long long>(bye_.sent));
+    if (!endedFor(said ? kDrainSec : kGraceSec)) return;
+    if (said)
+      LOOM_THROW(kRemoteError, "%s: message %llu, sent before the peer closed the connection, "
+                 "did not arrive within %.0f s", who_.c_str(),
+                 static_cast<unsigned long long>(r.seq), kDrainSec);
     LOOM_THROW(kRemoteError, "%s: the peer's connection closed without a goodbye (process "
                "exited?)", who_.c_str());
   }
@@ -461,7 +480,19 @@ class UcxBackend : public NetBackend {
     p.features = UCP_FEATURE_TAG;
     ucs_status_t s = api.initVersion(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &w_->context);
     api.configRelease(cfg);
-    check(s, "ucp_init");
+    if (s != UCS_OK) {
+      // Most often no transport or device is left once UCX_TLS / UCX_NET_DEVICES apply.
+      auto setting = [&](const char* name) {
+        for (const auto& [k, v] : config)
+          if (k == name) return v;
+        const char* e = getenv((std::string("UCX_") + name).c_str());
+        return std::string(e ? e : "(unset)");
+      };
+      LOOM_THROW(kSystemError, "rank %d: UCX %s: ucp_init failed: %s (UCX_TLS=%s, "
+                 "UCX_NET_DEVICES=%s: is there a device those allow?)", ctx_.rank,
+                 api.version.c_str(), api.statusText(s).c_str(), setting("TLS").c_str(),
+                 setting("NET_DEVICES").c_str());
+    }
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -540,6 +571,7 @@ class UcxBackend : public NetBackend {
         s = w_->api.epCreate(w_->worker, &ep, &e);
       if (s != UCS_ERR_UNREACHABLE) break;
     }
+    if (s != UCS_OK) w_->epErrors.pop_back();
     if (s != UCS_OK)
       LOOM_THROW(kRemoteError, "%s: ucp_ep_create failed: %s (no UCX transport reaches the "
                  "peer? check UCX_TLS and UCX_NET_DEVICES)", who.c_str(),
