@@ -238,14 +238,14 @@ def case_plugin(fab, binary, placement, workdir):
         fail("transports used %s, expected %s" % (sorted(kinds), sorted(want)))
 
 
-def case_ucx(fab, binary, placement, workdir):
+def case_ucx(fab, binary, placement, workdir, net="UCX"):
     """NCCL_NET=UCX: UCX over tcp on each namespace's own interface serves every pair of
     hosts (UCX_NET_DEVICES pinned; shared memory stays Loom's within a host)."""
     kinds, _ = run_check(fab, binary, placement, workdir,
-                         env={"NCCL_NET": "UCX", "UCX_TLS": "tcp",
+                         env={"NCCL_NET": net, "UCX_TLS": "tcp",
                               "UCX_NET_DEVICES": fabric.IFNAME},
-                         network="net/UCX")
-    want = {"net/UCX"} | ({"shm"} if len(set(placement)) < len(placement) else set())
+                         network="net/" + net)
+    want = {"net/" + net} | ({"shm"} if len(set(placement)) < len(placement) else set())
     if kinds != want:
         fail("transports used %s, expected %s" % (sorted(kinds), sorted(want)))
 

@@ -46,6 +46,14 @@ TEST_F(NetTransport, UcxCarriesEveryPairOverEachTransport) {
     ASSERT_TRUE(f.empty()) << "UCX_TLS=" << tls << ": " << joinFailures(f);
     expectRingTransports(4, [](int, int) { return "net/UCX"; });
   }
+  {  // RMA put (NCCL_NET=UCX_RMA) where UCX puts natively (cma: process_vm_writev).
+    EnvGuard rma("NCCL_NET", "ucx_rma");
+    EnvGuard t("UCX_TLS", "posix,cma");
+    clearLogs();
+    auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks(ownHosts()));
+    ASSERT_TRUE(f.empty()) << "UCX_RMA, UCX_TLS=posix,cma: " << joinFailures(f);
+    expectRingTransports(4, [](int, int) { return "net/UCX_RMA"; });
+  }
   EnvGuard t("UCX_TLS", "tcp");
   EnvGuard shmOff("NCCL_SHM_DISABLE", "1");
   auto f = runRanks(Mode::kThreads, 3, exercise, 60);
@@ -210,6 +218,9 @@ TEST_F(NetTransport, KilledPeerFailsTheOthersPromptlyOverUcx) {
     killedPeerFailsTheOthers("UCX", processRanks(ownHosts()));
     if (HasFailure()) FAIL() << "UCX_TLS=" << tls;
   }
+  EnvGuard rma("NCCL_NET", "UCX_RMA");
+  EnvGuard t("UCX_TLS", "posix,cma");
+  killedPeerFailsTheOthers("UCX_RMA", processRanks(ownHosts()));
 }
 
 }  // namespace

@@ -31,8 +31,10 @@ std::vector<NetBackendSpec> netBackends() {
   all.push_back({"Socket", makeTcpNetBackend});
   // UCX where it is built (NCCL offers it as a plugin); libucp is loaded only when a
   // communicator starts the backend, which fails naming why if it cannot.
-  if (ucxBuiltIn())
+  if (ucxBuiltIn()) {
     all.push_back({"UCX", [](const NetContext& c) { return makeUcxNetBackend(c); }});
+    all.push_back({"UCX_RMA", [](const NetContext& c) { return makeUcxNetBackend(c, {}, true); }});
+  }
   return all;
 }
 

@@ -43,6 +43,14 @@ UcxApi* load(std::string* why) {
   need(u->tagSendNbx, "ucp_tag_send_nbx");
   need(u->tagRecvNbx, "ucp_tag_recv_nbx");
   need(u->tagRecvRequestTest, "ucp_tag_recv_request_test");
+  need(u->memMap, "ucp_mem_map");
+  need(u->memUnmap, "ucp_mem_unmap");
+  need(u->rkeyPack, "ucp_rkey_pack");
+  need(u->rkeyBufferRelease, "ucp_rkey_buffer_release");
+  need(u->epRkeyUnpack, "ucp_ep_rkey_unpack");
+  need(u->rkeyDestroy, "ucp_rkey_destroy");
+  need(u->putNbx, "ucp_put_nbx");
+  need(u->workerFence, "ucp_worker_fence");
   need(u->requestCheckStatus, "ucp_request_check_status");
   need(u->requestCancel, "ucp_request_cancel");
   need(u->requestFree, "ucp_request_free");

@@ -37,6 +37,14 @@ struct UcxApi {
   decltype(&ucp_tag_send_nbx) tagSendNbx = nullptr;
   decltype(&ucp_tag_recv_nbx) tagRecvNbx = nullptr;
   decltype(&ucp_tag_recv_request_test) tagRecvRequestTest = nullptr;
+  decltype(&ucp_mem_map) memMap = nullptr;
+  decltype(&ucp_mem_unmap) memUnmap = nullptr;
+  decltype(&ucp_rkey_pack) rkeyPack = nullptr;
+  decltype(&ucp_rkey_buffer_release) rkeyBufferRelease = nullptr;
+  decltype(&ucp_ep_rkey_unpack) epRkeyUnpack = nullptr;
+  decltype(&ucp_rkey_destroy) rkeyDestroy = nullptr;
+  decltype(&ucp_put_nbx) putNbx = nullptr;
+  decltype(&ucp_worker_fence) workerFence = nullptr;
   decltype(&ucp_request_check_status) requestCheckStatus = nullptr;
   decltype(&ucp_request_cancel) requestCancel = nullptr;
   decltype(&ucp_request_free) requestFree = nullptr;

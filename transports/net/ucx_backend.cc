@@ -1,5 +1,7 @@
 #include "transports/net/ucx_backend.h"
 
+#include "transports/net/ucx_comm.h"
+
 #include "base/error.h"
 
 #ifdef LOOM_UCX_HEADERS
@@ -18,202 +20,7 @@
 namespace loom {
 namespace {
 
-constexpr uint16_t kKindUcx = 5;               // PeerHello kind of a UCX control stream
-constexpr uint32_t kHandleMagic = 0x4c554358;  // "LUCX"
-constexpr uint32_t kAddressMagic = 0x4c554341;
-constexpr uint64_t kGoodbyeMagic = 0x4c55435842594521ull;
-constexpr int kMaxRequests = 32;  // per comm, as NCCL_NET_MAX_REQUESTS
-constexpr uint32_t kMaxAddressBytes = 64 << 10;
-constexpr double kCloseSec = 2;   // a closing comm waits this long for its sends
-constexpr double kDrainSec = 5;   // ... for UCP to let go of buffers it may still touch
-constexpr double kGraceSec = 1;   // the end of a control stream waits this long for data
-                                  // UCX still carries (a separate connection)
-
-struct UcxHandle {
-  uint32_t magic;
-  int32_t rank;  // the listening rank: hellos are addressed to it
-  uint64_t connId;
-  HandleAddr addr;  // the listener's
-};
-static_assert(sizeof(UcxHandle) <= kNetHandleBytes);
-
-// On a control stream: the receiver's worker address first, the sender's goodbye last.
-struct AddressHeader {
-  uint32_t magic;
-  uint32_t bytes;
-};
-struct Goodbye {
-  uint64_t magic;
-  uint64_t sent;  // messages the sender handed to UCP for good; none after them will come
-};
-
-// One backend's UCP context and worker, shared by its comms. UCP calls are serialised
-// by `mu` (the worker is UCS_THREAD_MODE_SERIALIZED): the proxy thread pumps comms
-// while the init thread may be accepting others.
-struct Worker {
-  explicit Worker(const UcxApi& a) : api(a) {}
-  ~Worker() {
-    // Endpoints still closing get a bounded while to finish, then are forced.
-    Deadline d = Deadline::in(kCloseSec);
-    while (!closing.empty() && !d.expired()) progress();
-    for (Closing& c : closing) {
-      if (UCS_PTR_IS_PTR(c.req)) api.requestFree(c.req);
-      if (c.flushing) c.req = close(c.ep, c.peerMode);
-      if (UCS_PTR_IS_PTR(c.req)) api.requestFree(c.req);
-    }
-    if (worker) api.workerDestroy(worker);
-    if (context) api.cleanup(context);
-  }
-  void progress() {
-    while (api.workerProgress(worker) != 0) {
-    }
-    advanceClosing();
-  }
-  // Takes over a send comm's endpoint: flushed first where `flush` (what was sent has
-  // reached the receiver; that needs the receiver's worker, so it is not waited for),
-  // then closed.
-  void retire(ucp_ep_h ep, bool flush, bool peerMode) {
-    ucp_request_param_t p{};
-    if (flush)
-      closing.push_back({ep, api.epFlushNbx(ep, &p), true, peerMode});
-    else
-      closing.push_back({ep, close(ep, peerMode), false, peerMode});
-    advanceClosing();
-  }
-
-  const UcxApi& api;
-  ucp_context_h context = nullptr;
-  ucp_worker_h worker = nullptr;
-  std::vector<uint8_t> address;
-  std::mutex mu;
-  // Endpoints' error states: kept for the worker's life, since UCP may report an
-  // endpoint's error while it closes.
-  std::vector<std::unique_ptr<std::pair<bool, ucs_status_t>>> epErrors;
-
- private:
-  struct Closing {
-    ucp_ep_h ep;
-    ucs_status_ptr_t req;  // the flush, then the close, in progress
-    bool flushing;
-    bool peerMode;
-  };
-  // Forced in error mode "peer" (a flushing close would wait for the receiver's worker);
-  // UCP allows that only there.
-  ucs_status_ptr_t close(ucp_ep_h ep, bool peerMode) {
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = peerMode ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    return api.epCloseNbx(ep, &p);
-  }
-  void advanceClosing() {
-    for (size_t i = 0; i < closing.size();) {
-      Closing& c = closing[i];
-      if (UCS_PTR_IS_PTR(c.req)) {
-        if (api.requestCheckStatus(c.req) == UCS_INPROGRESS) {
-          ++i;
-          continue;
-        }
-        api.requestFree(c.req);
-      }
-      if (c.flushing) {
-        c.flushing = false;
-        c.req = close(c.ep, c.peerMode);
-        continue;  // look at the close at once
-      }
-      closing.erase(closing.begin() + static_cast<long>(i));
-    }
-  }
-  std::vector<Closing> closing;
-};
-
-struct UcxRequest : NetRequest {
-  void* ucx = nullptr;  // UCP's request; null once complete
-  bool busy = false;    // handed out and not yet reported complete
-  uint64_t seq = 0;
-  size_t bytes = 0;
-  ucp_tag_recv_info_t info{};
-};
-
-// What both directions share: the worker, the control stream, the request slots.
-class UcxComm {
- protected:
-  UcxComm(std::shared_ptr<Worker> w, Socket control, uint64_t tag, std::string who)
-      : w_(std::move(w)), api_(w_->api), control_(std::move(control)), tag_(tag),
-        who_(std::move(who)) {
-    control_.setNonBlocking(true);
-  }
-
-  UcxRequest* slot() {
-    for (UcxRequest& r : reqs_)
-      if (!r.busy) return &r;
-    return nullptr;
-  }
-  UcxRequest* check(NetRequest* req) {
-    auto* r = static_cast<UcxRequest*>(req);
-    if (r < reqs_ || r >= reqs_ + kMaxRequests || !r->busy)
-      LOOM_THROW(kInternalError, "%s: tested a request that is not in flight on this comm",
-                 who_.c_str());
-    return r;
-  }
-  bool pending() const {
-    for (const UcxRequest& r : reqs_)
-      if (r.ucx) return true;
-    return false;
-  }
-  // Reads what the control stream holds, at most every millisecond: `into` (if any)
-  // fills with the peer's goodbye; true once the peer has closed the stream.
-  bool pollControl(Goodbye* into, size_t* have) {
-    uint64_t now = nowNs();
-    if (now - lastPoll_ < 1000000) return eof_;
-    lastPoll_ = now;
-    while (!eof_) {
-      // Past the goodbye (or with none due) only the end of the stream may come.
-      char scratch[sizeof(Goodbye)];
-      bool full = !into || *have == sizeof(Goodbye);
-      char* at = full ? scratch : reinterpret_cast<char*>(into) + *have;
-      size_t room = full ? sizeof(scratch) : sizeof(Goodbye) - *have;
-      bool eof = false;
-      size_t n;
-      try {
-        n = control_.tryRecv(at, room, who_.c_str(), &eof);
-      } catch (const Error&) {
-        eof = true;  // reset: the peer's process is gone
-        n = 0;
-      }
-      if (eof) {
-        eof_ = true;
-        eofAt_ = nowNs();
-      }
-      if (n == 0) break;
-      if (full)
-        LOOM_THROW(kRemoteError, "%s: unexpected data on the control stream", who_.c_str());
-      *have += n;
-    }
-    return eof_;
-  }
-
-  std::shared_ptr<Worker> w_;
-  const UcxApi& api_;
-  Socket control_;
-  uint64_t tag_;
-  std::string who_;
-  UcxRequest reqs_[kMaxRequests];
-  uint64_t posted_ = 0;
-  uint64_t lastPoll_ = 0;
-  bool eof_ = false;
-  uint64_t eofAt_ = 0;
-  // Whether the control stream ended more than `sec` ago.
-  bool endedFor(double sec) const { return eof_ && nowNs() - eofAt_ > sec * 1e9; }
-};
-
-class UcxMr : public NetMr {};
-
-std::unique_ptr<NetMr> hostOnly(NetMemType type, const std::string& who) {
-  if (type != NetMemType::kHost)
-    LOOM_THROW(kInvalidUsage, "%s: the UCX backend moves host memory only (CUDA memory needs "
-               "the CUDA executor, not built yet)", who.c_str());
-  return std::make_unique<UcxMr>();
-}
+using namespace ucxnet;  // NOLINT: this file is the UCX backend
 
 class UcxSendComm : public NetSendComm, UcxComm {
  public:
@@ -417,9 +224,9 @@ class UcxRecvComm : public NetRecvComm, UcxComm {
 
 class UcxListenComm : public NetListenComm {
  public:
-  UcxListenComm(std::shared_ptr<Worker> w, StreamAcceptor& acceptor, uint64_t connId,
+  UcxListenComm(std::shared_ptr<Worker> w, StreamAcceptor& acceptor, uint64_t connId, bool rma,
                 std::string who)
-      : w_(std::move(w)), acceptor_(acceptor), connId_(connId), who_(std::move(who)) {}
+      : w_(std::move(w)), acceptor_(acceptor), connId_(connId), rma_(rma), who_(std::move(who)) {}
 
   std::unique_ptr<NetRecvComm> accept(std::unique_ptr<NetStage>&) override {
     auto got = acceptor_.tryTake(-1, connId_, 1, 0);
@@ -432,6 +239,7 @@ class UcxListenComm : public NetListenComm {
     s.setNonBlocking(false);
     s.sendAll(&h, sizeof(h), Deadline::in(10), who.c_str());
     s.sendAll(w_->address.data(), w_->address.size(), Deadline::in(10), who.c_str());
+    if (rma_) return makeRmaRecvComm(w_, std::move(s), who);
     return std::make_unique<UcxRecvComm>(w_, std::move(s), connId_, who);
   }
   bool mayStillArrive() const override { return acceptor_.busy(); }
@@ -440,6 +248,7 @@ class UcxListenComm : public NetListenComm {
   std::shared_ptr<Worker> w_;
   StreamAcceptor& acceptor_;
   uint64_t connId_;
+  bool rma_;
   std::string who_;
 };
 
@@ -461,10 +270,18 @@ void onEpError(void* arg, ucp_ep_h, ucs_status_t status) {
   e->second = status;
 }
 
+// A UCX setting as this backend sees it: its override, else UCX_<name>, else "(unset)".
+std::string setting(const UcxConfig& config, const char* name) {
+  for (const auto& [k, v] : config)
+    if (k == name) return v;
+  const char* e = getenv((std::string("UCX_") + name).c_str());
+  return std::string(e ? e : "(unset)");
+}
+
 class UcxBackend : public NetBackend {
  public:
-  UcxBackend(const NetContext& ctx, const UcxApi& api, const UcxConfig& config)
-      : ctx_(ctx), w_(std::make_shared<Worker>(api)) {
+  UcxBackend(const NetContext& ctx, const UcxApi& api, const UcxConfig& config, bool rma)
+      : ctx_(ctx), w_(std::make_shared<Worker>(api)), rma_(rma) {
     ucp_config_t* cfg = nullptr;
     check(api.configRead(nullptr, nullptr, &cfg), "ucp_config_read");
     for (const auto& [name, value] : config) {
@@ -475,23 +292,30 @@ class UcxBackend : public NetBackend {
                    name.c_str(), value.c_str(), api.statusText(s).c_str());
       }
     }
+    if (rma) {
+      // UCX 1.13 emulates puts over tcp with active messages and aborts the receiving
+      // process (ucp_put_handler: "Fatal: unexpected error") when the sender dies
+      // mid-put; a dead peer must be an error, never a crash, so tcp is refused here.
+      std::string tls = setting(config, "TLS");
+      if (tls == "(unset)" || tls == "all" || tls.find("tcp") != std::string::npos) {
+        api.configRelease(cfg);
+        LOOM_THROW(kInvalidUsage, "rank %d: NCCL_NET=UCX_RMA needs UCX transports with "
+                   "native RMA (UCX_TLS=%s; e.g. rc, dc or posix,cma): over tcp UCX 1.13 "
+                   "emulates puts and aborts the receiving process when a sender dies; use "
+                   "NCCL_NET=UCX there", ctx_.rank, tls.c_str());
+      }
+    }
     ucp_params_t p{};
     p.field_mask = UCP_PARAM_FIELD_FEATURES;
-    p.features = UCP_FEATURE_TAG;
+    p.features = rma ? UCP_FEATURE_RMA : UCP_FEATURE_TAG;
     ucs_status_t s = api.initVersion(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &w_->context);
     api.configRelease(cfg);
     if (s != UCS_OK) {
       // Most often no transport or device is left once UCX_TLS / UCX_NET_DEVICES apply.
-      auto setting = [&](const char* name) {
-        for (const auto& [k, v] : config)
-          if (k == name) return v;
-        const char* e = getenv((std::string("UCX_") + name).c_str());
-        return std::string(e ? e : "(unset)");
-      };
       LOOM_THROW(kSystemError, "rank %d: UCX %s: ucp_init failed: %s (UCX_TLS=%s, "
                  "UCX_NET_DEVICES=%s: is there a device those allow?)", ctx_.rank,
-                 api.version.c_str(), api.statusText(s).c_str(), setting("TLS").c_str(),
-                 setting("NET_DEVICES").c_str());
+                 api.version.c_str(), api.statusText(s).c_str(), setting(config, "TLS").c_str(),
+                 setting(config, "NET_DEVICES").c_str());
     }
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -522,7 +346,7 @@ class UcxBackend : public NetBackend {
     memset(handle->bytes, 0, sizeof(handle->bytes));
     memcpy(handle->bytes, &h, sizeof(h));
     return std::make_unique<UcxListenComm>(
-        w_, *acceptor_, h.connId,
+        w_, *acceptor_, h.connId, rma_,
         strprintf("rank %d UCX net connection #%llu", ctx_.rank,
                   static_cast<unsigned long long>(h.connId)));
   }
@@ -578,6 +402,7 @@ class UcxBackend : public NetBackend {
                  w_->api.statusText(s).c_str());
     Socket sock = std::move(st.sock);
     stage.reset();
+    if (rma_) return makeRmaSendComm(w_, e, peerMode, err, std::move(sock), who);
     return std::make_unique<UcxSendComm>(w_, e, peerMode, err, std::move(sock), h.connId, who);
   }
 
@@ -627,15 +452,17 @@ class UcxBackend : public NetBackend {
   std::shared_ptr<Worker> w_;
   std::unique_ptr<StreamAcceptor> acceptor_;  // made by the first listen()
   uint64_t nextConnId_ = 1;
+  bool rma_;  // RMA put (UCX_RMA) rather than tagged messages (UCX)
 };
 
 }  // namespace
 
-std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig& config) {
+std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig& config,
+                                              bool rma) {
   std::string why;
   const UcxApi* api = ucxApi(&why);
   if (!api) LOOM_THROW(kSystemError, "rank %d: NCCL_NET=UCX: %s", ctx.rank, why.c_str());
-  return std::make_unique<UcxBackend>(ctx, *api, config);
+  return std::make_unique<UcxBackend>(ctx, *api, config, rma);
 }
 
 }  // namespace loom
@@ -643,7 +470,7 @@ std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxCo
 #else
 
 namespace loom {
-std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig&) {
+std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig&, bool) {
   LOOM_THROW(kSystemError, "rank %d: NCCL_NET=UCX: %s", ctx.rank, ucxUnavailable().c_str());
 }
 }  // namespace loom

@@ -28,6 +28,9 @@ namespace loom {
 using UcxConfig = std::vector<std::pair<std::string, std::string>>;
 
 // Throws kSystemError naming why when UCX is unavailable or its context cannot start.
-std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig& config = {});
+// `rma`: RMA put into the receiver's buffers (NCCL_NET=UCX_RMA, ucx_rma.cc) instead of
+// tagged messages.
+std::unique_ptr<NetBackend> makeUcxNetBackend(const NetContext& ctx, const UcxConfig& config = {},
+                                              bool rma = false);
 
 }  // namespace loom
