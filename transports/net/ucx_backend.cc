@@ -22,45 +22,10 @@ namespace {
 
 using namespace ucxnet;  // NOLINT: this file is the UCX backend
 
-class UcxSendComm : public NetSendComm, UcxComm {
+class UcxSendComm : public UcxSender {
  public:
-  UcxSendComm(std::shared_ptr<Worker> w, ucp_ep_h ep, bool peerMode,
-              std::pair<bool, ucs_status_t>* err, Socket control, uint64_t tag, std::string who)
-      : UcxComm(std::move(w), std::move(control), tag, std::move(who)), ep_(ep),
-        peerMode_(peerMode), err_(err) {}
-
-  ~UcxSendComm() override {
-    std::lock_guard<std::mutex> lk(w_->mu);
-    // Sends in flight may finish while the receiver is there (bounded); then the worker
-    // flushes and closes the endpoint in its own time, so a close never waits on the
-    // receiver's worker. Without error mode "peer" the close cannot cancel what UCP
-    // still reads from the caller's buffers, so those sends get longer.
-    Deadline d = Deadline::in(peerMode_ ? kCloseSec : kDrainSec);
-    try {
-      while (pending() && !err_->first && !pollControl(nullptr, nullptr) && !d.expired()) {
-        w_->progress();
-        for (UcxRequest& r : reqs_) reap(r);
-      }
-    } catch (const Error&) {
-      // A send failed: the endpoint is closed as it is.
-    }
-    bool clean = !err_->first && !pending();
-    for (UcxRequest& r : reqs_)
-      if (r.ucx) api_.requestFree(r.ucx);  // UCP releases it when it completes
-    w_->retire(ep_, clean, peerMode_);
-    // Clean: every message posted is on its way. Else only those UCP completed are.
-    Goodbye g{kGoodbyeMagic, clean ? posted_ : completed_};
-    try {
-      control_.setNonBlocking(false);
-      control_.sendAll(&g, sizeof(g), Deadline::in(1), who_.c_str());
-    } catch (const Error&) {
-      // The receiver is gone already: nothing to tell.
-    }
-  }
-
-  std::unique_ptr<NetMr> regMr(void*, size_t, NetMemType type) override {
-    return hostOnly(type, who_);
-  }
+  using UcxSender::UcxSender;
+  ~UcxSendComm() override { close(); }
 
   NetRequest* isend(const void* data, size_t bytes, int, NetMr*) override {
     std::lock_guard<std::mutex> lk(w_->mu);
@@ -80,52 +45,9 @@ class UcxSendComm : public NetSendComm, UcxComm {
     return r;
   }
 
-  bool test(NetRequest* req, size_t* bytes) override {
-    std::lock_guard<std::mutex> lk(w_->mu);
-    UcxRequest* r = check(req);
-    if (r->ucx) {
-      w_->progress();
-      if (!reap(*r)) {
-        failIfBroken(kGraceSec);
-        return false;
-      }
-    }
-    r->busy = false;
-    *bytes = r->bytes;
-    return true;
-  }
-
  private:
-  // True once `r` is complete; throws if it failed.
-  bool reap(UcxRequest& r) {
-    if (!r.ucx) return true;
-    ucs_status_t s = api_.requestCheckStatus(r.ucx);
-    if (s == UCS_INPROGRESS) return false;
-    api_.requestFree(r.ucx);
-    r.ucx = nullptr;
-    if (s != UCS_OK)
-      LOOM_THROW(kRemoteError, "%s: a send failed: %s (the receiver's process exited or its "
-                 "host is unreachable)", who_.c_str(), api_.statusText(s).c_str());
-    ++completed_;
-    return true;
-  }
-
-  // A send in flight fails once the endpoint failed, or `grace` seconds after the
-  // receiver's control stream ended (its completion acknowledgement may trail the end).
-  void failIfBroken(double grace) {
-    if (err_->first)
-      LOOM_THROW(kRemoteError, "%s: the endpoint failed: %s (the receiver's process exited or "
-                 "its host is unreachable)", who_.c_str(), api_.statusText(err_->second).c_str());
-    // The receiver never writes on the control stream: its end closing means it is gone.
-    if (pollControl(nullptr, nullptr) && endedFor(grace))
-      LOOM_THROW(kRemoteError, "%s: the receiver closed the connection (process exited?)",
-                 who_.c_str());
-  }
-
-  ucp_ep_h ep_;
-  bool peerMode_;
-  uint64_t completed_ = 0;  // sends UCP reported complete
-  std::pair<bool, ucs_status_t>* err_;  // owned by the worker
+  // The receiver never writes on a tagged connection's stream: its end means it is gone.
+  bool controlEnded() override { return pollControl(nullptr, nullptr); }
 };
 
 class UcxRecvComm : public NetRecvComm, UcxComm {
@@ -199,27 +121,6 @@ class UcxRecvComm : public NetRecvComm, UcxComm {
   }
 
  private:
-  // A receive its sender will never match fails. The goodbye says how many messages are
-  // on their way: later receives fail at once, earlier ones get kDrainSec to arrive (UCX
-  // carries them on a connection of its own). A stream closed without a goodbye means the
-  // sender's process died: what it sent before gets kGraceSec.
-  void checkSender(const UcxRequest& r) {
-    if (!pollControl(&bye_, &byeBytes_)) return;
-    bool said = byeBytes_ == sizeof(bye_) && bye_.magic == kGoodbyeMagic;
-    if (said && r.seq >= bye_.sent)
-      LOOM_THROW(kRemoteError, "%s: the peer closed the connection after its %llu messages",
-                 who_.c_str(), static_cast<unsigned long long>(bye_.sent));
-    if (!endedFor(said ? kDrainSec : kGraceSec)) return;
-    if (said)
-      LOOM_THROW(kRemoteError, "%s: message %llu, sent before the peer closed the connection, "
-                 "did not arrive within %.0f s", who_.c_str(),
-                 static_cast<unsigned long long>(r.seq), kDrainSec);
-    LOOM_THROW(kRemoteError, "%s: the peer's connection closed without a goodbye (process "
-               "exited?)", who_.c_str());
-  }
-
-  Goodbye bye_{};
-  size_t byeBytes_ = 0;
 };
 
 class UcxListenComm : public NetListenComm {

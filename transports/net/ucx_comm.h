@@ -197,6 +197,25 @@ class UcxComm {
     return eof_;
   }
 
+  // A receive its sender will never match fails. The goodbye says how many messages are
+  // on their way: later receives fail at once, earlier ones get kDrainSec to arrive (UCX
+  // carries them on a connection of its own). A stream closed without a goodbye means the
+  // sender's process died: what it sent before gets kGraceSec.
+  void checkSender(const UcxRequest& r) {
+    if (!pollControl(&bye_, &byeBytes_)) return;
+    bool said = byeBytes_ == sizeof(bye_) && bye_.magic == kGoodbyeMagic;
+    if (said && r.seq >= bye_.sent)
+      LOOM_THROW(kRemoteError, "%s: the peer closed the connection after its %llu messages",
+                 who_.c_str(), static_cast<unsigned long long>(bye_.sent));
+    if (!endedFor(said ? kDrainSec : kGraceSec)) return;
+    if (said)
+      LOOM_THROW(kRemoteError, "%s: message %llu, sent before the peer closed the connection, "
+                 "did not arrive within %.0f s", who_.c_str(),
+                 static_cast<unsigned long long>(r.seq), kDrainSec);
+    LOOM_THROW(kRemoteError, "%s: the peer's connection closed without a goodbye (process "
+               "exited?)", who_.c_str());
+  }
+
   std::shared_ptr<Worker> w_;
   const UcxApi& api_;
   Socket control_;
@@ -207,6 +226,8 @@ class UcxComm {
   uint64_t lastPoll_ = 0;
   bool eof_ = false;
   uint64_t eofAt_ = 0;
+  Goodbye bye_{};  // a receiver's: what its sender said on closing
+  size_t byeBytes_ = 0;
   // Whether the control stream ended more than `sec` ago.
   bool endedFor(double sec) const { return eof_ && nowNs() - eofAt_ > sec * 1e9; }
 };
@@ -224,8 +245,45 @@ inline std::unique_ptr<NetMr> hostOnly(NetMemType type, const std::string& who) 
   return std::make_unique<UcxMr>();
 }
 
-// A new connection's comms with RMA put (ucx_rma.cc).
 using EpError = std::pair<bool, ucs_status_t>;
+
+// The sending side both protocols share (ucx_comm.cc): the endpoint, reaping requests
+// (a data operation in `ucx`, RMA's flag put in `ucx2`), failure checks, and the close.
+class UcxSender : public NetSendComm, protected UcxComm {
+ public:
+  UcxSender(std::shared_ptr<Worker> w, ucp_ep_h ep, bool peerMode, EpError* err,
+            Socket control, uint64_t tag, std::string who)
+      : UcxComm(std::move(w), std::move(control), tag, std::move(who)), ep_(ep),
+        peerMode_(peerMode), err_(err) {}
+  std::unique_ptr<NetMr> regMr(void*, size_t, NetMemType type) override {
+    return hostOnly(type, who_);
+  }
+  bool test(NetRequest* req, size_t* bytes) override;
+
+ protected:
+  // Reads what the receiver wrote on the control stream; true once the stream ended.
+  virtual bool controlEnded() = 0;
+  // What must go before the endpoint does (RMA's unpacked rkeys).
+  virtual void releaseRemote() {}
+  // Derived destructors call this first: sends in flight may finish while the receiver
+  // is there (bounded); the worker then flushes and closes the endpoint in its own time
+  // (a close never waits on the receiver's worker); the goodbye goes last. Without error
+  // mode "peer" the close cannot cancel what UCP still reads from the caller's buffers,
+  // so those sends get longer.
+  void close();
+  // True once `r` is complete; throws if it failed.
+  bool reap(UcxRequest& r);
+  // A send in flight fails once the endpoint failed, or `grace` seconds after the
+  // receiver's control stream ended (its completion acknowledgement may trail the end).
+  void failIfBroken(double grace);
+
+  ucp_ep_h ep_;
+  bool peerMode_;
+  EpError* err_;            // owned by the worker
+  uint64_t completed_ = 0;  // sends UCP reported complete
+};
+
+// A new connection's comms with RMA put (ucx_rma.cc).
 std::unique_ptr<NetSendComm> makeRmaSendComm(std::shared_ptr<Worker> w, ucp_ep_h ep,
                                              bool peerMode, EpError* err, Socket control,
                                              std::string who);

@@ -166,62 +166,17 @@ class RmaRecvComm : public NetRecvComm, UcxComm {
     }
   }
 
-  // As the tagged receiver's: the goodbye bounds what may still come.
-  void checkSender(const UcxRequest& r) {
-    if (!pollControl(&bye_, &byeBytes_)) return;
-    bool said = byeBytes_ == sizeof(bye_) && bye_.magic == kGoodbyeMagic;
-    if (said && r.seq >= bye_.sent)
-      LOOM_THROW(kRemoteError, "%s: the peer closed the connection after its %llu messages",
-                 who_.c_str(), static_cast<unsigned long long>(bye_.sent));
-    if (!endedFor(said ? kDrainSec : kGraceSec)) return;
-    LOOM_THROW(kRemoteError, "%s: the peer's connection closed %s (process exited?)",
-               who_.c_str(), said ? "and a message it sent did not arrive" : "without a goodbye");
-  }
-
   alignas(64) uint64_t flags_[kMaxRequests][2];
   std::map<uint64_t, Region> regions_;
   uint64_t nextId_ = kFlagsId;
-  Goodbye bye_{};
-  size_t byeBytes_ = 0;
 };
 
-class RmaSendComm : public NetSendComm, UcxComm {
+class RmaSendComm : public UcxSender {
  public:
   RmaSendComm(std::shared_ptr<Worker> w, ucp_ep_h ep, bool peerMode, EpError* err,
               Socket control, std::string who)
-      : UcxComm(std::move(w), std::move(control), 0, std::move(who)), ep_(ep),
-        peerMode_(peerMode), err_(err) {}
-
-  ~RmaSendComm() override {
-    std::lock_guard<std::mutex> lk(w_->mu);
-    Deadline d = Deadline::in(peerMode_ ? kCloseSec : kDrainSec);
-    try {
-      while (pending() && !err_->first && !eof_ && !d.expired()) {
-        w_->progress();
-        for (UcxRequest& r : reqs_) reap(r);
-        readRecords();
-      }
-    } catch (const Error&) {
-      // A put failed or the stream broke: the endpoint is closed as it is.
-    }
-    bool clean = !err_->first && !pending();
-    for (UcxRequest& r : reqs_) {
-      if (r.ucx) api_.requestFree(r.ucx);
-      if (r.ucx2) api_.requestFree(r.ucx2);
-    }
-    for (auto& [id, k] : rkeys_) api_.rkeyDestroy(k.rkey);
-    w_->retire(ep_, clean, peerMode_);
-    Goodbye g{kGoodbyeMagic, clean ? posted_ : completed_};
-    try {
-      control_.sendAll(&g, sizeof(g), Deadline::in(1), who_.c_str());
-    } catch (const Error&) {
-    }
-  }
-
-  std::unique_ptr<NetMr> regMr(void*, size_t, NetMemType type) override {
-    requireHost(type, who_);
-    return std::make_unique<RmaMr>(nullptr);
-  }
+      : UcxSender(std::move(w), ep, peerMode, err, std::move(control), 0, std::move(who)) {}
+  ~RmaSendComm() override { close(); }
 
   // Waits (returns null) until the receiver's clear-to-send for this message is here.
   NetRequest* isend(const void* data, size_t bytes, int, NetMr*) override {
@@ -253,21 +208,6 @@ class RmaSendComm : public NetSendComm, UcxComm {
     return &r;
   }
 
-  bool test(NetRequest* req, size_t* bytes) override {
-    std::lock_guard<std::mutex> lk(w_->mu);
-    UcxRequest* r = check(req);
-    if (r->ucx || r->ucx2) {
-      w_->progress();
-      if (!reap(*r)) {
-        failIfBroken(kGraceSec);
-        return false;
-      }
-    }
-    r->busy = false;
-    *bytes = r->bytes;
-    return true;
-  }
-
  private:
   struct Rkey {
     ucp_rkey_h rkey = nullptr;
@@ -289,22 +229,6 @@ class RmaSendComm : public NetSendComm, UcxComm {
       LOOM_THROW(kRemoteError, "%s: ucp_put_nbx failed: %s", who_.c_str(),
                  api_.statusText(UCS_PTR_STATUS(s)).c_str());
     return s;  // null: complete already
-  }
-
-  // True once both puts of `r` are complete; throws if one failed.
-  bool reap(UcxRequest& r) {
-    for (void** q : {&r.ucx, &r.ucx2}) {
-      if (!*q) continue;
-      ucs_status_t s = api_.requestCheckStatus(*q);
-      if (s == UCS_INPROGRESS) return false;
-      api_.requestFree(*q);
-      *q = nullptr;
-      if (s != UCS_OK)
-        LOOM_THROW(kRemoteError, "%s: a put failed: %s (the receiver's process exited or its "
-                   "host is unreachable)", who_.c_str(), api_.statusText(s).c_str());
-    }
-    ++completed_;
-    return true;
   }
 
   // Takes in what the receiver wrote: rkeys (unpacked for this endpoint) and
@@ -362,20 +286,15 @@ class RmaSendComm : public NetSendComm, UcxComm {
     rkeys_[h.id] = k;
   }
 
-  void failIfBroken(double grace) {
-    if (err_->first)
-      LOOM_THROW(kRemoteError, "%s: the endpoint failed: %s (the receiver's process exited or "
-                 "its host is unreachable)", who_.c_str(), api_.statusText(err_->second).c_str());
+  bool controlEnded() override {
     readRecords();
-    if (endedFor(grace))
-      LOOM_THROW(kRemoteError, "%s: the receiver closed the connection (process exited?)",
-                 who_.c_str());
+    return eof_;
+  }
+  void releaseRemote() override {
+    for (auto& [id, k] : rkeys_) api_.rkeyDestroy(k.rkey);
+    rkeys_.clear();
   }
 
-  ucp_ep_h ep_;
-  bool peerMode_;
-  EpError* err_;
-  uint64_t completed_ = 0;
   Record cts_[kMaxRequests] = {};
   std::map<uint64_t, Rkey> rkeys_;
   std::vector<char> buf_;  // records being read
