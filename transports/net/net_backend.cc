@@ -16,8 +16,9 @@ namespace {
 StringKnob kNet("LOOM_NET", "NCCL_NET", "",
                 "Network backend for connections between hosts, by name (case-insensitive): "
                 "an NCCL net plugin's own name, Socket (TCP through the generic network "
-                "pump) or UCX (UCP tagged messages; UCX_TLS picks its transports). Empty: "
-                "the first NCCL net plugin that starts, else the built-in socket transport");
+                "pump), UCX (UCP tagged messages; UCX_TLS picks its transports) or UCX_RMA "
+                "(UCP RMA put; transports with native RMA). Empty: the first NCCL net plugin "
+                "that starts, else the built-in socket transport");
 
 
 }  // namespace
