@@ -197,6 +197,14 @@ TEST_F(NetPluginJob, EveryVersionServesCollectivesWithoutNcclNet) {
   }
 }
 
+// A rank killed mid-job: the plugin-served survivors fail with ncclRemoteError within
+// seconds, naming the peer, and never hang.
+TEST_F(NetPluginJob, KilledPeerFailsTheOthersPromptly) {
+  EnvGuard p("NCCL_NET_PLUGIN", testPluginPath("11").c_str());
+  EnvGuard n("NCCL_NET", nullptr);
+  killedPeerFailsTheOthers("LoomTest", processRanks(ownHosts()));
+}
+
 // Ranks as threads of one process share the plugin (a v11 context each, a v8 plugin's
 // one init), with connects finished on each communicator's proxy thread (also run under
 // ThreadSanitizer).

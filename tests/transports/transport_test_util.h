@@ -5,7 +5,10 @@
 
 #include <dirent.h>
 #include <nccl.h>
+#include <signal.h>
 #include <sys/stat.h>
+
+#include <chrono>
 
 #include <fstream>
 #include <functional>
@@ -131,5 +134,36 @@ class TransportLogTest : public testing::Test {
   std::optional<EnvGuard> debug_, subsys_, file_;
   EnvGuard stallLimit_{"LOOM_TIMEOUT", "60"};
 };
+
+// A rank SIGKILLs itself in the middle of a stream of all-reduces: the others fail with
+// ncclRemoteError within seconds, naming a peer, and never hang.
+template <typename Options>
+inline void killedPeerFailsTheOthers(const std::string& backend, Options ranks) {
+  const int n = 3, victim = 1;
+  auto body = [backend](int rank, int nranks, ncclComm_t comm) -> std::string {
+    std::vector<float> v(1 << 16);
+    for (int it = 0; it < 100000; ++it) {
+      if (rank == victim && it == 5) raise(SIGKILL);
+      std::fill(v.begin(), v.end(), 1.0f);
+      auto t0 = std::chrono::steady_clock::now();
+      ncclResult_t rc = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rc == ncclSuccess) {
+        RANK_CHECK(v[0] == nranks && v.back() == nranks, "iteration %d: %g", it, v[0]);
+        continue;
+      }
+      std::string msg = ncclGetLastError(comm);
+      RANK_CHECK(rc == ncclRemoteError, "%s: %s", ncclGetErrorString(rc), msg.c_str());
+      RANK_CHECK(sec < 10, "the failure took %.1f s: %s", sec, msg.c_str());
+      RANK_CHECK(msg.find("via net/" + backend) != std::string::npos, "no peer named: %s",
+                 msg.c_str());
+      return "";
+    }
+    return "the victim's death went unnoticed";
+  };
+  auto f = runRanks(Mode::kProcesses, n, body, ranks);
+  ASSERT_EQ(f.size(), 1u) << joinFailures(f);
+  EXPECT_EQ(f[0].rfind("rank 1: ", 0), 0u) << "only the victim should fail: " << f[0];
+}
 
 }  // namespace loomtest
