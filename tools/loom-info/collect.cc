@@ -15,6 +15,7 @@
 #include "bootstrap/unique_id.h"
 #include "dispatch/fallback.h"
 #include "dispatch/stock_nccl.h"
+#include "transports/net/ib_devices.h"
 #include "transports/net/plugin_api.h"
 #include "info.h"
 #include "kernels/reduce.h"
@@ -187,6 +188,20 @@ void collectNetwork(Info* info) {
     for (const NetInterface& i : findInterfaces("^", 0)) info->interfaces.push_back({i.name, hostPart(i.addr)});
   } catch (const Error&) {
     // getifaddrs failed; the bootstrap line already carries the reason.
+  }
+  std::string why;
+  std::vector<IbPort> ports = listIbPorts(&why);
+  for (const IbPort& p : ports) info->rdmaPorts.push_back(describe(p));
+  info->rdmaNote = why;
+  if (std::string spec = ibHcaSpec(); !spec.empty() && !ports.empty()) {
+    try {
+      std::string sel;
+      for (const IbPort& p : selectIbPorts(ports, spec))
+        sel += (sel.empty() ? "" : ", ") + p.device + ":" + std::to_string(p.port);
+      info->rdmaNote = "NCCL_IB_HCA=" + spec + " selects " + (sel.empty() ? "none" : sel);
+    } catch (const Error& e) {
+      info->rdmaNote = e.what();
+    }
   }
 }
 

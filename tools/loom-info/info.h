@@ -39,6 +39,8 @@ struct Info {
   InterfaceInfo bootstrap;             // when bootstrapOk
   std::string bootstrapError;          // otherwise
   std::vector<InterfaceInfo> interfaces;  // every usable interface on this host
+  std::vector<std::string> rdmaPorts;     // every RDMA port ("rxe0:1 ACTIVE Ethernet (RoCE)")
+  std::string rdmaNote;  // why there are none, or what NCCL_IB_HCA selects (or its error)
   std::string hostName, hostId;
   uint64_t hostHash = 0;
   std::vector<KnobInfo> knobs;  // sorted by name

@@ -52,6 +52,11 @@ void printNetwork(FILE* out, const Info& info) {
   fprintf(out, "  interfaces up here:");
   if (info.interfaces.empty()) fprintf(out, " none");
   for (const InterfaceInfo& i : info.interfaces) fprintf(out, " %s=%s", i.name.c_str(), i.address.c_str());
+  fprintf(out, "\n  RDMA ports:");
+  if (info.rdmaPorts.empty()) fprintf(out, " none");
+  for (size_t i = 0; i < info.rdmaPorts.size(); ++i)
+    fprintf(out, "%s %s", i ? "," : "", info.rdmaPorts[i].c_str());
+  if (!info.rdmaNote.empty()) fprintf(out, " (%s)", info.rdmaNote.c_str());
   fprintf(out, "\n  host: %s  id: %s  hash: 0x%016" PRIx64 "\n", info.hostName.c_str(),
           info.hostId.c_str(), info.hostHash);
 }
@@ -148,8 +153,12 @@ void printJson(FILE* out, const Info& info) {
   fprintf(out, "\"interfaces\": [");
   for (size_t i = 0; i < info.interfaces.size(); ++i)
     fprintf(out, "%s%s", i ? ", " : "", interfaceJson(info.interfaces[i]).c_str());
+  fprintf(out, "], \"rdmaPorts\": [");
+  for (size_t i = 0; i < info.rdmaPorts.size(); ++i)
+    fprintf(out, "%s%s", i ? ", " : "", q(info.rdmaPorts[i]).c_str());
+  fprintf(out, "], \"rdmaNote\": %s", q(info.rdmaNote).c_str());
   // The hash as a string: JSON numbers above 2^53 lose bits in most parsers.
-  fprintf(out, "]},\n  \"host\": {\"name\": %s, \"id\": %s, \"hash\": \"0x%016" PRIx64 "\"},\n",
+  fprintf(out, "},\n  \"host\": {\"name\": %s, \"id\": %s, \"hash\": \"0x%016" PRIx64 "\"},\n",
           q(info.hostName).c_str(), q(info.hostId).c_str(), info.hostHash);
   fprintf(out, "  \"invalidKnobs\": %d,\n  \"knobs\": [\n", info.invalidKnobs());
   for (size_t i = 0; i < info.knobs.size(); ++i)
