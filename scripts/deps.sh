@@ -2,7 +2,7 @@
 # Installs what building and testing Loom needs, if it is missing (Debian/Ubuntu).
 set -euo pipefail
 need=()
-for pkg in cmake g++ make libgtest-dev libbenchmark-dev python3 iproute2 binutils libucx-dev; do
+for pkg in cmake g++ make libgtest-dev libbenchmark-dev python3 iproute2 binutils libucx-dev libibverbs-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
