@@ -46,13 +46,17 @@ if ((${#need[@]})); then
       --no-install-recommends "${need[@]}" >/dev/null; } || die "cannot install ${need[*]}" 77
 fi
 
-# Debian's kernel, extracted without installing it.
+# Debian's kernel, extracted without installing it. One run at a time per directory.
 mkdir -p "$dir"
+exec 9>"$dir/.lock"
+flock 9
 if [[ ! -f "$dir/vmlinuz" ]]; then
-  pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-  [[ -n "$pkg" ]] || die "no linux-image package for amd64 in apt's lists"
+  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ {print $2; exit}' || true)
+  [[ -n "$pkg" ]] || die "no linux-image package for amd64 in apt's lists (apt-get update?)" 77
   rm -rf "$dir/kernel" && mkdir -p "$dir/kernel"
-  (cd "$dir" && apt-get download "$pkg" >/dev/null 2>&1) || die "apt-get download $pkg failed"
+  (cd "$dir" && apt-get download "$pkg" >/dev/null 2>&1) ||
+    die "apt-get download $pkg failed (stale apt lists? apt-get update)" 77
   dpkg-deb -x "$dir/$pkg"_*.deb "$dir/kernel"
   rm -f "$dir/$pkg"_*.deb
   kver=$(ls "$dir/kernel/lib/modules")
@@ -118,7 +122,7 @@ $ipbin link add rxenet0 type dummy && $ipbin addr add 10.77.0.1/24 dev rxenet0 &
 $rdmabin link add rxe0 type rxe netdev rxenet0 || echo "rxe_vm: rdma link add failed"
 echo "RXE_VM_BEGIN"
 sh /cmd.sh; rc=\$?
-echo "RXE_VM_EXIT=\$rc"
+echo; echo "RXE_VM_EXIT=\$rc"
 poweroff -f
 INIT
 chmod +x "$root/init"

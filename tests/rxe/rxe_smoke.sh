@@ -5,10 +5,10 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 out=$("$repo/scripts/rxe_vm.sh" --timeout 300 -- '
-  ibv_rc_pingpong -d rxe0 -g 1 -n 1000 -s 65536 >/tmp/s1 2>&1 & sleep 1
-  ibv_rc_pingpong -d rxe0 -g 1 -n 1000 -s 65536 127.0.0.1 >/tmp/c1 2>&1; a=$?; wait $!; b=$?
-  ib_write_bw -d rxe0 -x 1 -s 65536 -n 200 >/tmp/s2 2>&1 & sleep 1
-  ib_write_bw -d rxe0 -x 1 -s 65536 -n 200 127.0.0.1 >/tmp/c2 2>&1; c=$?; wait $!; d=$?
+  timeout 60 ibv_rc_pingpong -d rxe0 -g 1 -n 1000 -s 65536 >/tmp/s1 2>&1 & sleep 2
+  timeout 60 ibv_rc_pingpong -d rxe0 -g 1 -n 1000 -s 65536 127.0.0.1 >/tmp/c1 2>&1; a=$?; wait $!; b=$?
+  timeout 60 ib_write_bw -d rxe0 -x 1 -s 65536 -n 200 >/tmp/s2 2>&1 & sleep 2
+  timeout 60 ib_write_bw -d rxe0 -x 1 -s 65536 -n 200 127.0.0.1 >/tmp/c2 2>&1; c=$?; wait $!; d=$?
   for f in s1 c1 s2 c2; do echo "== $f"; cat /tmp/$f; done
   echo "status $a $b $c $d"') || { rc=$?; echo "$out"; exit "$rc"; }
 echo "$out"

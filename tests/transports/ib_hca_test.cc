@@ -39,6 +39,8 @@ TEST(IbHca, CaretExcludes) {
   f = IbHcaFilter::parse("^=mlx5_1");
   EXPECT_FALSE(f.matches("mlx5_1", 1));
   EXPECT_TRUE(f.matches("mlx5_12", 1)) << "'^=' excludes exact names only";
+  f = IbHcaFilter::parse("^");
+  EXPECT_FALSE(f.matches("mlx5_0", 1)) << "'^' alone excludes everything, as in NCCL";
   f = IbHcaFilter::parse("^mlx5_0:1");
   EXPECT_FALSE(f.matches("mlx5_0", 1));
   EXPECT_TRUE(f.matches("mlx5_0", 2));

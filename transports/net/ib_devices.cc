@@ -57,7 +57,7 @@ IbHcaFilter IbHcaFilter::parse(const std::string& spec) {
 }
 
 bool IbHcaFilter::matches(const std::string& device, int port) const {
-  if (entries.empty()) return true;
+  if (entries.empty()) return !exclude;  // "^" alone excludes everything, as in NCCL
   bool hit = false;
   for (const Entry& e : entries) {
     bool name = exact ? device == e.name : device.compare(0, e.name.size(), e.name) == 0;
@@ -133,7 +133,9 @@ const Verbs* verbs(std::string* why) {
 
 }  // namespace
 
-std::vector<IbPort> listIbPorts(std::string* why) {
+std::vector<IbPort> listIbPorts(std::string* whyOut) {
+  std::string ignored;
+  std::string* why = whyOut ? whyOut : &ignored;
   std::vector<IbPort> out;
   const Verbs* v = verbs(why);
   if (!v) return out;
@@ -171,7 +173,7 @@ std::vector<IbPort> listIbPorts(std::string* why) {
 #else
 
 std::vector<IbPort> listIbPorts(std::string* why) {
-  *why = "this Loom was built without libibverbs' headers (Debian: libibverbs-dev)";
+  if (why) *why = "this Loom was built without libibverbs' headers (Debian: libibverbs-dev)";
   return {};
 }
 

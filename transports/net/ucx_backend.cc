@@ -206,6 +206,15 @@ class UcxBackend : public NetBackend {
                    "NCCL_NET=UCX there", ctx_.rank, tls.c_str());
       }
     }
+    if (rma) {
+      // UCX 1.13's fence orders puts on one lane only: the flag must follow its data there,
+      // so puts get one bandwidth lane (1.13 sizes RMA bandwidth lanes by this setting).
+      ucs_status_t m = api.configModify(cfg, "MAX_RNDV_RAILS", "1");
+      if (m != UCS_OK) {
+        api.configRelease(cfg);
+        check(m, "ucp_config_modify(MAX_RNDV_RAILS)");
+      }
+    }
     ucp_params_t p{};
     p.field_mask = UCP_PARAM_FIELD_FEATURES;
     p.features = rma ? UCP_FEATURE_RMA : UCP_FEATURE_TAG;

@@ -35,7 +35,7 @@ void UcxSender::close() {
     if (r.ucx2) api_.requestFree(r.ucx2);
     r.ucx = r.ucx2 = nullptr;
   }
-  releaseRemote();
+  releaseRemote(clean);
   w_->retire(ep_, clean, peerMode_);
   // Clean: every message posted is on its way. Else only those UCP completed are.
   Goodbye g{kGoodbyeMagic, clean ? posted_ : completed_};

@@ -136,7 +136,8 @@ struct UcxRequest : NetRequest {
   uint64_t seq = 0;
   size_t bytes = 0;
   ucp_tag_recv_info_t info{};
-  uint64_t flag[2] = {};  // RMA: what the flag put writes (seq + 1, bytes)
+  uint64_t flag = 0;                // RMA: what the flag put writes
+  uint64_t region = UINT64_MAX;     // RMA: a region mapped for this receive alone
 };
 
 // What both directions share: the worker, the control stream, the request slots.
@@ -263,8 +264,9 @@ class UcxSender : public NetSendComm, protected UcxComm {
  protected:
   // Reads what the receiver wrote on the control stream; true once the stream ended.
   virtual bool controlEnded() = 0;
-  // What must go before the endpoint does (RMA's unpacked rkeys).
-  virtual void releaseRemote() {}
+  // What must go before the endpoint does (RMA's unpacked rkeys); `clean`: no operation
+  // of UCP's is still in flight.
+  virtual void releaseRemote(bool) {}
   // Derived destructors call this first: sends in flight may finish while the receiver
   // is there (bounded); the worker then flushes and closes the endpoint in its own time
   // (a close never waits on the receiver's worker); the goodbye goes last. Without error
