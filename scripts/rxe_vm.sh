@@ -115,7 +115,8 @@ cat >"$root/init" <<INIT
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/tmp
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
-mkdir -p /dev/shm; mount -t tmpfs tmpfs /dev/shm; mount -t tmpfs tmpfs /tmp
+# /tmp stays the initramfs's own (writable): --copy files may live under it.
+mkdir -p /dev/shm; mount -t tmpfs tmpfs /dev/shm
 for m in \$(cat /modules.order); do insmod /lib/modules/\$m || echo "rxe_vm: insmod \$m failed"; done
 $ipbin link set lo up
 $ipbin link add rxenet0 type dummy && $ipbin addr add 10.77.0.1/24 dev rxenet0 && $ipbin link set rxenet0 up
