@@ -22,16 +22,25 @@ bool HandleAddr::get(SocketAddr* a) const {
          (a->family() == AF_INET6 && a->len == sizeof(sockaddr_in6));
 }
 
-std::unique_ptr<StreamAcceptor> makeNetAcceptor(const NetContext& ctx, uint16_t kind,
-                                                const char* what) {
-  SocketAddr a = ctx.iface.addr;
-  a.setPort(0);
-  return std::make_unique<StreamAcceptor>(ctx.job, ctx.rank, ctx.nranks, a, kind, what);
+StreamAcceptor& BootstrapIfaceBackend::acceptor() {
+  if (!acceptor_) {
+    SocketAddr a = ctx_.iface.addr;
+    a.setPort(0);
+    acceptor_ = std::make_unique<StreamAcceptor>(ctx_.job, ctx_.rank, ctx_.nranks, a, kind_, what_);
+  }
+  return *acceptor_;
 }
 
-NetProperties bootstrapIfaceProperties(const NetContext& ctx) {
+void BootstrapIfaceBackend::checkDev(int dev) const {
+  if (dev != 0)
+    LOOM_THROW(kInvalidArgument, "%s net backend: device %d does not exist (it has 1)", name_,
+               dev);
+}
+
+NetProperties BootstrapIfaceBackend::properties(int dev) {
+  checkDev(dev);
   NetProperties p;
-  p.name = ctx.iface.name.empty() ? ctx.iface.addr.str() : ctx.iface.name;
+  p.name = ctx_.iface.name.empty() ? ctx_.iface.addr.str() : ctx_.iface.name;
   p.ptrSupport = kNetPtrHost;
   p.speedMbps = 10000;
   p.latencyUs = 0;

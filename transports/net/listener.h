@@ -24,12 +24,30 @@ struct HandleAddr {
   bool get(SocketAddr* a) const;
 };
 
-// The listener a backend makes at its first listen(): hellos of `kind` addressed to
-// ctx.rank, on the bootstrap interface, any port.
-std::unique_ptr<StreamAcceptor> makeNetAcceptor(const NetContext& ctx, uint16_t kind,
-                                                const char* what);
+// A backend of one device, the bootstrap interface (host memory only), whose peers
+// connect to one StreamAcceptor, made at the first listen().
+class BootstrapIfaceBackend : public NetBackend {
+ public:
+  int devices() override { return 1; }
+  NetProperties properties(int dev) override;
 
-// The one device of a backend that runs over the bootstrap interface, host memory only.
-NetProperties bootstrapIfaceProperties(const NetContext& ctx);
+ protected:
+  // `name` in errors ("TCP"); hellos of `kind` addressed to ctx.rank; `what` names the
+  // listener in logs.
+  BootstrapIfaceBackend(const NetContext& ctx, const char* name, uint16_t kind, const char* what)
+      : ctx_(ctx), name_(name), kind_(kind), what_(what) {}
+  void checkDev(int dev) const;  // throws kInvalidArgument unless dev is 0
+  StreamAcceptor& acceptor();
+  uint64_t nextConnId() { return nextConnId_++; }
+
+  NetContext ctx_;
+
+ private:
+  const char* name_;
+  uint16_t kind_;
+  const char* what_;
+  std::unique_ptr<StreamAcceptor> acceptor_;
+  uint64_t nextConnId_ = 1;
+};
 
 }  // namespace loom

@@ -290,30 +290,23 @@ struct TcpConnectStage : NetStage {
   Deadline deadline = Deadline::in(60);
 };
 
-class TcpBackend : public NetBackend {
+class TcpBackend : public BootstrapIfaceBackend {
  public:
-  explicit TcpBackend(const NetContext& ctx) : ctx_(ctx) {}
-
-  int devices() override { return 1; }
-
-  NetProperties properties(int dev) override {
-    checkDev(dev);
-    return bootstrapIfaceProperties(ctx_);
-  }
+  explicit TcpBackend(const NetContext& ctx)
+      : BootstrapIfaceBackend(ctx, "TCP", kKindNet, "net listener") {}
 
   std::unique_ptr<NetListenComm> listen(int dev, NetHandle* handle) override {
     checkDev(dev);
-    if (!acceptor_) acceptor_ = makeNetAcceptor(ctx_, kKindNet, "net listener");
     TcpHandle h{};
     h.magic = kHandleMagic;
     h.nstreams = static_cast<uint32_t>(SocketConnection::streamCount());
     h.rank = ctx_.rank;
-    h.connId = nextConnId_++;
-    h.addr.set(acceptor_->addr(), ctx_.rank);
+    h.connId = nextConnId();
+    h.addr.set(acceptor().addr(), ctx_.rank);
     memset(handle->bytes, 0, sizeof(handle->bytes));
     memcpy(handle->bytes, &h, sizeof(h));
     return std::make_unique<TcpListenComm>(
-        *acceptor_, h.connId, h.nstreams,
+        acceptor(), h.connId, h.nstreams,
         strprintf("rank %d TCP net connection #%llu", ctx_.rank,
                   static_cast<unsigned long long>(h.connId)));
   }
@@ -347,11 +340,6 @@ class TcpBackend : public NetBackend {
   }
 
  private:
-  void checkDev(int dev) const {
-    if (dev != 0)
-      LOOM_THROW(kInvalidArgument, "TCP net backend: device %d does not exist (it has 1)", dev);
-  }
-
   std::unique_ptr<NetStage> start(const TcpHandle& h, const SocketAddr& a, const std::string& who) {
     auto st = std::make_unique<TcpConnectStage>();
     for (uint32_t s = 0; s < h.nstreams; ++s)
@@ -361,9 +349,6 @@ class TcpBackend : public NetBackend {
     return st;
   }
 
-  NetContext ctx_;
-  std::unique_ptr<StreamAcceptor> acceptor_;  // made by the first listen()
-  uint64_t nextConnId_ = 1;
 };
 
 }  // namespace

@@ -179,10 +179,11 @@ std::string setting(const UcxConfig& config, const char* name) {
   return std::string(e ? e : "(unset)");
 }
 
-class UcxBackend : public NetBackend {
+class UcxBackend : public BootstrapIfaceBackend {
  public:
   UcxBackend(const NetContext& ctx, const UcxApi& api, const UcxConfig& config, bool rma)
-      : ctx_(ctx), w_(std::make_shared<Worker>(api)), rma_(rma) {
+      : BootstrapIfaceBackend(ctx, "UCX", kKindUcx, "UCX control listener"),
+        w_(std::make_shared<Worker>(api)), rma_(rma) {
     ucp_config_t* cfg = nullptr;
     check(api.configRead(nullptr, nullptr, &cfg), "ucp_config_read");
     for (const auto& [name, value] : config) {
@@ -238,25 +239,17 @@ class UcxBackend : public NetBackend {
     api.workerReleaseAddress(w_->worker, addr);
   }
 
-  int devices() override { return 1; }
-
-  NetProperties properties(int dev) override {
-    checkDev(dev);
-    return bootstrapIfaceProperties(ctx_);
-  }
-
   std::unique_ptr<NetListenComm> listen(int dev, NetHandle* handle) override {
     checkDev(dev);
-    if (!acceptor_) acceptor_ = makeNetAcceptor(ctx_, kKindUcx, "UCX control listener");
     UcxHandle h{};
     h.magic = kHandleMagic;
     h.rank = ctx_.rank;
-    h.connId = nextConnId_++;
-    h.addr.set(acceptor_->addr(), ctx_.rank);
+    h.connId = nextConnId();
+    h.addr.set(acceptor().addr(), ctx_.rank);
     memset(handle->bytes, 0, sizeof(handle->bytes));
     memcpy(handle->bytes, &h, sizeof(h));
     return std::make_unique<UcxListenComm>(
-        w_, *acceptor_, h.connId, rma_,
+        w_, acceptor(), h.connId, rma_,
         strprintf("rank %d UCX net connection #%llu", ctx_.rank,
                   static_cast<unsigned long long>(h.connId)));
   }
@@ -317,11 +310,6 @@ class UcxBackend : public NetBackend {
   }
 
  private:
-  void checkDev(int dev) const {
-    if (dev != 0)
-      LOOM_THROW(kInvalidArgument, "UCX net backend: device %d does not exist (it has 1)", dev);
-  }
-
   void check(ucs_status_t s, const char* call) {
     if (s != UCS_OK)
       LOOM_THROW(kSystemError, "rank %d: UCX %s: %s failed: %s", ctx_.rank,
@@ -358,10 +346,7 @@ class UcxBackend : public NetBackend {
     return true;
   }
 
-  NetContext ctx_;
   std::shared_ptr<Worker> w_;
-  std::unique_ptr<StreamAcceptor> acceptor_;  // made by the first listen()
-  uint64_t nextConnId_ = 1;
   bool rma_;  // RMA put (UCX_RMA) rather than tagged messages (UCX)
 };
 

@@ -318,8 +318,14 @@ class RmaSendComm : public UcxSender {
     rkeys_[h.id] = k;
   }
 
+  // Failure checks read the stream at most every millisecond (a system call each);
+  // isend() reads it at once when the clear-to-send it needs is not here yet.
   bool controlEnded() override {
-    readRecords();
+    uint64_t now = nowNs();
+    if (now - lastPoll_ >= 1000000) {
+      lastPoll_ = now;
+      readRecords();
+    }
     return eof_;
   }
   // An rkey goes only once no operation of UCP's uses it: after an unclean close some
