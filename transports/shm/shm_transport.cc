@@ -172,6 +172,10 @@ void ShmConnection::readRemote(void* dst, uint64_t remote, size_t bytes) const {
     ssize_t n = process_vm_readv(peerPid_, &local, 1, &rem, 1, 0);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
+      // The peer's process is gone (killed mid-collective): a dead peer, as on any transport.
+      if (n < 0 && errno == ESRCH)
+        LOOM_THROW(kRemoteError, "%s: the peer's process is gone (cross-memory read: %s)",
+                   describe().c_str(), strerror(errno));
       LOOM_THROW(kSystemError,
                  "%s: cross-memory read of %zu bytes failed: %s (set LOOM_SHM_CMA=0 if ptrace "
                  "is restricted here)",
