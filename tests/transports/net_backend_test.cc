@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/hmac.h"
+#include "transports/net/ib_backend.h"
 #include "transports/net/net_backend.h"
 #include "transports/net/plugin_backend.h"
 #include "transports/net/ucx_backend.h"
@@ -62,11 +63,22 @@ void drive(const std::function<bool()>& step, double seconds, const char* what) 
   }
 }
 
+// A connection and the memory registered with each end (as ncclNet requires, every
+// buffer a request names lies inside a registration of its comm).
 struct Conn {
   std::unique_ptr<loom::NetListenComm> listen;
   std::unique_ptr<NetSendComm> send;
   std::unique_ptr<NetRecvComm> recv;
-  std::unique_ptr<loom::NetMr> sendMr, recvMr;
+  std::vector<std::unique_ptr<loom::NetMr>> sendMrs, recvMrs;  // go before their comms
+
+  loom::NetMr* sreg(const void* p, size_t n) {
+    sendMrs.push_back(send->regMr(const_cast<void*>(p), n, loom::NetMemType::kHost));
+    return sendMrs.back().get();
+  }
+  loom::NetMr* rreg(void* p, size_t n) {
+    recvMrs.push_back(recv->regMr(p, n, loom::NetMemType::kHost));
+    return recvMrs.back().get();
+  }
 };
 
 // UCX pinned to one transport (UCX_TLS) and, for tcp, to the loopback device.
@@ -79,12 +91,19 @@ loom::UcxConfig ucxVariant(const std::string& name) {
 }
 
 // A built-in backend by name, "Ucx<Transport>": UCX over that transport alone, or
-// "PluginV<N>": the test plugin of ABI version N.
+// "PluginV<N>": the test plugin of ABI version N, or "IbQps<N>": verbs with N queue pairs
+// per connection.
 std::unique_ptr<NetBackend> makeBackend(const std::string& name, const loom::JobId& job,
                                         int rank) {
   loom::NetContext ctx{job, rank, 2, loopback()};
   if (name.rfind("Ucx", 0) == 0)
     return loom::makeUcxNetBackend(ctx, ucxVariant(name), name.rfind("UcxRma", 0) == 0);
+  if (name.rfind("IbQps", 0) == 0) {
+    setenv("NCCL_IB_QPS_PER_CONNECTION", name.substr(5).c_str(), 1);
+    auto b = loom::makeIbNetBackend(ctx);
+    unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+    return b;
+  }
   if (name.rfind("PluginV", 0) == 0) {
     auto api = testPlugin(std::stoi(name.substr(7)));
     if (!api) throw std::runtime_error("test plugin " + name + " did not load");
@@ -115,10 +134,6 @@ class NetBackendConformance : public testing::TestWithParam<std::string> {
       if (!c.recv) c.recv = c.listen->accept(as);
       return c.send && c.recv;
     }, 10, "connect/accept");
-    if (c.send && c.recv) {
-      c.sendMr = c.send->regMr(nullptr, 0, loom::NetMemType::kHost);
-      c.recvMr = c.recv->regMr(nullptr, 0, loom::NetMemType::kHost);
-    }
     return c;
   }
 
@@ -127,9 +142,11 @@ class NetBackendConformance : public testing::TestWithParam<std::string> {
   size_t transfer(Conn& c, const void* data, size_t bytes, void* into, size_t capacity) {
     NetRequest* s = nullptr;
     NetRequest* r = nullptr;
+    loom::NetMr* sm = c.sreg(data, bytes);
+    loom::NetMr* rm = c.rreg(into, capacity);
     drive([&] {
-      if (!s) s = c.send->isend(data, bytes, 0, c.sendMr.get());
-      if (!r) r = c.recv->irecv(into, capacity, 0, c.recvMr.get());
+      if (!s) s = c.send->isend(data, bytes, 0, sm);
+      if (!r) r = c.recv->irecv(into, capacity, 0, rm);
       return s && r;
     }, 10, "posting");
     bool sent = false, got = false;
@@ -197,12 +214,12 @@ TEST_P(NetBackendConformance, ManyOutstandingRequestsInOrder) {
     in.emplace_back(out.back().size() + 100);
   }
   for (int m = 0; m < n; ++m) {
-    NetRequest* r = c.recv->irecv(in[m].data(), in[m].size(), m, c.recvMr.get());
+    NetRequest* r = c.recv->irecv(in[m].data(), in[m].size(), m, c.rreg(in[m].data(), in[m].size()));
     ASSERT_TRUE(r) << "receive " << m << " refused: fewer than " << n << " in flight";
     // A send may wait for its receive's clear-to-send (RMA), never for an earlier send.
     NetRequest* s = nullptr;
-    drive([&] { return (s = c.send->isend(out[m].data(), out[m].size(), m,
-                                          c.sendMr.get())) != nullptr; },
+    loom::NetMr* sm = c.sreg(out[m].data(), out[m].size());
+    drive([&] { return (s = c.send->isend(out[m].data(), out[m].size(), m, sm)) != nullptr; },
           10, "a send with fewer than 24 in flight");
     ASSERT_TRUE(s) << "send " << m << " refused: fewer than " << n << " in flight";
     recvs.push_back(r);
@@ -229,7 +246,7 @@ TEST_P(NetBackendConformance, HostMemoryNeedsNoFlush) {
   Conn c = connect(*a_, *b_);
   ASSERT_TRUE(c.recv);
   char buf[64];
-  NetRequest* f = c.recv->iflush(buf, sizeof(buf), c.recvMr.get());
+  NetRequest* f = c.recv->iflush(buf, sizeof(buf), c.rreg(buf, sizeof(buf)));
   if (f) {
     size_t b;
     drive([&] { return c.recv->test(f, &b); }, 5, "flush");
@@ -243,10 +260,12 @@ TEST_P(NetBackendConformance, OversizedMessageIsAnError) {
   std::vector<uint8_t> out = message(7, 1000), in(200, 0xee);
   NetRequest* s = nullptr;
   NetRequest* r = nullptr;
+  loom::NetMr* rm = c.rreg(in.data(), 100);
+  loom::NetMr* sm = c.sreg(out.data(), out.size());
   // Null means "call again" (an RMA sender waits for the receiver's clear-to-send).
   drive([&] {
-    if (!r) r = c.recv->irecv(in.data(), 100, 0, c.recvMr.get());
-    if (!s) s = c.send->isend(out.data(), out.size(), 0, c.sendMr.get());
+    if (!r) r = c.recv->irecv(in.data(), 100, 0, rm);
+    if (!s) s = c.send->isend(out.data(), out.size(), 0, sm);
     return s && r;
   }, 10, "posting");
   ASSERT_TRUE(s && r);
@@ -274,15 +293,16 @@ TEST_P(NetBackendConformance, PeerClosedBetweenMessagesFailsTheNextReceive) {
   std::vector<uint8_t> out = message(3, 5000), in(6000);
   ASSERT_EQ(transfer(c, out.data(), out.size(), in.data(), in.size()), out.size());
   ASSERT_EQ(transfer(c, out.data(), 17, in.data(), in.size()), 17u);
-  c.sendMr.reset();
+  c.sendMrs.clear();
   c.send.reset();
   // Receives posted ahead after the close are accepted (a pump keeps several posted); only
   // testing one reports the sender gone.
   std::vector<uint8_t> ahead(6000);
-  NetRequest* r = c.recv->irecv(in.data(), in.size(), 0, c.recvMr.get());
+  NetRequest* r = c.recv->irecv(in.data(), in.size(), 0, c.rreg(in.data(), in.size()));
   ASSERT_TRUE(r);
   usleep(20000);  // let the close reach this side before the next post
-  ASSERT_NO_THROW(c.recv->irecv(ahead.data(), ahead.size(), 0, c.recvMr.get()));
+  loom::NetMr* am = c.rreg(ahead.data(), ahead.size());
+  ASSERT_NO_THROW(c.recv->irecv(ahead.data(), ahead.size(), 0, am));
   size_t b;
   try {
     drive([&] { return c.recv->test(r, &b); }, 10, "receive after close");
@@ -385,8 +405,8 @@ TEST_P(NetBackendDeath, SenderKilledFailsTheReceiver) {
     std::unique_ptr<loom::NetStage> st;
     std::unique_ptr<NetSendComm> s;
     while (!(s = be->connect(0, h, st))) usleep(100);
-    auto mr = s->regMr(nullptr, 0, loom::NetMemType::kHost);
     std::vector<uint8_t> big(1 << 20, 0x5a);
+    auto mr = s->regMr(big.data(), big.size(), loom::NetMemType::kHost);
     for (;;) {
       NetRequest* r = nullptr;
       while (!(r = s->isend(big.data(), big.size(), 0, mr.get()))) usleep(10);
@@ -405,8 +425,8 @@ TEST_P(NetBackendDeath, SenderKilledFailsTheReceiver) {
   std::unique_ptr<NetRecvComm> r;
   drive([&] { return (r = listen->accept(st)) != nullptr; }, 10, "accept");
   ASSERT_TRUE(r);
-  auto mr = r->regMr(nullptr, 0, loom::NetMemType::kHost);
   std::vector<uint8_t> in(1 << 20);
+  auto mr = r->regMr(in.data(), in.size(), loom::NetMemType::kHost);
   for (int m = 0; m < 3; ++m) {
     NetRequest* q = r->irecv(in.data(), in.size(), 0, mr.get());
     size_t b;
@@ -446,8 +466,8 @@ TEST_P(NetBackendDeath, ReceiverKilledFailsTheSender) {
     std::unique_ptr<loom::NetStage> st;
     std::unique_ptr<NetRecvComm> r;
     while (!(r = listen->accept(st))) usleep(100);
-    auto mr = r->regMr(nullptr, 0, loom::NetMemType::kHost);
     std::vector<uint8_t> in(1 << 20);
+    auto mr = r->regMr(in.data(), in.size(), loom::NetMemType::kHost);
     for (;;) {
       NetRequest* q = r->irecv(in.data(), in.size(), 0, mr.get());
       size_t b;
@@ -464,8 +484,8 @@ TEST_P(NetBackendDeath, ReceiverKilledFailsTheSender) {
   std::unique_ptr<NetSendComm> s;
   drive([&] { return (s = be->connect(0, h, st)) != nullptr; }, 10, "connect");
   ASSERT_TRUE(s);
-  auto mr = s->regMr(nullptr, 0, loom::NetMemType::kHost);
   std::vector<uint8_t> big(1 << 20, 0x33);
+  auto mr = s->regMr(big.data(), big.size(), loom::NetMemType::kHost);
   auto sendOne = [&](double bound) {
     NetRequest* q = nullptr;
     auto end = Clock::now() + std::chrono::duration<double>(bound);
@@ -493,7 +513,11 @@ TEST_P(NetBackendDeath, ReceiverKilledFailsTheSender) {
 std::vector<std::string> backendNames() {
   std::vector<std::string> v;
   for (const auto& b : loom::netBackends())
-    if (b.name.rfind("UCX", 0) != 0) v.push_back(b.name);
+    if (b.name.rfind("UCX", 0) != 0 && b.name != "IB") v.push_back(b.name);
+  // Verbs where an RDMA port is active (the rxe VM: ctest -L rxe), with 1 and 4 QPs.
+  std::string why;
+  if (loom::ibIsDefault(&why))
+    for (const char* b : {"IB", "IbQps4"}) v.push_back(b);
   if (loom::ucxBuiltIn())
     for (const char* u : {"UcxTcp", "UcxPosix", "UcxCma", "UcxRmaCma"}) v.push_back(u);
   for (int version = 6; version <= 11; ++version) v.push_back("PluginV" + std::to_string(version));
@@ -539,11 +563,11 @@ TEST(NetBackendSelection, NamesAreCaseInsensitiveAndUnknownOnesListWhatExists) {
   EXPECT_EQ(loom::findNetBackend("socket").name, "Socket");
   EXPECT_EQ(loom::findNetBackend("SOCKET").name, "Socket");
   try {
-    loom::findNetBackend("IB");
+    loom::findNetBackend("Carrier-Pigeon");
     FAIL() << "an unknown backend was found";
   } catch (const loom::Error& e) {
     EXPECT_EQ(e.code(), loom::Code::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("NCCL_NET=IB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NCCL_NET=Carrier-Pigeon"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("Socket"), std::string::npos) << e.what();
   }
 }

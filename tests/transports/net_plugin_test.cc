@@ -288,11 +288,11 @@ TEST_F(NetPluginJob, ConnectThatNeedsThePeersAcceptCompletes) {
 TEST_F(NetPluginJob, UnknownNetListsPluginsAndLoadFailures) {
   std::string spec = testPluginPath("9") + ",no-such-plugin";
   EnvGuard p("NCCL_NET_PLUGIN", spec.c_str());
-  EnvGuard n("NCCL_NET", "IB");
+  EnvGuard n("NCCL_NET", "Carrier-Pigeon");
   auto f = runRanks(Mode::kThreads, 2, [](int, int, ncclComm_t) { return std::string(); }, 60);
   ASSERT_EQ(f.size(), 2u);
   for (const auto& e : f)
-    EXPECT_TRUE(contains(e, "NCCL_NET=IB") && contains(e, "LoomTest") && contains(e, "Socket") &&
+    EXPECT_TRUE(contains(e, "NCCL_NET=Carrier-Pigeon") && contains(e, "LoomTest") && contains(e, "Socket") &&
                 contains(e, "libnccl-net-no-such-plugin.so"))
         << e;
 }

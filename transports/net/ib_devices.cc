@@ -4,16 +4,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "base/config.h"
-#include "base/dl.h"
 #include "base/error.h"
-
-#if __has_include(<infiniband/verbs.h>)
-#include <infiniband/verbs.h>
-#define LOOM_VERBS_HEADERS 1
-#endif
+#include "transports/net/ibv_api.h"
 
 namespace loom {
 namespace {
@@ -87,62 +81,19 @@ std::vector<IbPort> selectIbPorts(const std::vector<IbPort>& ports, const std::s
 }
 
 #ifdef LOOM_VERBS_HEADERS
-namespace {
-
-// The few calls device discovery needs; the backend's table grows from here.
-struct Verbs {
-  DynLib lib;
-  decltype(&ibv_get_device_list) getDeviceList = nullptr;
-  decltype(&ibv_free_device_list) freeDeviceList = nullptr;
-  decltype(&ibv_get_device_name) getDeviceName = nullptr;
-  decltype(&ibv_open_device) openDevice = nullptr;
-  decltype(&ibv_close_device) closeDevice = nullptr;
-  decltype(&ibv_query_device) queryDevice = nullptr;
-  int (*queryPort)(ibv_context*, uint8_t, ibv_port_attr*) = nullptr;  // the exported symbol
-};
-
-const Verbs* verbs(std::string* why) {
-  static std::once_flag once;
-  static Verbs* v = nullptr;
-  static std::string* absence = nullptr;
-  std::call_once(once, [] {
-    std::string err;
-    DynLib lib = DynLib::open({"libibverbs.so.1"}, &err);
-    if (!lib.loaded()) {
-      absence = new std::string("libibverbs is not loadable: " + err);
-      return;
-    }
-    auto* t = new Verbs{std::move(lib)};
-    bool ok = t->lib.bind(t->getDeviceList, "ibv_get_device_list") &&
-              t->lib.bind(t->freeDeviceList, "ibv_free_device_list") &&
-              t->lib.bind(t->getDeviceName, "ibv_get_device_name") &&
-              t->lib.bind(t->openDevice, "ibv_open_device") &&
-              t->lib.bind(t->closeDevice, "ibv_close_device") &&
-              t->lib.bind(t->queryDevice, "ibv_query_device") &&
-              t->lib.bind(t->queryPort, "ibv_query_port");
-    if (!ok) {
-      absence = new std::string(t->lib.path() + " lacks a verbs call device discovery needs");
-      delete t;
-      return;
-    }
-    v = t;
-  });
-  if (!v && why) *why = *absence;
-  return v;
-}
-
-}  // namespace
 
 std::vector<IbPort> listIbPorts(std::string* whyOut) {
   std::string ignored;
   std::string* why = whyOut ? whyOut : &ignored;
   std::vector<IbPort> out;
-  const Verbs* v = verbs(why);
+  const IbvApi* v = ibvApi(why);
   if (!v) return out;
   int n = 0;
   ibv_device** list = v->getDeviceList(&n);
   if (!list) {
-    *why = std::string("ibv_get_device_list failed: ") + strerror(errno);
+    int e = errno;
+    *why = std::string("ibv_get_device_list failed: ") + strerror(e) +
+           (e == ENOSYS ? " (this kernel has no RDMA subsystem: no InfiniBand/RoCE driver)" : "");
     return out;
   }
   for (int d = 0; d < n; ++d) {
@@ -173,7 +124,7 @@ std::vector<IbPort> listIbPorts(std::string* whyOut) {
 #else
 
 std::vector<IbPort> listIbPorts(std::string* why) {
-  if (why) *why = "this Loom was built without libibverbs' headers (Debian: libibverbs-dev)";
+  if (why) *why = verbsUnavailable();
   return {};
 }
 

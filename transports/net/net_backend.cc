@@ -5,6 +5,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "transports/net/ib_backend.h"
 #include "transports/net/plugin_api.h"
 #include "transports/net/plugin_backend.h"
 #include "transports/net/tcp_backend.h"
@@ -15,10 +16,11 @@ namespace {
 
 StringKnob kNet("LOOM_NET", "NCCL_NET", "",
                 "Network backend for connections between hosts, by name (case-insensitive): "
-                "an NCCL net plugin's own name, Socket (TCP through the generic network "
-                "pump), UCX (UCP tagged messages; UCX_TLS picks its transports) or UCX_RMA "
-                "(UCP RMA put; transports with native RMA). Empty: the first NCCL net plugin "
-                "that starts, else the built-in socket transport");
+                "an NCCL net plugin's own name, IB (InfiniBand/RoCE verbs), Socket (TCP "
+                "through the generic network pump), UCX (UCP tagged messages; UCX_TLS picks "
+                "its transports) or UCX_RMA (UCP RMA put; transports with native RMA). Empty: "
+                "the first NCCL net plugin that starts, else IB where an RDMA port is active, "
+                "else the built-in socket transport");
 
 
 }  // namespace
@@ -28,6 +30,9 @@ std::vector<NetBackendSpec> netBackends() {
   // Plugins first, as NCCL orders them; each answers to its own name.
   for (const auto& p : processNetPlugins().plugins)
     all.push_back({p->name(), [p](const NetContext& c) { return makePluginNetBackend(p, c); }});
+  // Verbs where built, as NCCL's "IB"; libibverbs is loaded when a communicator starts it.
+  if (verbsBuiltIn())
+    all.push_back({"IB", [](const NetContext& c) { return makeIbNetBackend(c); }});
   // NCCL calls its TCP backend "Socket": NCCL_NET=Socket means the same here.
   all.push_back({"Socket", makeTcpNetBackend});
   // UCX where it is built (NCCL offers it as a plugin); libucp is loaded only when a
@@ -49,6 +54,7 @@ NetBackendSpec findNetBackend(const std::string& name) {
   std::string failures;
   for (const std::string& f : processNetPlugins().failures) failures += "; " + f;
   if (!ucxBuiltIn()) failures += "; UCX: " + ucxUnavailable();
+  if (!verbsBuiltIn()) failures += "; IB: " + verbsUnavailable();
   LOOM_THROW(kInvalidArgument, "NCCL_NET=%s: no network backend of that name; this process has: %s%s",
              name.c_str(), names.c_str(), failures.c_str());
 }
@@ -79,6 +85,20 @@ StartedNet startNetBackend(const NetContext& ctx) {
       else
         LOOM_INFO(kLogNet | kLogInit, "%s; trying the next network", e.what());
     }
+  }
+  // As NCCL: verbs where an RDMA port is active, unless NCCL_IB_DISABLE; a port that
+  // fails to start gives way to the socket transport.
+  std::string why;
+  if (ibIsDefault(&why)) {
+    try {
+      StartedNet n{makeIbNetBackend(ctx), "IB"};
+      LOOM_INFO(kLogNet | kLogInit, "rank %d: NET/IB: using verbs", ctx.rank);
+      return n;
+    } catch (const Error& e) {
+      LOOM_WARN("%s; using the socket transport", e.what());
+    }
+  } else {
+    LOOM_INFO(kLogNet | kLogInit, "rank %d: NET/IB: not used: %s", ctx.rank, why.c_str());
   }
   return {};
 }

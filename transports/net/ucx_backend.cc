@@ -103,7 +103,7 @@ class UcxRecvComm : public NetRecvComm, UcxComm {
       w_->progress();
       ucs_status_t s = api_.tagRecvRequestTest(r->ucx, &r->info);
       if (s == UCS_INPROGRESS) {
-        checkSender(*r);
+        checkSender(r->seq);
         return false;
       }
       api_.requestFree(r->ucx);

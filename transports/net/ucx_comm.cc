@@ -38,12 +38,7 @@ void UcxSender::close() {
   releaseRemote(clean);
   w_->retire(ep_, clean, peerMode_);
   // Clean: every message posted is on its way. Else only those UCP completed are.
-  Goodbye g{kGoodbyeMagic, clean ? posted_ : completed_};
-  try {
-    control_.sendAll(&g, sizeof(g), Deadline::in(1), who_.c_str());
-  } catch (const Error&) {
-    // The receiver is gone already: nothing to tell.
-  }
+  sayGoodbye(clean ? posted_ : completed_);
 }
 
 bool UcxSender::reap(UcxRequest& r) {

@@ -18,19 +18,16 @@
 #include "base/time.h"
 #include "transports/net/listener.h"
 #include "transports/net/net_backend.h"
+#include "transports/net/peer_control.h"
 
 namespace loom::ucxnet {
 
 constexpr uint16_t kKindUcx = 5;               // PeerHello kind of a UCX control stream
 constexpr uint32_t kHandleMagic = 0x4c554358;  // "LUCX"
 constexpr uint32_t kAddressMagic = 0x4c554341;
-constexpr uint64_t kGoodbyeMagic = 0x4c55435842594521ull;
 constexpr int kMaxRequests = 32;  // per comm, as NCCL_NET_MAX_REQUESTS
 constexpr uint32_t kMaxAddressBytes = 64 << 10;
 constexpr double kCloseSec = 2;   // a closing comm waits this long for its sends
-constexpr double kDrainSec = 5;   // ... for UCP to let go of buffers it may still touch
-constexpr double kGraceSec = 1;   // the end of a control stream waits this long for data
-                                  // UCX still carries (a separate connection)
 
 struct UcxHandle {
   uint32_t magic;
@@ -44,10 +41,6 @@ static_assert(sizeof(UcxHandle) <= kNetHandleBytes);
 struct AddressHeader {
   uint32_t magic;
   uint32_t bytes;
-};
-struct Goodbye {
-  uint64_t magic;
-  uint64_t sent;  // messages the sender handed to UCP for good; none after them will come
 };
 
 // One backend's UCP context and worker, shared by its comms. UCP calls are serialised
@@ -141,13 +134,11 @@ struct UcxRequest : NetRequest {
 };
 
 // What both directions share: the worker, the control stream, the request slots.
-class UcxComm {
+class UcxComm : protected PeerControl {
  protected:
   UcxComm(std::shared_ptr<Worker> w, Socket control, uint64_t tag, std::string who)
-      : w_(std::move(w)), api_(w_->api), control_(std::move(control)), tag_(tag),
-        who_(std::move(who)) {
-    control_.setNonBlocking(true);
-  }
+      : PeerControl(std::move(control), std::move(who)), w_(std::move(w)), api_(w_->api),
+        tag_(tag) {}
 
   UcxRequest* slot() {
     for (UcxRequest& r : reqs_)
@@ -166,71 +157,12 @@ class UcxComm {
       if (r.ucx || r.ucx2) return true;
     return false;
   }
-  // Reads what the control stream holds, at most every millisecond: `into` (if any)
-  // fills with the peer's goodbye; true once the peer has closed the stream.
-  bool pollControl(Goodbye* into, size_t* have) {
-    uint64_t now = nowNs();
-    if (now - lastPoll_ < 1000000) return eof_;
-    lastPoll_ = now;
-    while (!eof_) {
-      // Past the goodbye (or with none due) only the end of the stream may come.
-      char scratch[sizeof(Goodbye)];
-      bool full = !into || *have == sizeof(Goodbye);
-      char* at = full ? scratch : reinterpret_cast<char*>(into) + *have;
-      size_t room = full ? sizeof(scratch) : sizeof(Goodbye) - *have;
-      bool eof = false;
-      size_t n;
-      try {
-        n = control_.tryRecv(at, room, who_.c_str(), &eof);
-      } catch (const Error&) {
-        eof = true;  // reset: the peer's process is gone
-        n = 0;
-      }
-      if (eof) {
-        eof_ = true;
-        eofAt_ = nowNs();
-      }
-      if (n == 0) break;
-      if (full)
-        LOOM_THROW(kRemoteError, "%s: unexpected data on the control stream", who_.c_str());
-      *have += n;
-    }
-    return eof_;
-  }
-
-  // A receive its sender will never match fails. The goodbye says how many messages are
-  // on their way: later receives fail at once, earlier ones get kDrainSec to arrive (UCX
-  // carries them on a connection of its own). A stream closed without a goodbye means the
-  // sender's process died: what it sent before gets kGraceSec.
-  void checkSender(const UcxRequest& r) {
-    if (!pollControl(&bye_, &byeBytes_)) return;
-    bool said = byeBytes_ == sizeof(bye_) && bye_.magic == kGoodbyeMagic;
-    if (said && r.seq >= bye_.sent)
-      LOOM_THROW(kRemoteError, "%s: the peer closed the connection after its %llu messages",
-                 who_.c_str(), static_cast<unsigned long long>(bye_.sent));
-    if (!endedFor(said ? kDrainSec : kGraceSec)) return;
-    if (said)
-      LOOM_THROW(kRemoteError, "%s: message %llu, sent before the peer closed the connection, "
-                 "did not arrive within %.0f s", who_.c_str(),
-                 static_cast<unsigned long long>(r.seq), kDrainSec);
-    LOOM_THROW(kRemoteError, "%s: the peer's connection closed without a goodbye (process "
-               "exited?)", who_.c_str());
-  }
 
   std::shared_ptr<Worker> w_;
   const UcxApi& api_;
-  Socket control_;
   uint64_t tag_;
-  std::string who_;
   UcxRequest reqs_[kMaxRequests];
   uint64_t posted_ = 0;
-  uint64_t lastPoll_ = 0;
-  bool eof_ = false;
-  uint64_t eofAt_ = 0;
-  Goodbye bye_{};  // a receiver's: what its sender said on closing
-  size_t byeBytes_ = 0;
-  // Whether the control stream ended more than `sec` ago.
-  bool endedFor(double sec) const { return eof_ && nowNs() - eofAt_ > sec * 1e9; }
 };
 
 class UcxMr : public NetMr {};

@@ -129,7 +129,7 @@ class RmaRecvComm : public NetRecvComm, UcxComm {
     if (!arrived(f, r->seq)) {
       w_->progress();
       if (!arrived(f, r->seq)) {
-        checkSender(*r);
+        checkSender(r->seq);
         return false;
       }
     }
@@ -290,10 +290,7 @@ class RmaSendComm : public UcxSender {
       } catch (const Error&) {
         eof = true;
       }
-      if (eof) {
-        eof_ = true;
-        eofAt_ = nowNs();
-      }
+      if (eof) markEnded();
       if (n == 0) return;
       have_ += n;
     }

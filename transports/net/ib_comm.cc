@@ -1,0 +1,355 @@
+// The verbs data path. Receiver-driven: irecv() posts one receive per QP and writes a
+// clear-to-send record (where, how much, which rkey) into the sender's FIFO with RDMA
+// WRITE; isend() waits for its record, then writes the message straight into the
+// receive buffer with RDMA WRITE WITH IMMEDIATE, split across the connection's QPs, the
+// immediate carrying the message's size. Each QP's receive completion says its part is
+// in (RC delivers a QP's writes in order). The control stream beside the QPs carries the
+// sender's goodbye and tells either side when the other's process is gone.
+#include "transports/net/ib_verbs.h"
+
+#ifdef LOOM_VERBS_HEADERS
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "base/error.h"
+#include "transports/net/peer_control.h"
+
+namespace loom::ibnet {
+namespace {
+
+constexpr double kCloseSec = 2;  // a closing sender waits this long for its writes
+enum : uint64_t { kWrData = 1, kWrCts = 2, kWrRecv = 3 };
+
+uint64_t wrId(uint64_t kind, size_t slot) { return kind << 32 | slot; }
+
+const char* kindName(uint64_t kind) {
+  return kind == kWrData ? "message write" : kind == kWrCts ? "clear-to-send write" : "receive";
+}
+
+struct IbRequest : NetRequest {
+  bool busy = false;
+  int left = 0;          // completions still due: the sender's writes, the receiver's receives
+  bool ctsLeft = false;  // the receiver's clear-to-send write
+  bool oversized = false;
+  uint64_t seq = 0;
+  size_t bytes = 0;  // sent; for a receive its capacity, then what arrived
+};
+
+class IbComm : protected PeerControl {
+ protected:
+  IbComm(std::unique_ptr<IbQps> qps, IbConnInfo peer, Socket control, std::string who)
+      : PeerControl(std::move(control), std::move(who)), qps_(std::move(qps)),
+        api_(qps_->dev()->api), peer_(peer) {}
+
+  IbRequest* slot() {
+    for (IbRequest& r : reqs_)
+      if (!r.busy) return &r;
+    return nullptr;
+  }
+  size_t index(const IbRequest* r) const { return static_cast<size_t>(r - reqs_); }
+  IbRequest* check(NetRequest* req) {
+    auto* r = static_cast<IbRequest*>(req);
+    if (r < reqs_ || r >= reqs_ + kMaxRequests || !r->busy)
+      LOOM_THROW(kInternalError, "%s: tested a request that is not in flight on this comm",
+                 who_.c_str());
+    return r;
+  }
+  void failIfBroken() const {
+    if (!broken_.empty()) LOOM_THROW(kRemoteError, "%s", broken_.c_str());
+  }
+
+  // Takes every completion the CQ holds. The first that failed breaks the comm for good
+  // (those after it are the QP's flushed work).
+  void poll() {
+    ibv_wc wc[16];
+    for (;;) {
+      int n = api_.pollCq(qps_->cq(), 16, wc);
+      if (n < 0) {
+        broken_ = who_ + ": ibv_poll_cq failed";
+        failIfBroken();
+      }
+      for (int i = 0; i < n; ++i) take(wc[i]);
+      if (n < 16) return;
+    }
+  }
+
+  void post(int qp, ibv_send_wr& wr) {
+    ibv_send_wr* bad = nullptr;
+    int rc = api_.postSend(qps_->qp(qp), &wr, &bad);
+    if (rc != 0) {
+      broken_ = strprintf("%s: ibv_post_send failed: %s", who_.c_str(), strerror(rc > 0 ? rc : errno));
+      failIfBroken();
+    }
+  }
+
+  virtual void completed(uint64_t kind, IbRequest& r, const ibv_wc& wc) = 0;
+
+  std::unique_ptr<IbQps> qps_;
+  const IbvApi& api_;
+  IbConnInfo peer_;
+  IbRequest reqs_[kMaxRequests];
+  uint64_t posted_ = 0;
+  std::string broken_;  // why the comm failed; empty while it works
+
+ private:
+  void take(const ibv_wc& wc) {
+    uint64_t kind = wc.wr_id >> 32;
+    size_t i = wc.wr_id & 0xffffffffu;
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (broken_.empty()) {
+        bool gone = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR ||
+                    wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_OP_ERR;
+        broken_ = strprintf("%s: a %s failed: %s (status %d, vendor error 0x%x)%s", who_.c_str(),
+                            kindName(kind), api_.wcStatusStr(wc.status), wc.status, wc.vendor_err,
+                            gone ? ": the peer's queue pair is gone or unreachable (its process "
+                                   "exited, or the path between the ports is down; "
+                                   "NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT bound how long "
+                                   "this takes to show)"
+                                 : "");
+      }
+      failIfBroken();
+    }
+    if (i >= kMaxRequests || kind < kWrData || kind > kWrRecv) {
+      broken_ = who_ + ": a completion for no request of this comm";
+      failIfBroken();
+    }
+    completed(kind, reqs_[i], wc);
+  }
+};
+
+class IbSendComm : public NetSendComm, IbComm {
+ public:
+  IbSendComm(std::unique_ptr<IbQps> qps, std::unique_ptr<IbMr> fifoMr, std::unique_ptr<Cts[]> fifo,
+             IbConnInfo peer, Socket control, std::string who)
+      : IbComm(std::move(qps), peer, std::move(control), std::move(who)),
+        fifo_(std::move(fifo)), fifoMr_(std::move(fifoMr)) {}
+
+  // Writes in flight get a bounded while to finish; the goodbye then tells the receiver
+  // how many messages are in (a receive past them fails at once).
+  ~IbSendComm() override {
+    Deadline d = Deadline::in(kCloseSec);
+    try {
+      while (inFlight() && broken_.empty() && !pollControl(nullptr, nullptr) && !d.expired())
+        poll();
+    } catch (const Error&) {
+    }
+    uint64_t sent = posted_;
+    for (const IbRequest& r : reqs_)
+      if (r.busy && r.left && r.seq < sent) sent = r.seq;
+    sayGoodbye(sent);
+  }
+
+  std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
+    requireHost(type);
+    return registerMr(qps_->dev(), data, bytes, who_);
+  }
+
+  NetRequest* isend(const void* data, size_t bytes, int, NetMr* mr) override {
+    failIfBroken();
+    IbRequest* r = slot();
+    if (!r) return nullptr;
+    auto* m = static_cast<IbMr*>(mr);
+    if (!m || !m->covers(data, bytes))
+      LOOM_THROW(kInvalidUsage, "%s: a %zu-byte send at %p is not inside memory registered "
+                 "with this comm", who_.c_str(), bytes, data);
+    if (bytes >= kOversized)
+      LOOM_THROW(kInvalidUsage, "%s: a %zu-byte message exceeds the verbs backend's 4 GiB "
+                 "limit", who_.c_str(), bytes);
+    // The receiver's clear-to-send for this message, once both its ends are written.
+    const volatile Cts& v = fifo_[posted_ % kMaxRequests];
+    uint64_t want = posted_ + 1;
+    if (v.seq != want || v.seqEnd != want) {
+      poll();
+      if (pollControl(nullptr, nullptr) && endedFor(kGraceSec))
+        LOOM_THROW(kRemoteError, "%s: the receiver closed the connection (process exited?)",
+                   who_.c_str());
+      return nullptr;
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    uint64_t addr = v.addr, capacity = v.capacity;
+    uint32_t rkey = v.rkey;
+    bool over = bytes > capacity;
+    int n = qps_->size();
+    size_t chunk = over ? 0 : ((bytes + n - 1) / n + 127) / 128 * 128;
+    size_t idx = index(r);
+    for (int q = 0; q < n; ++q) {
+      size_t off = std::min(bytes, q * chunk), len = std::min(chunk, bytes - off);
+      ibv_sge sge{reinterpret_cast<uintptr_t>(data) + off, static_cast<uint32_t>(len),
+                  m->mr ? m->mr->lkey : 0};
+      ibv_send_wr wr{};
+      wr.wr_id = wrId(kWrData, idx);
+      wr.sg_list = len ? &sge : nullptr;
+      wr.num_sge = len ? 1 : 0;
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.imm_data = htonl(over ? kOversized : static_cast<uint32_t>(bytes));
+      wr.wr.rdma.remote_addr = addr + off;
+      wr.wr.rdma.rkey = rkey;
+      post(q, wr);
+    }
+    r->busy = true;
+    r->left = n;
+    r->seq = posted_++;
+    r->bytes = bytes;
+    return r;
+  }
+
+  bool test(NetRequest* req, size_t* bytes) override {
+    IbRequest* r = check(req);
+    if (r->left) {
+      failIfBroken();
+      poll();
+    }
+    if (r->left) {
+      // A write's acknowledgement may trail the end of the receiver's stream a little.
+      if (pollControl(nullptr, nullptr) && endedFor(kGraceSec))
+        LOOM_THROW(kRemoteError, "%s: the receiver closed the connection with message %llu "
+                   "in flight (process exited?)", who_.c_str(),
+                   static_cast<unsigned long long>(r->seq));
+      return false;
+    }
+    r->busy = false;
+    *bytes = r->bytes;
+    return true;
+  }
+
+ private:
+  void requireHost(NetMemType type) const {
+    if (type != NetMemType::kHost)
+      LOOM_THROW(kInvalidUsage, "%s: CUDA memory over verbs (GPUDirect RDMA) needs the CUDA "
+                 "executor, not built yet", who_.c_str());
+  }
+  bool inFlight() const {
+    for (const IbRequest& r : reqs_)
+      if (r.busy && r.left) return true;
+    return false;
+  }
+  void completed(uint64_t kind, IbRequest& r, const ibv_wc&) override {
+    if (kind == kWrData && r.left > 0) --r.left;
+  }
+
+  std::unique_ptr<Cts[]> fifo_;
+  std::unique_ptr<IbMr> fifoMr_;
+};
+
+class IbRecvComm : public NetRecvComm, IbComm {
+ public:
+  IbRecvComm(std::unique_ptr<IbQps> qps, IbConnInfo peer, Socket control, std::string who)
+      : IbComm(std::move(qps), peer, std::move(control), std::move(who)),
+        cts_(new Cts[kMaxRequests]()),
+        ctsMr_(registerMr(qps_->dev(), cts_.get(), sizeof(Cts) * kMaxRequests, who_)) {}
+
+  std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
+    if (type != NetMemType::kHost)
+      LOOM_THROW(kInvalidUsage, "%s: CUDA memory over verbs (GPUDirect RDMA) needs the CUDA "
+                 "executor, not built yet", who_.c_str());
+    return registerMr(qps_->dev(), data, bytes, who_);
+  }
+
+  // Receives after a failure are handed out (a pump keeps several posted); testing one
+  // reports the failure.
+  NetRequest* irecv(void* data, size_t capacity, int, NetMr* mr) override {
+    IbRequest* r = slot();
+    if (!r) return nullptr;
+    auto* m = static_cast<IbMr*>(mr);
+    if (!m || !m->covers(data, capacity))
+      LOOM_THROW(kInvalidUsage, "%s: a %zu-byte receive at %p is not inside memory registered "
+                 "with this comm", who_.c_str(), capacity, data);
+    size_t idx = index(r);
+    r->busy = true;
+    r->seq = posted_++;
+    r->bytes = capacity;
+    r->oversized = false;
+    r->left = 0;
+    r->ctsLeft = false;
+    if (!broken_.empty()) return r;
+    try {
+      for (int q = 0; q < qps_->size(); ++q) {
+        ibv_recv_wr wr{};
+        wr.wr_id = wrId(kWrRecv, idx);
+        ibv_recv_wr* bad = nullptr;
+        int rc = api_.postRecv(qps_->qp(q), &wr, &bad);
+        if (rc != 0) {
+          broken_ = strprintf("%s: ibv_post_recv failed: %s", who_.c_str(),
+                              strerror(rc > 0 ? rc : errno));
+          return r;
+        }
+        ++r->left;
+      }
+      Cts& c = cts_[idx];
+      c.seq = c.seqEnd = r->seq + 1;
+      c.addr = reinterpret_cast<uintptr_t>(data);
+      c.capacity = capacity;
+      c.rkey = m->mr ? m->mr->rkey : 0;
+      ibv_sge sge{reinterpret_cast<uintptr_t>(&c), sizeof(Cts), ctsMr_->mr->lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = wrId(kWrCts, idx);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = peer_.fifoAddr + (r->seq % kMaxRequests) * sizeof(Cts);
+      wr.wr.rdma.rkey = peer_.fifoRkey;
+      post(0, wr);
+      r->ctsLeft = true;
+    } catch (const Error&) {
+      // broken_ says why; test() reports it.
+    }
+    return r;
+  }
+
+  // Host memory the NIC wrote: nothing to flush.
+  NetRequest* iflush(void*, size_t, NetMr*) override { return nullptr; }
+
+  bool test(NetRequest* req, size_t* bytes) override {
+    IbRequest* r = check(req);
+    if (r->left || r->ctsLeft) {
+      failIfBroken();
+      poll();
+    }
+    if (r->left || r->ctsLeft) {
+      checkSender(r->seq);
+      return false;
+    }
+    r->busy = false;
+    if (r->oversized)
+      LOOM_THROW(kRemoteError, "%s: a message larger than its %zu-byte receive arrived",
+                 who_.c_str(), r->bytes);
+    *bytes = r->bytes;
+    return true;
+  }
+
+ private:
+  void completed(uint64_t kind, IbRequest& r, const ibv_wc& wc) override {
+    if (kind == kWrCts) {
+      r.ctsLeft = false;
+    } else if (kind == kWrRecv && r.left > 0) {
+      uint32_t size = ntohl(wc.imm_data);
+      if (size == kOversized) r.oversized = true;
+      else r.bytes = size;
+      --r.left;
+    }
+  }
+
+  std::unique_ptr<Cts[]> cts_;  // what the clear-to-send writes send, one per request
+  std::unique_ptr<IbMr> ctsMr_;
+};
+
+}  // namespace
+
+std::unique_ptr<NetSendComm> makeIbSendComm(std::unique_ptr<IbQps> qps, std::unique_ptr<IbMr> fifoMr,
+                                            std::unique_ptr<Cts[]> fifo, IbConnInfo peer,
+                                            Socket control, std::string who) {
+  return std::make_unique<IbSendComm>(std::move(qps), std::move(fifoMr), std::move(fifo), peer,
+                                      std::move(control), std::move(who));
+}
+
+std::unique_ptr<NetRecvComm> makeIbRecvComm(std::unique_ptr<IbQps> qps, IbConnInfo peer,
+                                            Socket control, std::string who) {
+  return std::make_unique<IbRecvComm>(std::move(qps), peer, std::move(control), std::move(who));
+}
+
+}  // namespace loom::ibnet
+#endif

@@ -1,0 +1,263 @@
+#include "transports/net/ib_verbs.h"
+
+#ifdef LOOM_VERBS_HEADERS
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+
+namespace loom::ibnet {
+namespace {
+
+IntKnob kQps("LOOM_IB_QPS_PER_CONNECTION", "NCCL_IB_QPS_PER_CONNECTION", 1,
+             "Queue pairs per verbs connection; each message is split across them (1-16)");
+IntKnob kTimeout("LOOM_IB_TIMEOUT", "NCCL_IB_TIMEOUT", 20,
+                 "Verbs ACK timeout exponent: 4.096 us * 2^value per retry (1-31)");
+IntKnob kRetry("LOOM_IB_RETRY_CNT", "NCCL_IB_RETRY_CNT", 7,
+               "Verbs transport retries before a send fails with retry-exceeded (0-7)");
+IntKnob kTc("LOOM_IB_TC", "NCCL_IB_TC", 0, "Verbs traffic class (GRH; RoCE DSCP << 2) (0-255)");
+IntKnob kSl("LOOM_IB_SL", "NCCL_IB_SL", 0, "InfiniBand service level of verbs QPs (0-15)");
+IntKnob kGid("LOOM_IB_GID_INDEX", "NCCL_IB_GID_INDEX", -1,
+             "GID index of verbs connections; -1: the first RoCE v2 GID with an IPv4 address, "
+             "else the first that is set");
+BoolKnob kDisable("LOOM_IB_DISABLE", "NCCL_IB_DISABLE", false,
+                  "1: never use the verbs (InfiniBand/RoCE) network backend");
+
+int ranged(const IntKnob& k, int64_t lo, int64_t hi) {
+  int64_t v = k.get();
+  if (v < lo || v > hi)
+    LOOM_THROW(kInvalidArgument, "%s=%lld is out of range (%lld..%lld)", k.name(),
+               static_cast<long long>(v), static_cast<long long>(lo), static_cast<long long>(hi));
+  return static_cast<int>(v);
+}
+
+std::string gidType(const std::string& dev, int port, int index) {
+  std::ifstream f("/sys/class/infiniband/" + dev + "/ports/" + std::to_string(port) +
+                  "/gid_attrs/types/" + std::to_string(index));
+  std::string t;
+  std::getline(f, t);
+  return t;
+}
+
+bool zero(const ibv_gid& g) {
+  for (uint8_t b : g.raw)
+    if (b) return false;
+  return true;
+}
+
+bool ipv4Mapped(const ibv_gid& g) {
+  for (int i = 0; i < 10; ++i)
+    if (g.raw[i]) return false;
+  return g.raw[10] == 0xff && g.raw[11] == 0xff;
+}
+
+}  // namespace
+
+IbOptions IbOptions::fromKnobs() {
+  IbOptions o;
+  o.qps = ranged(kQps, 1, kMaxQps);
+  o.timeout = ranged(kTimeout, 1, 31);
+  o.retryCnt = ranged(kRetry, 0, 7);
+  o.tc = ranged(kTc, 0, 255);
+  o.sl = ranged(kSl, 0, 15);
+  o.gidIndex = ranged(kGid, -1, 65535);
+  return o;
+}
+
+bool ibDisabled() { return kDisable.get(); }
+
+void verbsFailed(const std::string& who, const char* call, int err, const char* hint) {
+  LOOM_THROW(kSystemError, "%s: %s failed: %s%s", who.c_str(), call,
+             err ? strerror(err) : "no reason given", hint);
+}
+
+IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
+    : api(a), name(p.device), port(p.port) {
+  std::string who = "verbs device " + label();
+  int n = 0;
+  ibv_device** list = api.getDeviceList(&n);
+  if (!list) verbsFailed(who, "ibv_get_device_list", errno);
+  for (int i = 0; i < n && !ctx; ++i) {
+    const char* nm = api.getDeviceName(list[i]);
+    if (nm && name == nm) {
+      ctx = api.openDevice(list[i]);
+      if (!ctx) {
+        int e = errno;
+        api.freeDeviceList(list);
+        verbsFailed(who, "ibv_open_device", e);
+      }
+    }
+  }
+  api.freeDeviceList(list);
+  if (!ctx) LOOM_THROW(kSystemError, "%s: the device is gone", who.c_str());
+  try {
+    if (api.queryPort(ctx, static_cast<uint8_t>(port), &attr) != 0)
+      verbsFailed(who, "ibv_query_port", errno);
+    if (attr.state != IBV_PORT_ACTIVE)
+      LOOM_THROW(kSystemError, "%s: the port is not active", who.c_str());
+    pd = api.allocPd(ctx);
+    if (!pd) verbsFailed(who, "ibv_alloc_pd", errno);
+    if (o.gidIndex >= 0) {
+      gidIndex = o.gidIndex;
+      if (gidIndex >= attr.gid_tbl_len || api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid) != 0)
+        LOOM_THROW(kInvalidArgument, "%s: NCCL_IB_GID_INDEX=%d: the port's GID table has %d "
+                   "entries", who.c_str(), gidIndex, attr.gid_tbl_len);
+    } else if (roce()) {
+      // As NCCL: RoCE v2 with an IPv4 address first (routable), else the first set GID.
+      int best = -1, rank = 0;
+      for (int i = 0; i < attr.gid_tbl_len && i < 256; ++i) {
+        ibv_gid g{};
+        if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &g) != 0 || zero(g)) continue;
+        bool v2 = gidType(name, port, i) == "RoCE v2";
+        int r = v2 && ipv4Mapped(g) ? 3 : v2 ? 2 : 1;
+        if (r > rank) rank = r, best = i;
+      }
+      if (best < 0) LOOM_THROW(kSystemError, "%s: no GID is set (is the netdev up with an "
+                               "address?)", who.c_str());
+      gidIndex = best;
+      api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid);
+    } else {
+      api.queryGid(ctx, static_cast<uint8_t>(port), 0, &gid);  // IB: the LID routes
+    }
+  } catch (...) {
+    if (pd) api.deallocPd(pd);
+    api.closeDevice(ctx);
+    throw;
+  }
+  LOOM_INFO(kLogNet | kLogInit, "NET/IB: %s opened (%s, GID index %d, MTU %d)", label().c_str(),
+            roce() ? "RoCE" : "InfiniBand", gidIndex, 128 << attr.active_mtu);
+}
+
+IbDevice::~IbDevice() {
+  if (pd) api.deallocPd(pd);
+  if (ctx) api.closeDevice(ctx);
+}
+
+IbMr::~IbMr() {
+  if (mr) dev->api.deregMr(mr);
+}
+
+std::unique_ptr<IbMr> registerMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes,
+                                 const std::string& who) {
+  auto m = std::make_unique<IbMr>();
+  m->dev = dev;
+  m->base = static_cast<const char*>(data);
+  m->bytes = bytes;
+  if (bytes == 0) return m;
+  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  m->mr = dev->api.regMr(dev->pd, data, bytes, access);
+  if (!m->mr) {
+    int e = errno;
+    verbsFailed(who, strprintf("ibv_reg_mr(%zu bytes)", bytes).c_str(), e,
+                e == ENOMEM || e == EPERM
+                    ? " (the locked-memory limit? ulimit -l must be unlimited for RDMA)"
+                    : "");
+  }
+  return m;
+}
+
+IbQps::IbQps(std::shared_ptr<IbDevice> dev, int n, const std::string& who)
+    : dev_(std::move(dev)), api_(dev_->api), who_(who) {
+  // Each QP: a write per send in flight, a clear-to-send write per receive in flight.
+  int cqe = n * 3 * kMaxRequests + 16;
+  try {
+    cq_ = api_.createCq(dev_->ctx, cqe, nullptr, nullptr, 0);
+    if (!cq_) verbsFailed(who_, "ibv_create_cq", errno);
+    for (int i = 0; i < n; ++i) {
+      ibv_qp_init_attr init{};
+      init.send_cq = cq_;
+      init.recv_cq = cq_;
+      init.qp_type = IBV_QPT_RC;
+      init.cap.max_send_wr = 2 * kMaxRequests;
+      init.cap.max_recv_wr = kMaxRequests;
+      init.cap.max_send_sge = 1;
+      init.cap.max_recv_sge = 1;
+      ibv_qp* qp = api_.createQp(dev_->pd, &init);
+      if (!qp) verbsFailed(who_, "ibv_create_qp", errno);
+      qps_.push_back(qp);
+      ibv_qp_attr a{};
+      a.qp_state = IBV_QPS_INIT;
+      a.pkey_index = 0;
+      a.port_num = static_cast<uint8_t>(dev_->port);
+      a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+      modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void IbQps::release() {
+  for (ibv_qp* qp : qps_) api_.destroyQp(qp);
+  qps_.clear();
+  if (cq_) api_.destroyCq(cq_);
+  cq_ = nullptr;
+}
+
+IbQps::~IbQps() { release(); }
+
+void IbQps::modify(ibv_qp* qp, ibv_qp_attr& a, int mask, const char* to) {
+  int rc = api_.modifyQp(qp, &a, mask);
+  if (rc != 0)
+    verbsFailed(who_, strprintf("ibv_modify_qp(QP %u to %s)", qp->qp_num, to).c_str(),
+                rc > 0 ? rc : errno,
+                strcmp(to, "INIT") == 0 ? ""
+                                        : " (check NCCL_IB_GID_INDEX, NCCL_IB_TC/SL and that "
+                                          "both hosts' ports can reach each other)");
+}
+
+void IbQps::describe(IbConnInfo* info) const {
+  info->magic = kInfoMagic;
+  info->nqps = static_cast<uint32_t>(qps_.size());
+  for (size_t i = 0; i < qps_.size(); ++i) info->qpn[i] = qps_[i]->qp_num;
+  info->lid = dev_->attr.lid;
+  info->roce = dev_->roce();
+  info->mtu = static_cast<uint8_t>(dev_->attr.active_mtu);
+  memcpy(info->gid, dev_->gid.raw, sizeof(info->gid));
+}
+
+void IbQps::connect(const IbConnInfo& peer, const IbOptions& o) {
+  if (peer.magic != kInfoMagic || peer.nqps != qps_.size() || peer.mtu < IBV_MTU_256 ||
+      peer.mtu > IBV_MTU_4096 || peer.roce != dev_->roce())
+    LOOM_THROW(kRemoteError, "%s: the peer's queue-pair description does not match ours "
+               "(%u QPs, %s; ours %zu, %s)", who_.c_str(), peer.nqps,
+               peer.roce ? "RoCE" : "InfiniBand", qps_.size(), dev_->roce() ? "RoCE" : "InfiniBand");
+  for (size_t i = 0; i < qps_.size(); ++i) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = static_cast<ibv_mtu>(std::min<int>(peer.mtu, dev_->attr.active_mtu));
+    a.dest_qp_num = peer.qpn[i];
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.port_num = static_cast<uint8_t>(dev_->port);
+    a.ah_attr.sl = static_cast<uint8_t>(o.sl);
+    if (dev_->roce()) {
+      a.ah_attr.is_global = 1;
+      memcpy(a.ah_attr.grh.dgid.raw, peer.gid, sizeof(peer.gid));
+      a.ah_attr.grh.sgid_index = static_cast<uint8_t>(dev_->gidIndex);
+      a.ah_attr.grh.hop_limit = 255;
+      a.ah_attr.grh.traffic_class = static_cast<uint8_t>(o.tc);
+    } else {
+      a.ah_attr.dlid = peer.lid;
+    }
+    modify(qps_[i], a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER, "RTR");
+    ibv_qp_attr s{};
+    s.qp_state = IBV_QPS_RTS;
+    s.timeout = static_cast<uint8_t>(o.timeout);
+    s.retry_cnt = static_cast<uint8_t>(o.retryCnt);
+    s.rnr_retry = 7;
+    s.sq_psn = 0;
+    s.max_rd_atomic = 1;
+    modify(qps_[i], s, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC, "RTS");
+  }
+}
+
+}  // namespace loom::ibnet
+#endif
