@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "transports/net/ib_backend.h"
 #include "transports/net/ucx_api.h"
 #include "transports/transport_test_util.h"
 
@@ -190,6 +191,41 @@ TEST_F(NetTransport, KilledPeerFailsTheOthersPromptlyOverUcx) {
   EnvGuard rma("NCCL_NET", "UCX_RMA");
   EnvGuard t("UCX_TLS", "posix,cma");
   killedPeerFailsTheOthers("UCX_RMA", processRanks(ownHosts()));
+}
+
+// Verbs where an RDMA port is active (the rxe VM: ctest -L rxe): every collective exact
+// between 4 hosts, with NCCL_NET=IB and with NCCL_NET unset (verbs are the default where
+// a port is active), with 2 QPs per connection and ranks as threads; NCCL_IB_DISABLE=1
+// gives the default back to the socket transport.
+TEST_F(NetTransport, IbCarriesEveryPairNamedAndByDefault) {
+  std::string why;
+  if (!loom::ibIsDefault(&why)) GTEST_SKIP() << "no active RDMA port here (" << why << ")";
+  for (const char* net : {"IB", static_cast<const char*>(nullptr)}) {
+    EnvGuard n("NCCL_NET", net);
+    clearLogs();
+    auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks(ownHosts()));
+    ASSERT_TRUE(f.empty()) << "NCCL_NET=" << (net ? net : "(unset)") << ": " << joinFailures(f);
+    expectRingTransports(4, [](int, int) { return "net/IB"; });
+  }
+  {
+    EnvGuard n("NCCL_NET", "ib");
+    EnvGuard q("NCCL_IB_QPS_PER_CONNECTION", "2");
+    EnvGuard shmOff("NCCL_SHM_DISABLE", "1");
+    auto f = runRanks(Mode::kThreads, 3, exercise, 60);
+    ASSERT_TRUE(f.empty()) << "2 QPs, ranks as threads: " << joinFailures(f);
+  }
+  EnvGuard off("NCCL_IB_DISABLE", "1");
+  clearLogs();
+  auto f = runRanks(Mode::kProcesses, 2, exercise, processRanks(ownHosts()));
+  ASSERT_TRUE(f.empty()) << "NCCL_IB_DISABLE=1: " << joinFailures(f);
+  expectRingTransports(2, [](int, int) { return "socket"; });
+}
+
+TEST_F(NetTransport, KilledPeerFailsTheOthersPromptlyOverIb) {
+  std::string why;
+  if (!loom::ibIsDefault(&why)) GTEST_SKIP() << "no active RDMA port here (" << why << ")";
+  EnvGuard net("NCCL_NET", "IB");
+  killedPeerFailsTheOthers("IB", processRanks(ownHosts()));
 }
 
 }  // namespace

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Loom's verbs backend (NCCL_NET=IB) against real verbs: inside the rxe VM, the network
+# backend conformance and peer-death suites over IB with 1 and 4 QPs per connection, the
+# failure-injecting verbs table tests, collectives through the public API between ranks
+# posing as hosts (named, by default, NCCL_IB_DISABLE) and a killed peer; then a 2-rank
+# all_reduce_perf over net/IB with its result check.
+#   rxe_ib_suite.sh <transports_test> <all_reduce_perf>
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+tt="$(readlink -f "$1")" perf="$(readlink -f "$2")"
+filter='Net/NetBackendConformance.*/I*:Net/NetBackendDeath.*/I*:IbVerbs.*:IbKnobs.*:NetTransport.*Ib*'
+out=$("$repo/scripts/rxe_vm.sh" --timeout 600 --copy "$tt" --copy "$perf" -- "
+  cd /tmp
+  $tt --gtest_filter='$filter' >g.log 2>&1; echo \"gtest_status \$?\"
+  grep -vE '^\[ +RUN +\]' g.log
+  NCCL_NET=IB NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT $perf -np 2 -b 8 -e 4M \
+    -f 8 -n 5 -w 1 -c 1 >p.log 2>&1; echo \"perf_status \$?\"
+  grep -E 'Init COMPLETE|^ +[0-9]+ |Out of bounds|rror' p.log") || { rc=$?; echo "$out"; exit "$rc"; }
+echo "$out"
+fail() { echo "rxe_ib_suite: $*" >&2; exit 1; }
+grep -q "^gtest_status 0$" <<<"$out" || fail "the verbs tests failed inside the VM"
+# Every case ran against rxe0 (none skipped for want of a port): 9 conformance cases and
+# 2 death cases per variant (IB, IbQps4), 10 table cases, 2 through the API.
+for pat in '/IB ' '/IbQps4 '; do
+  n=$(grep -cE "^\[ +OK \] Net/NetBackend(Conformance|Death)\..*$pat" <<<"$out" || true)
+  [[ "$n" -eq 11 ]] || fail "expected 11 backend cases over ${pat% } to pass, saw $n"
+done
+n=$(grep -cE '^\[ +OK \] IbVerbs\.' <<<"$out" || true)
+[[ "$n" -eq 10 ]] || fail "expected 10 failure-injection cases to pass, saw $n"
+n=$(grep -cE '^\[ +OK \] NetTransport\..*Ib' <<<"$out" || true)
+[[ "$n" -eq 2 ]] || fail "expected 2 public-API cases over IB to pass, saw $n"
+grep -q "^perf_status 0$" <<<"$out" || fail "all_reduce_perf over IB failed"
+[[ $(grep -c "transports \[[01]:net/IB\] - Init COMPLETE" <<<"$out") -eq 2 ]] ||
+  fail "all_reduce_perf's ranks did not connect through net/IB"
+# nccl-tests columns: size count type redop root time algbw busbw #wrong (out of place, in place)
+bad=$(awk '/^ +[0-9]+ +[0-9]+ +float/ { if ($9 != 0 || $13 != 0) print }' <<<"$out")
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +float' <<<"$out" || true)
+[[ "$rows" -eq 7 && -z "$bad" ]] || fail "all_reduce_perf: expected 7 sizes with 0 wrong ($rows rows; wrong: $bad)"
+echo "rxe_ib_suite: verbs backend conformance, failures, collectives and all_reduce_perf over rxe0: ok"

@@ -1,0 +1,359 @@
+// The verbs backend over a failure-injecting copy of libibverbs' function table: each
+// failure (QP creation, a QP's move to RTR, memory registration, posting, a completion
+// with an error status such as retry-exceeded) becomes a clear error naming the call or
+// the status, never a hang or a crash; the IB knobs reach the QPs. The table wraps the
+// real libibverbs, so these need an active RDMA port: they run in the rxe VM
+// (ctest -L rxe); elsewhere they skip, except the checks that need no device.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/hmac.h"
+#include "transports/net/ib_backend.h"
+#include "transports/net/ibv_api.h"
+
+namespace loomtest {
+namespace {
+
+using loom::Code;
+using loom::NetBackend;
+using loom::NetHandle;
+using loom::NetRequest;
+using Clock = std::chrono::steady_clock;
+
+bool has(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// Environment set for one scope.
+struct Env {
+  Env(const char* k, const char* v) : k_(k) { setenv(k, v, 1); }
+  ~Env() { unsetenv(k_); }
+  const char* k_;
+};
+
+#ifdef LOOM_VERBS_HEADERS
+
+// What the faulty table does differently from the real one.
+struct Faults {
+  int createQpErrno = 0;     // ibv_create_qp fails with this
+  bool rtrFails = false;     // ibv_modify_qp to RTR fails (EINVAL)
+  int regMrErrno = 0;        // ibv_reg_mr fails with this
+  int postSendErr = 0;       // ibv_post_send returns this
+  ibv_wc_status completionStatus = IBV_WC_SUCCESS;  // the next completion polled gets this
+  int createdQps = 0;
+  std::vector<ibv_qp_attr> rts;  // what each move to RTR/RTS asked for
+};
+Faults gF;
+const loom::IbvApi* gReal = nullptr;
+
+ibv_qp* createQp(ibv_pd* pd, ibv_qp_init_attr* a) {
+  if (gF.createQpErrno) {
+    errno = gF.createQpErrno;
+    return nullptr;
+  }
+  ++gF.createdQps;
+  return gReal->createQp(pd, a);
+}
+int modifyQp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
+  if (a->qp_state == IBV_QPS_RTR && gF.rtrFails) return EINVAL;
+  if (a->qp_state == IBV_QPS_RTR || a->qp_state == IBV_QPS_RTS) gF.rts.push_back(*a);
+  return gReal->modifyQp(qp, a, mask);
+}
+ibv_mr* regMr(ibv_pd* pd, void* p, size_t n, int access) {
+  if (gF.regMrErrno) {
+    errno = gF.regMrErrno;
+    return nullptr;
+  }
+  return gReal->regMr(pd, p, n, access);
+}
+int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  if (gF.postSendErr) return gF.postSendErr;
+  return gReal->postSend(qp, wr, bad);
+}
+int pollCq(ibv_cq* cq, int n, ibv_wc* wc) {
+  int got = gReal->pollCq(cq, n, wc);
+  if (got > 0 && gF.completionStatus != IBV_WC_SUCCESS) {
+    wc[0].status = gF.completionStatus;
+    gF.completionStatus = IBV_WC_SUCCESS;
+  }
+  return got;
+}
+
+loom::IbvApi faultyTable() {
+  loom::IbvApi t = *gReal;
+  t.createQp = createQp;
+  t.modifyQp = modifyQp;
+  t.regMr = regMr;
+  t.postSend = postSend;
+  t.pollCq = pollCq;
+  return t;
+}
+
+loom::JobId randomJob() {
+  loom::JobId j;
+  loom::randomBytes(j.secret, sizeof(j.secret));
+  return j;
+}
+
+class IbVerbs : public testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!loom::ibIsDefault(&why)) GTEST_SKIP() << "no active RDMA port here (" << why << ")";
+    gReal = loom::ibvApi(nullptr);
+    gF = Faults{};
+    faulty_ = faultyTable();
+    job_ = randomJob();
+  }
+  // Rank 0 over the faulty table, rank 1 over the real one (or both faulty).
+  void make(bool bothFaulty = false) {
+    loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
+    a_ = loom::makeIbNetBackend({job_, 0, 2, lo}, &faulty_);
+    b_ = loom::makeIbNetBackend({job_, 1, 2, lo}, bothFaulty ? &faulty_ : nullptr);
+  }
+  // Connects a_ (sender) to b_ (receiver), both polled until done or `seconds` pass;
+  // the first error either side throws is rethrown.
+  void connect(double seconds = 10) {
+    NetHandle h;
+    listen_ = b_->listen(0, &h);
+    std::unique_ptr<loom::NetStage> cs, as;
+    auto end = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+    while (!(send_ && recv_)) {
+      if (Clock::now() > end) FAIL() << "connect/accept not done after " << seconds << " s";
+      if (!send_) {
+        try {
+          send_ = a_->connect(0, h, cs);
+        } catch (...) {
+          cs.reset();  // the sender gives up: its stream closes
+          drainAccept(as, end);
+          throw;
+        }
+      }
+      if (!recv_) recv_ = listen_->accept(as);
+    }
+  }
+  // After a failed connect the listener's accept must fail or stay empty, never hang.
+  void drainAccept(std::unique_ptr<loom::NetStage>& as, Clock::time_point end) {
+    try {
+      while (Clock::now() < end && !recv_) recv_ = listen_->accept(as);
+    } catch (const loom::Error& e) {
+      acceptError_ = e.what();
+    }
+  }
+  // One message a_ → b_; throws the first error either side reports within 15 s.
+  bool transfer(size_t bytes) {
+    std::vector<uint8_t> out(bytes, 0x5c), in(bytes);
+    auto sm = send_->regMr(out.data(), out.size(), loom::NetMemType::kHost);
+    auto rm = recv_->regMr(in.data(), in.size(), loom::NetMemType::kHost);
+    NetRequest* r = recv_->irecv(in.data(), in.size(), 0, rm.get());
+    NetRequest* s = nullptr;
+    bool sent = false, got = false;
+    size_t b;
+    auto end = Clock::now() + std::chrono::seconds(15);
+    while (!(sent && got) && Clock::now() < end) {
+      if (!s) s = send_->isend(out.data(), out.size(), 0, sm.get());
+      if (s && !sent) sent = send_->test(s, &b);
+      if (!got) got = recv_->test(r, &b);
+    }
+    return sent && got && in == out;
+  }
+
+  loom::IbvApi faulty_;
+  loom::JobId job_;
+  std::unique_ptr<NetBackend> a_, b_;
+  std::unique_ptr<loom::NetListenComm> listen_;
+  std::unique_ptr<loom::NetSendComm> send_;
+  std::unique_ptr<loom::NetRecvComm> recv_;
+  std::string acceptError_;
+};
+
+template <typename Fn>
+std::string errorOf(Fn fn, Code* code = nullptr) {
+  try {
+    fn();
+  } catch (const loom::Error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(IbVerbs, TheRealTableMovesData) {
+  make();
+  ASSERT_NO_THROW(connect());
+  EXPECT_TRUE(transfer(1 << 20));
+}
+
+TEST_F(IbVerbs, QpCreationFailureNamesTheCall) {
+  make();
+  gF.createQpErrno = ENOMEM;
+  Code c{};
+  std::string e = errorOf([&] { connect(); }, &c);
+  EXPECT_EQ(c, Code::kSystemError) << e;
+  EXPECT_TRUE(has(e, "ibv_create_qp failed") && has(e, strerror(ENOMEM))) << e;
+  EXPECT_FALSE(recv_) << "the listener accepted a connection whose sender failed";
+}
+
+TEST_F(IbVerbs, RtrFailureNamesTheTransitionAndWhatToCheck) {
+  make(true);
+  gF.rtrFails = true;
+  Code c{};
+  std::string e = errorOf([&] { connect(); }, &c);
+  if (e.empty()) e = acceptError_;
+  EXPECT_TRUE(has(e, "to RTR") && has(e, "NCCL_IB_GID_INDEX")) << e;
+  EXPECT_FALSE(send_ && recv_);
+}
+
+TEST_F(IbVerbs, RegistrationFailureNamesTheLockedMemoryLimit) {
+  make();
+  ASSERT_NO_THROW(connect());
+  gF.regMrErrno = ENOMEM;
+  std::vector<char> buf(1 << 16);
+  Code c{};
+  std::string e = errorOf([&] { send_->regMr(buf.data(), buf.size(), loom::NetMemType::kHost); }, &c);
+  EXPECT_EQ(c, Code::kSystemError) << e;
+  EXPECT_TRUE(has(e, "ibv_reg_mr(65536 bytes) failed") && has(e, "ulimit -l")) << e;
+  gF.regMrErrno = 0;
+  EXPECT_TRUE(transfer(4096)) << "the comm is still usable after a failed registration";
+}
+
+TEST_F(IbVerbs, CudaMemoryIsRefusedNamingWhy) {
+  make();
+  ASSERT_NO_THROW(connect());
+  char b[64];
+  Code c{};
+  std::string e = errorOf([&] { send_->regMr(b, sizeof(b), loom::NetMemType::kCuda); }, &c);
+  EXPECT_EQ(c, Code::kInvalidUsage);
+  EXPECT_TRUE(has(e, "GPUDirect RDMA")) << e;
+}
+
+TEST_F(IbVerbs, PostFailureIsAnError) {
+  make();
+  ASSERT_NO_THROW(connect());
+  gF.postSendErr = ENOMEM;
+  Code c{};
+  std::string e = errorOf([&] { transfer(4096); }, &c);
+  EXPECT_EQ(c, Code::kRemoteError) << e;
+  EXPECT_TRUE(has(e, "ibv_post_send failed")) << e;
+}
+
+// A write that the peer never acknowledged (retry counter exceeded) fails the send naming
+// the status and the knobs that bound it; the comm stays failed.
+TEST_F(IbVerbs, RetryExceededCompletionFailsTheSend) {
+  make();
+  ASSERT_NO_THROW(connect());
+  ASSERT_TRUE(transfer(4096));
+  gF.completionStatus = IBV_WC_RETRY_EXC_ERR;
+  Code c{};
+  std::string e = errorOf([&] { transfer(4096); }, &c);
+  EXPECT_EQ(c, Code::kRemoteError) << e;
+  EXPECT_TRUE(has(e, "message write failed") && has(e, gReal->wcStatusStr(IBV_WC_RETRY_EXC_ERR)) &&
+              has(e, "NCCL_IB_RETRY_CNT"))
+      << e;
+  std::vector<char> buf(64);
+  auto mr = send_->regMr(buf.data(), buf.size(), loom::NetMemType::kHost);
+  std::string again = errorOf([&] { send_->isend(buf.data(), buf.size(), 0, mr.get()); });
+  EXPECT_EQ(again, e) << "a failed comm must keep failing with the first error";
+}
+
+// The receiver's own clear-to-send write fails (remote access error): its receive fails.
+TEST_F(IbVerbs, ReceiverCompletionErrorFailsTheReceive) {
+  make(true);
+  ASSERT_NO_THROW(connect());
+  std::vector<char> in(4096);
+  auto rm = recv_->regMr(in.data(), in.size(), loom::NetMemType::kHost);
+  NetRequest* r = recv_->irecv(in.data(), in.size(), 0, rm.get());
+  gF.completionStatus = IBV_WC_REM_ACCESS_ERR;
+  Code c{};
+  size_t b;
+  std::string e = errorOf([&] {
+    auto end = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < end) recv_->test(r, &b);
+  }, &c);
+  EXPECT_EQ(c, Code::kRemoteError) << e;
+  EXPECT_TRUE(has(e, "clear-to-send write failed") &&
+              has(e, gReal->wcStatusStr(IBV_WC_REM_ACCESS_ERR)))
+      << e;
+}
+
+// NCCL_IB_TIMEOUT, _RETRY_CNT, _TC, _SL and _QPS_PER_CONNECTION reach every QP.
+TEST_F(IbVerbs, KnobsReachTheQueuePairs) {
+  Env t("NCCL_IB_TIMEOUT", "14"), r("NCCL_IB_RETRY_CNT", "3"), tc("NCCL_IB_TC", "96"),
+      sl("NCCL_IB_SL", "2"), q("NCCL_IB_QPS_PER_CONNECTION", "3");
+  make(true);
+  ASSERT_NO_THROW(connect());
+  EXPECT_EQ(gF.createdQps, 6) << "3 QPs on each side";
+  ASSERT_EQ(gF.rts.size(), 12u) << "each QP to RTR, then RTS";
+  for (const ibv_qp_attr& a : gF.rts) {
+    if (a.qp_state == IBV_QPS_RTR) {
+      EXPECT_EQ(a.ah_attr.sl, 2);
+      EXPECT_EQ(a.ah_attr.grh.traffic_class, 96);
+    } else {
+      EXPECT_EQ(a.timeout, 14);
+      EXPECT_EQ(a.retry_cnt, 3);
+    }
+  }
+  EXPECT_TRUE(transfer((1 << 20) + 3));
+}
+
+TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {
+  Env g("NCCL_IB_GID_INDEX", "4000");
+  make();
+  NetHandle h;
+  Code c{};
+  std::string e = errorOf([&] { b_->listen(0, &h); }, &c);
+  EXPECT_EQ(c, Code::kInvalidArgument) << e;
+  EXPECT_TRUE(has(e, "NCCL_IB_GID_INDEX=4000")) << e;
+}
+
+#endif  // LOOM_VERBS_HEADERS
+
+// These need no device: bad knobs and NCCL_IB_DISABLE are refused before any is looked for.
+TEST(IbKnobs, OutOfRangeValuesAreInvalidArgument) {
+  loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
+  for (auto [k, v] : {std::pair{"NCCL_IB_QPS_PER_CONNECTION", "17"}, {"NCCL_IB_TIMEOUT", "0"},
+                      {"NCCL_IB_RETRY_CNT", "8"}, {"NCCL_IB_SL", "16"}, {"NCCL_IB_TC", "-1"}}) {
+    Env e(k, v);
+    try {
+      loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo});
+      ADD_FAILURE() << k << "=" << v << " accepted";
+    } catch (const loom::Error& err) {
+      if (!loom::verbsBuiltIn()) continue;  // refused for the missing headers instead
+      EXPECT_EQ(err.code(), Code::kInvalidArgument) << err.what();
+      EXPECT_TRUE(has(err.what(), std::string(k).substr(5))) << err.what();
+    }
+  }
+}
+
+TEST(IbKnobs, DisableTurnsVerbsOffEvenWhenNamed) {
+  Env d("NCCL_IB_DISABLE", "1");
+  std::string why;
+  EXPECT_FALSE(loom::ibIsDefault(&why));
+  if (!loom::verbsBuiltIn()) return;
+  EXPECT_EQ(why, "NCCL_IB_DISABLE=1");
+  loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
+  Code c{};
+  std::string e = errorOf([&] { loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo}); }, &c);
+  EXPECT_EQ(c, Code::kInvalidUsage) << e;
+  EXPECT_TRUE(has(e, "NCCL_IB_DISABLE=1")) << e;
+}
+
+// Without an RDMA device NCCL_NET=IB says why (here: a kernel without RDMA, or no device).
+TEST(IbKnobs, NoDeviceIsASystemErrorSayingWhy) {
+  std::string why;
+  if (loom::ibIsDefault(&why)) GTEST_SKIP() << "this machine has an active RDMA port";
+  loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
+  Code c{};
+  std::string e = errorOf([&] { loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo}); }, &c);
+  EXPECT_EQ(c, Code::kSystemError) << e;
+  EXPECT_TRUE(has(e, "NCCL_NET=IB: ") && has(e, why)) << e << " / " << why;
+}
+
+}  // namespace
+}  // namespace loomtest
