@@ -20,13 +20,13 @@ echo "$out"
 fail() { echo "rxe_ib_suite: $*" >&2; exit 1; }
 grep -q "^gtest_status 0$" <<<"$out" || fail "the verbs tests failed inside the VM"
 # Every case ran against rxe0 (none skipped for want of a port): 9 conformance cases and
-# 2 death cases per variant (IB, IbQps4), 10 table cases, 2 through the API.
+# 2 death cases per variant (IB, IbQps4), 11 table cases, 2 through the API.
 for pat in '/IB ' '/IbQps4 '; do
   n=$(grep -cE "^\[ +OK \] Net/NetBackend(Conformance|Death)\..*$pat" <<<"$out" || true)
   [[ "$n" -eq 11 ]] || fail "expected 11 backend cases over ${pat% } to pass, saw $n"
 done
 n=$(grep -cE '^\[ +OK \] IbVerbs\.' <<<"$out" || true)
-[[ "$n" -eq 10 ]] || fail "expected 10 failure-injection cases to pass, saw $n"
+[[ "$n" -eq 11 ]] || fail "expected 11 failure-injection cases to pass, saw $n"
 n=$(grep -cE '^\[ +OK \] NetTransport\..*Ib' <<<"$out" || true)
 [[ "$n" -eq 2 ]] || fail "expected 2 public-API cases over IB to pass, saw $n"
 grep -q "^perf_status 0$" <<<"$out" || fail "all_reduce_perf over IB failed"

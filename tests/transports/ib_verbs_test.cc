@@ -45,6 +45,7 @@ struct Faults {
   bool rtrFails = false;     // ibv_modify_qp to RTR fails (EINVAL)
   int regMrErrno = 0;        // ibv_reg_mr fails with this
   int postSendErr = 0;       // ibv_post_send returns this
+  int postRecvErr = 0;       // ibv_post_recv returns this
   ibv_wc_status completionStatus = IBV_WC_SUCCESS;  // the next completion polled gets this
   int createdQps = 0;
   std::vector<ibv_qp_attr> rts;  // what each move to RTR/RTS asked for
@@ -76,6 +77,10 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (gF.postSendErr) return gF.postSendErr;
   return gReal->postSend(qp, wr, bad);
 }
+int postRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (gF.postRecvErr) return gF.postRecvErr;
+  return gReal->postRecv(qp, wr, bad);
+}
 int pollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   int got = gReal->pollCq(cq, n, wc);
   if (got > 0 && gF.completionStatus != IBV_WC_SUCCESS) {
@@ -91,6 +96,7 @@ loom::IbvApi faultyTable() {
   t.modifyQp = modifyQp;
   t.regMr = regMr;
   t.postSend = postSend;
+  t.postRecv = postRecv;
   t.pollCq = pollCq;
   return t;
 }
@@ -233,14 +239,36 @@ TEST_F(IbVerbs, CudaMemoryIsRefusedNamingWhy) {
   EXPECT_TRUE(has(e, "GPUDirect RDMA")) << e;
 }
 
+// A post that fails is this side's error (kSystemError), not the peer's.
 TEST_F(IbVerbs, PostFailureIsAnError) {
   make();
   ASSERT_NO_THROW(connect());
   gF.postSendErr = ENOMEM;
   Code c{};
   std::string e = errorOf([&] { transfer(4096); }, &c);
-  EXPECT_EQ(c, Code::kRemoteError) << e;
-  EXPECT_TRUE(has(e, "ibv_post_send failed")) << e;
+  EXPECT_EQ(c, Code::kSystemError) << e;
+  EXPECT_TRUE(has(e, "ibv_post_send failed") && has(e, strerror(ENOMEM))) << e;
+}
+
+// A receive whose posting failed never reports success (nothing was received), and
+// neither does one posted after it.
+TEST_F(IbVerbs, ReceivePostFailureFailsTheReceive) {
+  make(true);
+  ASSERT_NO_THROW(connect());
+  std::vector<char> in(4096);
+  auto rm = recv_->regMr(in.data(), in.size(), loom::NetMemType::kHost);
+  gF.postRecvErr = EAGAIN;
+  NetRequest* r = recv_->irecv(in.data(), in.size(), 0, rm.get());
+  ASSERT_TRUE(r);
+  gF.postRecvErr = 0;
+  size_t b;
+  Code c{};
+  std::string e = errorOf([&] { recv_->test(r, &b); }, &c);
+  EXPECT_EQ(c, Code::kSystemError) << e;
+  EXPECT_TRUE(has(e, "ibv_post_recv failed")) << e;
+  NetRequest* next = recv_->irecv(in.data(), in.size(), 0, rm.get());
+  ASSERT_TRUE(next);
+  EXPECT_EQ(errorOf([&] { recv_->test(next, &b); }), e);
 }
 
 // A write that the peer never acknowledged (retry counter exceeded) fails the send naming
@@ -303,13 +331,13 @@ TEST_F(IbVerbs, KnobsReachTheQueuePairs) {
 }
 
 TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {
-  Env g("NCCL_IB_GID_INDEX", "4000");
+  Env g("NCCL_IB_GID_INDEX", "200");  // rxe's table has 16 entries
   make();
   NetHandle h;
   Code c{};
   std::string e = errorOf([&] { b_->listen(0, &h); }, &c);
   EXPECT_EQ(c, Code::kInvalidArgument) << e;
-  EXPECT_TRUE(has(e, "NCCL_IB_GID_INDEX=4000")) << e;
+  EXPECT_TRUE(has(e, "NCCL_IB_GID_INDEX=200")) << e;
 }
 
 #endif  // LOOM_VERBS_HEADERS
@@ -318,7 +346,8 @@ TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {
 TEST(IbKnobs, OutOfRangeValuesAreInvalidArgument) {
   loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
   for (auto [k, v] : {std::pair{"NCCL_IB_QPS_PER_CONNECTION", "17"}, {"NCCL_IB_TIMEOUT", "0"},
-                      {"NCCL_IB_RETRY_CNT", "8"}, {"NCCL_IB_SL", "16"}, {"NCCL_IB_TC", "-1"}}) {
+                      {"NCCL_IB_RETRY_CNT", "8"}, {"NCCL_IB_SL", "16"}, {"NCCL_IB_TC", "-1"},
+                      {"NCCL_IB_GID_INDEX", "256"}}) {
     Env e(k, v);
     try {
       loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo});

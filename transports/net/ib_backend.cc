@@ -70,6 +70,17 @@ class IbListenComm : public NetListenComm {
   // The sender's QPs and FIFO arrive; ours go to RTS and are described back; the sender's
   // "ready" (its QPs are in RTR) lets clear-to-send writes go.
   std::unique_ptr<NetRecvComm> accept(std::unique_ptr<NetStage>& stage) override {
+    try {
+      return acceptStep(stage);
+    } catch (...) {
+      stage.reset();  // this connection is lost; a call after the failure takes the next
+      throw;
+    }
+  }
+  bool mayStillArrive() const override { return acceptor_.busy(); }
+
+ private:
+  std::unique_ptr<NetRecvComm> acceptStep(std::unique_ptr<NetStage>& stage) {
     if (!stage) {
       auto got = acceptor_.tryTake(-1, connId_, 1, 0);
       if (!got) return nullptr;
@@ -96,9 +107,7 @@ class IbListenComm : public NetListenComm {
     stage.reset();
     return comm;
   }
-  bool mayStillArrive() const override { return acceptor_.busy(); }
 
- private:
   static std::unique_ptr<NetRecvComm> timedOut(const IbAcceptStage& st) {
     if (st.deadline.expired())
       LOOM_THROW(kRemoteError, "%s: set-up not done after %.0f s", st.who.c_str(), kSetupSec);
@@ -133,8 +142,7 @@ int laneGbps(int speed) {
     case 16: return 14;   // FDR
     case 32: return 25;   // EDR
     case 64: return 50;   // HDR
-    case 128: return 100; // NDR
-    case 256: return 200; // XDR
+    case 128: return 100; // NDR (XDR reports in active_speed_ex)
     default: return 10;
   }
 }
@@ -170,7 +178,9 @@ class IbBackend : public BootstrapIfaceBackend {
     p.speedMbps = laneGbps(d->attr.active_speed) * lanes(d->attr.active_width) * 1000;
     p.latencyUs = 0;
     p.maxRecvs = 1;
-    p.maxMessageBytes = kOversized - 1;
+    p.maxMessageBytes = std::min<size_t>(kOversized - 1,
+                                         static_cast<size_t>(d->attr.max_msg_sz ? d->attr.max_msg_sz
+                                                                                : 1u << 30) * o_.qps);
     return p;
   }
 
@@ -193,6 +203,17 @@ class IbBackend : public BootstrapIfaceBackend {
   // RTS; "ready" out.
   std::unique_ptr<NetSendComm> connect(int dev, const NetHandle& handle,
                                        std::unique_ptr<NetStage>& stage) override {
+    try {
+      return connectStep(dev, handle, stage);
+    } catch (...) {
+      stage.reset();  // a call after a failure starts afresh
+      throw;
+    }
+  }
+
+ private:
+  std::unique_ptr<NetSendComm> connectStep(int dev, const NetHandle& handle,
+                                           std::unique_ptr<NetStage>& stage) {
     std::shared_ptr<IbDevice> d = device(dev);
     IbHandle h;
     memcpy(&h, handle.bytes, sizeof(h));
@@ -231,7 +252,6 @@ class IbBackend : public BootstrapIfaceBackend {
     return comm;
   }
 
- private:
   static std::unique_ptr<NetSendComm> timedOut(const IbConnectStage& st, const std::string& who) {
     if (st.deadline.expired())
       LOOM_THROW(kRemoteError, "%s: set-up not done after %.0f s", who.c_str(), kSetupSec);

@@ -57,7 +57,14 @@ class IbComm : protected PeerControl {
     return r;
   }
   void failIfBroken() const {
-    if (!broken_.empty()) LOOM_THROW(kRemoteError, "%s", broken_.c_str());
+    if (!broken_.empty()) throw Error(brokenCode_, broken_);
+  }
+  // The comm fails for good: `code` kRemoteError where the peer is to blame, else
+  // kSystemError (this side's verbs call or completion failed).
+  void breakWith(Code code, std::string why) {
+    if (!broken_.empty()) return;
+    brokenCode_ = code;
+    broken_ = std::move(why);
   }
 
   // Takes every completion the CQ holds. The first that failed breaks the comm for good
@@ -67,7 +74,7 @@ class IbComm : protected PeerControl {
     for (;;) {
       int n = api_.pollCq(qps_->cq(), 16, wc);
       if (n < 0) {
-        broken_ = who_ + ": ibv_poll_cq failed";
+        breakWith(Code::kSystemError, who_ + ": ibv_poll_cq failed");
         failIfBroken();
       }
       for (int i = 0; i < n; ++i) take(wc[i]);
@@ -79,9 +86,18 @@ class IbComm : protected PeerControl {
     ibv_send_wr* bad = nullptr;
     int rc = api_.postSend(qps_->qp(qp), &wr, &bad);
     if (rc != 0) {
-      broken_ = strprintf("%s: ibv_post_send failed: %s", who_.c_str(), strerror(rc > 0 ? rc : errno));
+      breakWith(Code::kSystemError, strprintf("%s: ibv_post_send failed: %s", who_.c_str(),
+                                        strerror(rc > 0 ? rc : errno)));
       failIfBroken();
     }
+  }
+
+  // Host memory only until the CUDA executor exists.
+  std::unique_ptr<NetMr> registerHost(void* data, size_t bytes, NetMemType type) {
+    if (type != NetMemType::kHost)
+      LOOM_THROW(kInvalidUsage, "%s: CUDA memory over verbs (GPUDirect RDMA) needs the CUDA "
+                 "executor, not built yet", who_.c_str());
+    return registerMr(qps_->dev(), data, bytes, who_);
   }
 
   virtual void completed(uint64_t kind, IbRequest& r, const ibv_wc& wc) = 0;
@@ -92,27 +108,29 @@ class IbComm : protected PeerControl {
   IbRequest reqs_[kMaxRequests];
   uint64_t posted_ = 0;
   std::string broken_;  // why the comm failed; empty while it works
+  Code brokenCode_ = Code::kRemoteError;
 
  private:
   void take(const ibv_wc& wc) {
     uint64_t kind = wc.wr_id >> 32;
     size_t i = wc.wr_id & 0xffffffffu;
     if (wc.status != IBV_WC_SUCCESS) {
-      if (broken_.empty()) {
-        bool gone = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR ||
-                    wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_OP_ERR;
-        broken_ = strprintf("%s: a %s failed: %s (status %d, vendor error 0x%x)%s", who_.c_str(),
-                            kindName(kind), api_.wcStatusStr(wc.status), wc.status, wc.vendor_err,
-                            gone ? ": the peer's queue pair is gone or unreachable (its process "
-                                   "exited, or the path between the ports is down; "
-                                   "NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT bound how long "
-                                   "this takes to show)"
-                                 : "");
-      }
+      // The peer's fault (its QP gone, unreachable, or refusing the access), or ours.
+      bool remote = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR ||
+                    wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_OP_ERR ||
+                    wc.status == IBV_WC_REM_INV_REQ_ERR;
+      breakWith(remote ? Code::kRemoteError : Code::kSystemError,
+                strprintf("%s: a %s failed: %s (status %d, vendor error 0x%x)%s", who_.c_str(),
+                          kindName(kind), api_.wcStatusStr(wc.status), wc.status, wc.vendor_err,
+                          remote ? ": the peer's queue pair is gone, unreachable or refused "
+                                   "the access (its process exited, or the path between the "
+                                   "ports is down; NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT bound "
+                                   "how long this takes to show)"
+                                 : ""));
       failIfBroken();
     }
     if (i >= kMaxRequests || kind < kWrData || kind > kWrRecv) {
-      broken_ = who_ + ": a completion for no request of this comm";
+      breakWith(Code::kInternalError, who_ + ": a completion for no request of this comm");
       failIfBroken();
     }
     completed(kind, reqs_[i], wc);
@@ -142,8 +160,7 @@ class IbSendComm : public NetSendComm, IbComm {
   }
 
   std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
-    requireHost(type);
-    return registerMr(qps_->dev(), data, bytes, who_);
+    return registerHost(data, bytes, type);
   }
 
   NetRequest* isend(const void* data, size_t bytes, int, NetMr* mr) override {
@@ -154,9 +171,11 @@ class IbSendComm : public NetSendComm, IbComm {
     if (!m || !m->covers(data, bytes))
       LOOM_THROW(kInvalidUsage, "%s: a %zu-byte send at %p is not inside memory registered "
                  "with this comm", who_.c_str(), bytes, data);
-    if (bytes >= kOversized)
-      LOOM_THROW(kInvalidUsage, "%s: a %zu-byte message exceeds the verbs backend's 4 GiB "
-                 "limit", who_.c_str(), bytes);
+    size_t most = maxMessageBytes(*qps_);
+    if (bytes > most)
+      LOOM_THROW(kInvalidUsage, "%s: a %zu-byte message exceeds the %zu bytes one verbs "
+                 "message may carry here (the port's largest write times the QPs, under 4 GiB)",
+                 who_.c_str(), bytes, most);
     // The receiver's clear-to-send for this message, once both its ends are written.
     const volatile Cts& v = fifo_[posted_ % kMaxRequests];
     uint64_t want = posted_ + 1;
@@ -216,11 +235,6 @@ class IbSendComm : public NetSendComm, IbComm {
   }
 
  private:
-  void requireHost(NetMemType type) const {
-    if (type != NetMemType::kHost)
-      LOOM_THROW(kInvalidUsage, "%s: CUDA memory over verbs (GPUDirect RDMA) needs the CUDA "
-                 "executor, not built yet", who_.c_str());
-  }
   bool inFlight() const {
     for (const IbRequest& r : reqs_)
       if (r.busy && r.left) return true;
@@ -242,10 +256,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
         ctsMr_(registerMr(qps_->dev(), cts_.get(), sizeof(Cts) * kMaxRequests, who_)) {}
 
   std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
-    if (type != NetMemType::kHost)
-      LOOM_THROW(kInvalidUsage, "%s: CUDA memory over verbs (GPUDirect RDMA) needs the CUDA "
-                 "executor, not built yet", who_.c_str());
-    return registerMr(qps_->dev(), data, bytes, who_);
+    return registerHost(data, bytes, type);
   }
 
   // Receives after a failure are handed out (a pump keeps several posted); testing one
@@ -272,8 +283,8 @@ class IbRecvComm : public NetRecvComm, IbComm {
         ibv_recv_wr* bad = nullptr;
         int rc = api_.postRecv(qps_->qp(q), &wr, &bad);
         if (rc != 0) {
-          broken_ = strprintf("%s: ibv_post_recv failed: %s", who_.c_str(),
-                              strerror(rc > 0 ? rc : errno));
+          breakWith(Code::kSystemError, strprintf("%s: ibv_post_recv failed: %s", who_.c_str(),
+                                            strerror(rc > 0 ? rc : errno)));
           return r;
         }
         ++r->left;
@@ -305,10 +316,9 @@ class IbRecvComm : public NetRecvComm, IbComm {
 
   bool test(NetRequest* req, size_t* bytes) override {
     IbRequest* r = check(req);
-    if (r->left || r->ctsLeft) {
-      failIfBroken();
-      poll();
-    }
+    // A receive posted after the comm failed has nothing in flight: it fails too.
+    failIfBroken();
+    if (r->left || r->ctsLeft) poll();
     if (r->left || r->ctsLeft) {
       checkSender(r->seq);
       return false;

@@ -63,11 +63,16 @@ IbOptions IbOptions::fromKnobs() {
   o.retryCnt = ranged(kRetry, 0, 7);
   o.tc = ranged(kTc, 0, 255);
   o.sl = ranged(kSl, 0, 15);
-  o.gidIndex = ranged(kGid, -1, 65535);
+  o.gidIndex = ranged(kGid, -1, 255);  // a GRH's sgid_index is 8 bits
   return o;
 }
 
 bool ibDisabled() { return kDisable.get(); }
+
+size_t maxMessageBytes(const IbQps& qps) {
+  uint64_t perQp = qps.dev()->attr.max_msg_sz ? qps.dev()->attr.max_msg_sz : (1ull << 30);
+  return static_cast<size_t>(std::min<uint64_t>(kOversized - 1, perQp * qps.size()));
+}
 
 void verbsFailed(const std::string& who, const char* call, int err, const char* hint) {
   LOOM_THROW(kSystemError, "%s: %s failed: %s%s", who.c_str(), call,
@@ -101,17 +106,29 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
     pd = api.allocPd(ctx);
     if (!pd) verbsFailed(who, "ibv_alloc_pd", errno);
     if (o.gidIndex >= 0) {
-      gidIndex = o.gidIndex;
-      if (gidIndex >= attr.gid_tbl_len || api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid) != 0)
-        LOOM_THROW(kInvalidArgument, "%s: NCCL_IB_GID_INDEX=%d: the port's GID table has %d "
-                   "entries", who.c_str(), gidIndex, attr.gid_tbl_len);
+      gidIndex = o.gidIndex;  // NOLINT: range-checked by IbOptions
+      if (gidIndex >= attr.gid_tbl_len || api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid) != 0 ||
+          (roce() && zero(gid))) {
+        std::string set;
+        for (int i = 0; i < attr.gid_tbl_len && i < 256; ++i) {
+          ibv_gid g{};
+          if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &g) == 0 && !zero(g))
+            set += (set.empty() ? "" : ",") + std::to_string(i);
+        }
+        LOOM_THROW(kInvalidArgument, "%s: NCCL_IB_GID_INDEX=%d is not a set GID of the port "
+                   "(its table has %d entries; set: %s)", who.c_str(), gidIndex,
+                   attr.gid_tbl_len, set.empty() ? "none" : set.c_str());
+      }
     } else if (roce()) {
       // As NCCL: RoCE v2 with an IPv4 address first (routable), else the first set GID.
       int best = -1, rank = 0;
+      bool typed = false;
       for (int i = 0; i < attr.gid_tbl_len && i < 256; ++i) {
         ibv_gid g{};
         if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &g) != 0 || zero(g)) continue;
-        bool v2 = gidType(name, port, i) == "RoCE v2";
+        std::string type = gidType(name, port, i);
+        typed |= !type.empty();
+        bool v2 = type == "RoCE v2";
         int r = v2 && ipv4Mapped(g) ? 3 : v2 ? 2 : 1;
         if (r > rank) rank = r, best = i;
       }
@@ -119,6 +136,10 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
                                "address?)", who.c_str());
       gidIndex = best;
       api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid);
+      if (!typed)
+        LOOM_WARN("%s: GID types are not readable (sysfs gid_attrs/types); using GID index %d. "
+                  "Hosts that choose differently cannot connect: set NCCL_IB_GID_INDEX",
+                  who.c_str(), gidIndex);
     } else {
       api.queryGid(ctx, static_cast<uint8_t>(port), 0, &gid);  // IB: the LID routes
     }

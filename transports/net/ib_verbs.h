@@ -91,7 +91,7 @@ struct IbConnInfo {
 
 // A clear-to-send record: where message `seq` goes. `seq` and `seqEnd` (both seq + 1)
 // bracket it, so a record still being written is never taken.
-struct Cts {
+struct alignas(64) Cts {  // one cache line: NICs write a line at once
   uint64_t seq;
   uint64_t addr;
   uint64_t capacity;
@@ -126,6 +126,10 @@ class IbQps {
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_qp*> qps_;
 };
+
+// The largest message a connection over `qps` carries: each QP writes its part with one
+// work request (at most the port's max_msg_sz), and the size travels in 32 bits.
+size_t maxMessageBytes(const IbQps& qps);
 
 // Throws kSystemError: "<who>: <call> failed: <errno text><hint>".
 [[noreturn]] void verbsFailed(const std::string& who, const char* call, int err,
