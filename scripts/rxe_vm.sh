@@ -11,7 +11,8 @@
 # rdma-core's libibverbs with the rxe provider, ibverbs-utils, perftest's ib_write_bw (RDMA
 # WRITE), and every --copy file
 # (under the same path) with its shared libraries. Inside, the command runs as root with
-# rxe0 (on dummy netdev rxenet0, 10.77.0.1/24) up; its output is printed and its exit
+# rxe0 (on dummy netdev rxenet0, 10.77.0.1/24) up (LOOM_RXE_PORTS=N: rxe0..rxe<N-1>, each
+# on its own dummy netdev rxenet<i>, 10.77.<i>.1/24); its output is printed and its exit
 # status is this script's (77 where the VM cannot run: no QEMU and no way to install it).
 # Uses KVM when /dev/kvm is usable, software emulation otherwise.
 set -euo pipefail
@@ -119,8 +120,10 @@ mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 mkdir -p /dev/shm; mount -t tmpfs tmpfs /dev/shm
 for m in \$(cat /modules.order); do insmod /lib/modules/\$m || echo "rxe_vm: insmod \$m failed"; done
 $ipbin link set lo up
-$ipbin link add rxenet0 type dummy && $ipbin addr add 10.77.0.1/24 dev rxenet0 && $ipbin link set rxenet0 up
-$rdmabin link add rxe0 type rxe netdev rxenet0 || echo "rxe_vm: rdma link add failed"
+for i in \$(seq 0 $((${LOOM_RXE_PORTS:-1} - 1))); do
+  $ipbin link add rxenet\$i type dummy && $ipbin addr add 10.77.\$i.1/24 dev rxenet\$i && $ipbin link set rxenet\$i up
+  $rdmabin link add rxe\$i type rxe netdev rxenet\$i || echo "rxe_vm: rdma link add rxe\$i failed"
+done
 echo "RXE_VM_BEGIN"
 sh /cmd.sh; rc=\$?
 echo; echo "RXE_VM_EXIT=\$rc"

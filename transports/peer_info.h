@@ -17,8 +17,9 @@ namespace loom {
 constexpr int kMaxTransports = 8;
 // Bytes a transport may publish per rank (a sockaddr_storage fits).
 constexpr size_t kPeerSectionBytes = 128;
-// Bytes a receiver's setup may hand its sender (NCCL's connect info is as large).
-constexpr size_t kMaxConnBlobBytes = 128;
+// Bytes a receiver's setup may hand its sender: a network backend's 128-byte handle (as
+// NCCL's) and what the net transport adds (the connection's rail).
+constexpr size_t kMaxConnBlobBytes = 160;
 
 // Opaque bytes a transport hands to itself on another rank: a peer-info section or a
 // connection blob. Both cross a process boundary, so readers check sizes, never trust them.

@@ -36,6 +36,8 @@ struct ConnRequest {
   const PeerInfo& peerInfo;
   std::span<const uint8_t> peerSection;  // what this transport published on the peer
   std::string where;  // the peer's out-of-band address, for descriptions
+  int localRank = 0;   // this rank's index among the ranks of its host (rails spread by it)
+  int localRanks = 1;  // ranks on this rank's host
 };
 
 // The receiver's end between setup() and the sender's acknowledgement.

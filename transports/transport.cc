@@ -111,8 +111,15 @@ const std::string& TransportManager::transportFor(int peer) const {
 
 ConnRequest TransportManager::request(ConnKey k, int transport) const {
   int p = k.first;
-  return ConnRequest{p, k.second, peers_[bootstrap_.rank()], peers_[p],
-                     peers_[p].sections[transport].view(), bootstrap_.peerAddr(p).str()};
+  ConnRequest r{p, k.second, peers_[bootstrap_.rank()], peers_[p],
+                peers_[p].sections[transport].view(), bootstrap_.peerAddr(p).str()};
+  const PeerInfo& me = peers_[bootstrap_.rank()];
+  r.localRanks = 0;
+  for (const PeerInfo& q : peers_) {
+    r.localRank += q.hostHash == me.hostHash && q.rank < me.rank;
+    r.localRanks += q.hostHash == me.hostHash;
+  }
+  return r;
 }
 
 void TransportManager::add(std::unique_ptr<Connection>& slot, std::unique_ptr<Connection> conn) {

@@ -2,14 +2,15 @@
 # Loom's verbs backend (NCCL_NET=IB) against real verbs: inside the rxe VM, the network
 # backend conformance and peer-death suites over IB with 1 and 4 QPs per connection, the
 # failure-injecting verbs table tests, collectives through the public API between ranks
-# posing as hosts (named, by default, NCCL_IB_DISABLE) and a killed peer; then a 2-rank
+# posing as hosts (named, by default, NCCL_IB_DISABLE), rails over two ports and a killed
+# peer; then a 2-rank
 # all_reduce_perf over net/IB with its result check.
 #   rxe_ib_suite.sh <transports_test> <all_reduce_perf>
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 tt="$(readlink -f "$1")" perf="$(readlink -f "$2")"
 filter='Net/NetBackendConformance.*/I*:Net/NetBackendDeath.*/I*:IbVerbs.*:IbKnobs.*:NetTransport.*Ib*'
-out=$("$repo/scripts/rxe_vm.sh" --timeout 600 --copy "$tt" --copy "$perf" -- "
+out=$(LOOM_RXE_PORTS=2 "$repo/scripts/rxe_vm.sh" --timeout 600 --copy "$tt" --copy "$perf" -- "
   cd /tmp
   $tt --gtest_filter='$filter' >g.log 2>&1; echo \"gtest_status \$?\"
   grep -vE '^\[ +RUN +\]' g.log
@@ -20,7 +21,8 @@ echo "$out"
 fail() { echo "rxe_ib_suite: $*" >&2; exit 1; }
 grep -q "^gtest_status 0$" <<<"$out" || fail "the verbs tests failed inside the VM"
 # Every case ran against rxe0 (none skipped for want of a port): 9 conformance cases and
-# 2 death cases per variant (IB, IbQps4), 11 table cases, 2 through the API.
+# 2 death cases per variant (IB, IbQps4), 11 table cases, 3 through the API (rails over the VM's
+# two ports, rxe0 and rxe1, among them).
 for pat in '/IB ' '/IbQps4 '; do
   n=$(grep -cE "^\[ +OK \] Net/NetBackend(Conformance|Death)\..*$pat" <<<"$out" || true)
   [[ "$n" -eq 11 ]] || fail "expected 11 backend cases over ${pat% } to pass, saw $n"
@@ -28,7 +30,7 @@ done
 n=$(grep -cE '^\[ +OK \] IbVerbs\.' <<<"$out" || true)
 [[ "$n" -eq 11 ]] || fail "expected 11 failure-injection cases to pass, saw $n"
 n=$(grep -cE '^\[ +OK \] NetTransport\..*Ib' <<<"$out" || true)
-[[ "$n" -eq 2 ]] || fail "expected 2 public-API cases over IB to pass, saw $n"
+[[ "$n" -eq 3 ]] || fail "expected 3 public-API cases over IB to pass (rails included), saw $n"
 grep -q "^perf_status 0$" <<<"$out" || fail "all_reduce_perf over IB failed"
 [[ $(grep -c "transports \[[01]:net/IB\] - Init COMPLETE" <<<"$out") -eq 2 ]] ||
   fail "all_reduce_perf's ranks did not connect through net/IB"

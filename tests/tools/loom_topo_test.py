@@ -141,6 +141,27 @@ def case_table_follows_selector():
     expect(all(r["algorithm"] == "Direct" for r in a2a), "NCCL_ALGO does not govern AlltoAll")
 
 
+def case_net_rails():
+    """Which NIC each local rank's channels use across hosts (the net transport's rails):
+    on an 8-GPU, 8-NIC host local rank o keeps NIC o for every channel (its GPU's rail); two
+    ranks of a host with two NICs get one each."""
+    out, _ = run("--nodes", "2", *topo("dgx_h100.xml"))
+    for o in range(8):
+        m = re.search(rf"^    local rank {o}: (.*)$", out, re.M)
+        expect(m, f"no rails line for local rank {o} in\n{out}")
+        nics = re.findall(r"channel \d+ -> NIC(\d+) (\S+?)(?:,|$)", m.group(1))
+        expect(nics and all(n == (str(o), f"mlx5_{o}") for n in nics),
+               f"local rank {o} should use NIC{o} mlx5_{o} on every channel: {m.group(1)}")
+    js = json.loads(run("--nodes", "2", "--json", *topo("dgx_h100.xml"))[0])
+    expect([r["channel_nics"][0] for r in js["net_rails"]] == list(range(8)),
+           f"net_rails: {js['net_rails']}")
+    # Host memory, two ranks per host, two NICs: one each.
+    out, _ = run("--nodes", "2", "--nranks", "4", "--host-memory", *topo("cpu_only.xml"))
+    for o in range(2):
+        m = re.search(rf"^    local rank {o}: channel 0 -> NIC(\d+)", out, re.M)
+        expect(m and int(m.group(1)) == o, f"local rank {o} should start on NIC{o}:\n{out}")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 if CASE not in CASES:
     fail(f"unknown case {CASE}; cases: {sorted(CASES)}")

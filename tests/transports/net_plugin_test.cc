@@ -299,3 +299,44 @@ TEST_F(NetPluginJob, UnknownNetListsPluginsAndLoadFailures) {
 
 }  // namespace
 }  // namespace loomtest
+
+namespace loomtest {
+namespace {
+
+using NetRails = TransportLogTest;
+
+// Rails (issue 12 item 4): with a 2-device backend (the test plugin; its devices are rails
+// with no links between them, so a connection across rails is refused), the ranks of a
+// host spread over the devices by local rank: on 2 hosts of 2 ranks, local rank 1's
+// connections use device 1, local rank 0's device 0, and both ends of every connection
+// use the same device. The results are exact.
+TEST_F(NetRails, LocalRanksSpreadOverDevicesRailAligned) {
+  std::string counts = dir_ + "/counts";
+  EnvGuard p("NCCL_NET_PLUGIN", testPluginPath("11").c_str());
+  EnvGuard n("NCCL_NET", nullptr);
+  EnvGuard d("LOOM_TEST_NET_DEVICES", "2");
+  EnvGuard c("LOOM_TEST_NET_COUNTS", counts.c_str());
+  auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks([](int rank) {
+    setenv("LOOM_HOSTID", ("railhost" + std::to_string(rank / 2)).c_str(), 1);
+  }));
+  ASSERT_TRUE(f.empty()) << joinFailures(f);
+  expectRails(4, "loomtest-lo", "loomtest-lo1");
+  std::ifstream in(counts);
+  std::stringstream all;
+  all << in.rdbuf();
+  std::string s = all.str();
+  auto count = [&](const std::string& what) {
+    int k = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++k;
+    return k;
+  };
+  for (int dev : {0, 1}) {
+    std::string x = std::to_string(dev);
+    EXPECT_GT(count("listen-dev" + x + " "), 0) << "device " << dev << " unused: " << s;
+    EXPECT_EQ(count("connect-dev" + x + " "), count("listen-dev" + x + " ")) << s;
+  }
+  unlink(counts.c_str());
+}
+
+}  // namespace
+}  // namespace loomtest

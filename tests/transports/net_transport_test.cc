@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "transports/net/ib_backend.h"
+#include "transports/net/ib_devices.h"
 #include "transports/net/ucx_api.h"
 #include "transports/transport_test_util.h"
 
@@ -226,6 +227,30 @@ TEST_F(NetTransport, KilledPeerFailsTheOthersPromptlyOverIb) {
   if (!loom::ibIsDefault(&why)) GTEST_SKIP() << "no active RDMA port here (" << why << ")";
   EnvGuard net("NCCL_NET", "IB");
   killedPeerFailsTheOthers("IB", processRanks(ownHosts()));
+}
+
+}  // namespace
+}  // namespace loomtest
+
+namespace loomtest {
+namespace {
+
+// Rails over verbs where two RDMA ports are active (the rxe VM with LOOM_RXE_PORTS=2):
+// on 2 hosts of 2 ranks, local rank 0 receives on rxe0 and local rank 1 on rxe1, both ends
+// of each connection on the same port (rxe devices of one VM reach only themselves, so a
+// connection across rails could not carry anything), results exact.
+TEST_F(NetTransport, IbRailsSpreadLocalRanksOverPorts) {
+  std::string why;
+  if (!loom::ibIsDefault(&why)) GTEST_SKIP() << "no active RDMA port here (" << why << ")";
+  std::vector<loom::IbPort> ports = loom::selectIbPorts(loom::listIbPorts(nullptr), "");
+  if (ports.size() < 2) GTEST_SKIP() << "one RDMA port here; rails need two";
+  EnvGuard net("NCCL_NET", "IB");
+  clearLogs();
+  auto f = runRanks(Mode::kProcesses, 4, exercise, processRanks([](int rank) {
+    setenv("LOOM_HOSTID", ("railhost" + std::to_string(rank / 2)).c_str(), 1);
+  }));
+  ASSERT_TRUE(f.empty()) << joinFailures(f);
+  expectRails(4, ports[0].device, ports[1].device);
 }
 
 }  // namespace

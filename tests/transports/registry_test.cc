@@ -151,8 +151,10 @@ TEST_F(TransportRegistry, BlobSizeLimitIsEnforced) {
   auto f = runRanks(Mode::kThreads, 2, [](int, int, ncclComm_t) { return std::string(); }, 60);
   ASSERT_EQ(f.size(), 2u) << "init should fail on both ranks: " << joinFailures(f);
   std::string all = joinFailures(f);
-  EXPECT_NE(all.find("transport 'bigblob' made a 129-byte setup blob"), std::string::npos) << all;
-  EXPECT_NE(all.find("at most 128"), std::string::npos) << all;
+  std::string made = "transport 'bigblob' made a " + std::to_string(loom::kMaxConnBlobBytes + 1) +
+                     "-byte setup blob";
+  EXPECT_NE(all.find(made), std::string::npos) << all;
+  EXPECT_NE(all.find("at most " + std::to_string(loom::kMaxConnBlobBytes)), std::string::npos) << all;
   EXPECT_EQ(big.stats->connects.load(), 0) << "a sender attached to an oversized blob";
   EXPECT_EQ(big.stats->alive.load(), 0) << "the refused receiver ends were not freed";
 }

@@ -13,7 +13,10 @@
 //   wrong_sizes     test() reports each receive after a comm's first one byte larger than
 //                   its buffer
 //   setenv          init calls setenv() many times (as some plugins tune NCCL that way)
-// It counts its inits and finalizes in LOOM_TEST_NET_COUNTS (a file path), if set. It
+// LOOM_TEST_NET_DEVICES=N (default 1) gives it N devices, "rails" of a fabric without
+// cross-rail links: a connect on another device than its listener's is refused. It counts
+// its inits, finalizes, and listens and connects per device ("listen-dev1") in
+// LOOM_TEST_NET_COUNTS (a file path), if set. It
 // listens on loopback, or with LOOM_TEST_NET_ADDR=auto on the first IPv4 address of an
 // interface that is up and not loopback (a network namespace's own address).
 #include <errno.h>
@@ -56,6 +59,7 @@ struct Handle {  // inside NCCL's 128-byte handle
   uint16_t version;
   int stageFd;  // connect's progress: the socket + 1 while connecting
   int awaitingAck;  // connect_after_accept: connected, waiting for accept's byte
+  int dev;          // the listener's device
 };
 static_assert(sizeof(Handle) <= kHandleMaxSize);
 
@@ -164,17 +168,24 @@ Result initCommon() {
   return gMode == "init_fails" ? kSystemError : kOk;
 }
 
+int deviceCount() {
+  const char* d = getenv("LOOM_TEST_NET_DEVICES");
+  int n = d ? atoi(d) : 1;
+  return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
 Result devices(int* n) {
-  *n = gMode == "zero_devices" ? 0 : 1;
+  *n = gMode == "zero_devices" ? 0 : deviceCount();
   return kOk;
 }
 
 template <class Props>
 Result getProperties(int dev, Props* p) {
-  if (dev != 0) return kInvalidArgument;
+  if (dev < 0 || dev >= deviceCount()) return kInvalidArgument;
   memset(p, 0, sizeof(*p));
-  static char name[] = "loomtest-lo";
-  p->name = name;
+  static char names[8][16] = {"loomtest-lo", "loomtest-lo1", "loomtest-lo2", "loomtest-lo3",
+                              "loomtest-lo4", "loomtest-lo5", "loomtest-lo6", "loomtest-lo7"};
+  p->name = names[dev];
   p->pciPath = nullptr;
   p->guid = 0x4c4f4f4d00000000ull + V;
   p->ptrSupport = kPtrHost;
@@ -209,6 +220,7 @@ uint32_t listenAddr() {
 
 Result listenImpl(int dev, void* handle, void** listenComm) {
   *listenComm = nullptr;
+  if (dev < 0 || dev >= deviceCount()) return kInvalidArgument;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return kSystemError;
   sockaddr_in a{};
@@ -220,8 +232,9 @@ Result listenImpl(int dev, void* handle, void** listenComm) {
     close(fd);
     return kSystemError;
   }
-  Handle h{kMagic, a.sin_addr.s_addr, ntohs(a.sin_port), static_cast<uint16_t>(V), 0, 0};
+  Handle h{kMagic, a.sin_addr.s_addr, ntohs(a.sin_port), static_cast<uint16_t>(V), 0, 0, dev};
   memcpy(handle, &h, sizeof(h));
+  countEvent(("listen-dev" + std::to_string(dev)).c_str());
   *listenComm = new Listen{fd};
   return kOk;
 }
@@ -240,9 +253,10 @@ Result connectImpl(int dev, void* handle, void** sendComm) {
   *sendComm = nullptr;
   Handle h;
   memcpy(&h, handle, sizeof(h));
-  if (h.magic != kMagic || dev != 0) return kInvalidArgument;
+  if (h.magic != kMagic || dev != h.dev) return kInvalidArgument;  // no cross-rail links
   if (gMode == "connect_never") return kOk;
   if (h.stageFd == 0) {
+    countEvent(("connect-dev" + std::to_string(dev)).c_str());
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return kSystemError;
     nonblock(fd);

@@ -9,11 +9,11 @@
 #include <sys/stat.h>
 
 #include <chrono>
-
 #include <fstream>
 #include <functional>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -84,6 +84,48 @@ class TransportLogTest : public testing::Test {
       closedir(d);
     }
     loom::logReset();
+  }
+
+  // Every line the ranks logged so far.
+  std::string logs() {
+    std::string all;
+    if (DIR* d = opendir(dir_.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (strncmp(e->d_name, "log.", 4) != 0) continue;
+        std::ifstream in(dir_ + "/" + e->d_name);
+        std::stringstream s;
+        s << in.rdbuf();
+        all += s.str();
+      }
+      closedir(d);
+    }
+    return all;
+  }
+
+  // The lines of logs() that contain `what`.
+  std::vector<std::string> logLines(const std::string& what) {
+    std::vector<std::string> out;
+    std::stringstream in(logs());
+    std::string line;
+    while (std::getline(in, line))
+      if (line.find(what) != std::string::npos) out.push_back(line);
+    return out;
+  }
+
+  // Rails: local rank r % 2 of ranks on hosts of two received on `devs[r % 2]` (the
+  // device names as the backend calls them) on connection 0.
+  void expectRails(int nranks, const std::string& dev0, const std::string& dev1) {
+    for (int r = 0; r < nranks; ++r) {
+      std::string dev = (r % 2 ? dev1 : dev0) + ", rail " + std::to_string(r % 2) + " of 2";
+      auto lines = logLines("rank " + std::to_string(r) + " receives from rank ");
+      bool found = false;
+      for (const std::string& line : lines) {
+        if (line.find("(connection 0)") == std::string::npos) continue;
+        found = true;
+        EXPECT_NE(line.find(dev), std::string::npos) << "local rank " << r % 2 << ": " << line;
+      }
+      EXPECT_TRUE(found) << "rank " << r << " logged no network receive on connection 0:\n" << logs();
+    }
   }
 
   std::map<int, std::string> initLines() {

@@ -1,9 +1,11 @@
 #include "report.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 
 #include "base/error.h"
+#include "transports/net/net_transport.h"
 
 namespace loom::tools {
 namespace {
@@ -84,6 +86,35 @@ std::string jsonArray(const std::vector<T>& v, F f) {
 
 }  // namespace
 
+namespace {
+
+// The network device (rail) each local rank's channels use in the net transport
+// (netRail), both ends of a connection on the same NIC index.
+// Channels the selector uses at some size, at least one.
+int channelsUsed(const Report& r) {
+  int ch = std::max(1, r.model.maxChannels);
+  for (const TuningRow& row : r.tuning) ch = std::max(ch, row.sel.channels);
+  return ch;
+}
+
+void printNetRails(FILE* out, const Report& r) {
+  const topo::System& sys = *r.sys;
+  int nics = sys.netCount();
+  if (nics < 1) return;
+  fprintf(out, "  net transport rails (channel c of local rank o of %d on NIC (o + c x %d) mod "
+          "%d; the receiver's NIC index on both ends):\n", r.model.localRanks, r.model.localRanks, nics);
+  for (int o = 0; o < r.model.localRanks; ++o) {
+    fprintf(out, "    local rank %d:", o);
+    for (int c = 0; c < channelsUsed(r); ++c) {
+      int n = netRail(o, r.model.localRanks, c, nics);
+      fprintf(out, "%s channel %d -> NIC%d %s", c ? "," : "", c, n, sys.net(n).netName.c_str());
+    }
+    fprintf(out, "\n");
+  }
+}
+
+}  // namespace
+
 void printText(FILE* out, const Report& r) {
   const topo::System& sys = *r.sys;
   fprintf(out, "Topology: %s\n", sys.source().c_str());
@@ -144,6 +175,7 @@ void printText(FILE* out, const Report& r) {
       for (int x : rr.gpus) fprintf(out, "%d ", x);
       fprintf(out, "-> next host via NIC%d\n", rr.net);
     }
+    printNetRails(out, r);
     for (int t = 0; t < 2; ++t) {
       fprintf(out, "  tree %d over hosts (root %d): ", t, r.trees.tree[t].root);
       for (int h = 0; h < r.nodes; ++h) fprintf(out, "%d->%d ", h, r.trees.tree[t].parent[static_cast<size_t>(h)]);
@@ -247,6 +279,15 @@ std::string toJson(const Report& r) {
   j += "  \"rail_rings\": " + jsonArray(r.railRings, [](const topo::RailRing& rr) {
          return strprintf("{\"nic\":%d,\"gpus\":%s}", rr.net,
                           jsonArray(rr.gpus, [](int x) { return std::to_string(x); }).c_str());
+       }) + ",\n";
+  std::vector<int> localRanks;
+  if (r.nodes > 1 && sys.netCount() > 0)
+    for (int o = 0; o < r.model.localRanks; ++o) localRanks.push_back(o);
+  j += "  \"net_rails\": " + jsonArray(localRanks, [&](int o) {
+         std::vector<int> ch;
+         for (int c = 0; c < channelsUsed(r); ++c) ch.push_back(netRail(o, r.model.localRanks, c, sys.netCount()));
+         return strprintf("{\"local_rank\":%d,\"channel_nics\":%s}", o,
+                          jsonArray(ch, [](int x) { return std::to_string(x); }).c_str());
        }) + ",\n";
   std::vector<int> treeIdx;
   if (r.nodes > 1) treeIdx = {0, 1};

@@ -7,6 +7,7 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/time.h"
 
 namespace loom {
@@ -76,10 +77,15 @@ class NetTransport : public Transport {
   // Every pair that shm left over, when NCCL_NET names a backend or a plugin started.
   bool canConnect(const PeerInfo&, const PeerInfo&) const override { return backend_ != nullptr; }
 
+  // The receiver's blob: the backend's handle, then the rail (a 4-byte device index).
   std::unique_ptr<PendingRecv> setup(const ConnRequest& req, Blob* blob) override {
     NetHandle h;
-    auto listen = backend_->listen(0, &h);
+    int32_t rail = netRail(req.localRank, req.localRanks, req.index, backend_->devices());
+    auto listen = backend_->listen(rail, &h);
+    logRail("receives from", req, rail);
     blob->assign(h.bytes, h.bytes + sizeof(h.bytes));
+    const auto* r = reinterpret_cast<const uint8_t*>(&rail);
+    blob->insert(blob->end(), r, r + sizeof(rail));
     return std::make_unique<NetPending>(*this, req, std::move(listen));
   }
 
@@ -91,15 +97,21 @@ class NetTransport : public Transport {
                  "set here: every rank must set the same NCCL_NET",
                  bs_.rank(), req.peer);
     NetHandle h;
-    if (blob.size() != sizeof(h.bytes))
+    int32_t rail;
+    if (blob.size() != sizeof(h.bytes) + sizeof(rail))
       LOOM_THROW(kRemoteError, "rank %d: rank %d sent a %zu-byte network handle, expected %zu",
-                 bs_.rank(), req.peer, blob.size(), sizeof(h.bytes));
+                 bs_.rank(), req.peer, blob.size(), sizeof(h.bytes) + sizeof(rail));
     memcpy(h.bytes, blob.data(), sizeof(h.bytes));
+    memcpy(&rail, blob.data() + sizeof(h.bytes), sizeof(rail));
+    if (rail < 0)
+      LOOM_THROW(kRemoteError, "rank %d: rank %d sent rail %d", bs_.rank(), req.peer, rail);
+    int dev = rail % backend_->devices();
+    logRail("sends to", req, dev);
     std::unique_ptr<NetStage> stage;
-    if (auto comm = backend_->connect(0, h, stage))
+    if (auto comm = backend_->connect(dev, h, stage))
       return std::make_unique<NetConnection>(req.peer, req.peerInfo, shape_, name_,
                                              std::move(comm), nullptr, req.where);
-    return std::make_unique<NetConnection>(req.peer, req.peerInfo, shape_, name_, backend_, h,
+    return std::make_unique<NetConnection>(req.peer, req.peerInfo, shape_, name_, backend_, dev, h,
                                            std::move(stage),
                                            static_cast<double>(kConnectTimeout.get()), req.where);
   }
@@ -115,6 +127,13 @@ class NetTransport : public Transport {
   }
 
  private:
+  void logRail(const char* how, const ConnRequest& req, int dev) {
+    int n = backend_->devices();
+    if (n < 2) return;
+    LOOM_INFO(kLogNet | kLogInit, "rank %d %s rank %d (connection %d) on %s, rail %d of %d",
+              bs_.rank(), how, req.peer, req.index, backend_->properties(dev).name.c_str(), dev, n);
+  }
+
   Bootstrap& bs_;
   FifoShape shape_;
   std::string name_;
@@ -140,11 +159,11 @@ NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
 
 NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
                              const std::string& transport, std::shared_ptr<NetBackend> backend,
-                             const NetHandle& handle, std::unique_ptr<NetStage> stage,
+                             int dev, const NetHandle& handle, std::unique_ptr<NetStage> stage,
                              double timeoutSec, const std::string& where)
     : Connection(peer, transport, info, where), sender_(true) {
   allocate(shape);
-  pending_.reset(new PendingConnect{std::move(backend), handle, std::move(stage), timeoutSec,
+  pending_.reset(new PendingConnect{std::move(backend), dev, handle, std::move(stage), timeoutSec,
                                     Deadline::in(timeoutSec)});
 }
 
@@ -167,7 +186,7 @@ void NetConnection::attach() {
 }
 
 bool NetConnection::finishConnect() {
-  send_ = pending_->backend->connect(0, pending_->handle, pending_->stage);
+  send_ = pending_->backend->connect(pending_->dev, pending_->handle, pending_->stage);
   if (!send_) {
     if (pending_->deadline.expired())
       LOOM_THROW(kRemoteError, "network connect timed out after %.0f s (LOOM_NET_CONNECT_TIMEOUT)",

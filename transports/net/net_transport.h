@@ -30,7 +30,7 @@ class NetConnection : public Connection {
   // every connection of a communicator before it accepts any, and some backends' connect
   // completes only once the peer's accept has progressed, so it cannot be waited for here.
   NetConnection(int peer, const PeerInfo& info, FifoShape shape, const std::string& transport,
-                std::shared_ptr<NetBackend> backend, const NetHandle& handle,
+                std::shared_ptr<NetBackend> backend, int dev, const NetHandle& handle,
                 std::unique_ptr<NetStage> stage, double timeoutSec, const std::string& where);
   ~NetConnection() override;
 
@@ -55,6 +55,7 @@ class NetConnection : public Connection {
 
   struct PendingConnect {
     std::shared_ptr<NetBackend> backend;
+    int dev;
     NetHandle handle;
     std::unique_ptr<NetStage> stage;
     double timeoutSec;
@@ -75,5 +76,15 @@ class NetConnection : public Connection {
 };
 
 std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx);
+
+// Rails: the device (NIC) of a connection among a backend's `devices`, picked by the
+// receiver; the sender uses the same index (rail-aligned: both ends on NIC i), folded into
+// its own count of devices. Local rank o's first channel is on NIC o (on rail-optimised
+// hosts local rank o drives GPU o, whose closest NIC is NIC o, as the topology's rails
+// say); its further channels step by the host's rank count, so a host's ranks spread
+// their channels over every NIC and never share one while others idle.
+inline int netRail(int localRank, int localRanks, int connIndex, int devices) {
+  return devices > 1 ? (localRank + connIndex * localRanks) % devices : 0;
+}
 
 }  // namespace loom
