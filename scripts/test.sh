@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds Loom and runs the whole test suite (CTest), then the multi-rank suites again under
+# Builds Loom and runs the whole test suite (CTest), the PyTorch backend's tests against a
+# real torch (scripts/torch_test.sh; LOOM_SKIP_TORCH=1 skips them), then the multi-rank
+# suites again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer
 # (scripts/sanitize.sh: each its own build of just what those tests need, in build-asan and
 # build-tsan; about 4 minutes each on 2 cores). Fails if any stage fails.
@@ -16,6 +18,12 @@ ctest_rc=0
 (cd "$build" && ctest --output-on-failure -j "${LOOM_TEST_JOBS:-2}" --timeout 600 "$@") || ctest_rc=$?
 # The chaos suites' summary lines (CTest keeps passing tests' output only in its log).
 grep -h -E "^(chaos|chaos-tcp|hostile \(|pidns|cpu): " "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true
+torch_rc=0
+if [ -z "${LOOM_SKIP_TORCH:-}" ]; then
+  "$repo/scripts/torch_test.sh" || torch_rc=$?
+else
+  echo "test: PyTorch backend stage skipped (LOOM_SKIP_TORCH is set)"
+fi
 san_failed=()
 if [ -z "${LOOM_SKIP_SANITIZE:-}" ]; then
   for kind in ${LOOM_SANITIZERS:-address thread}; do
@@ -27,8 +35,8 @@ if [ -z "${LOOM_SKIP_SANITIZE:-}" ]; then
 else
   echo "test: sanitizer stages skipped (LOOM_SKIP_SANITIZE is set)"
 fi
-if [ "$ctest_rc" -ne 0 ] || [ ${#san_failed[@]} -ne 0 ]; then
-  echo "test: FAILED (ctest exit $ctest_rc; sanitizer runs failed: ${san_failed[*]:-none})"
+if [ "$ctest_rc" -ne 0 ] || [ "$torch_rc" -ne 0 ] || [ ${#san_failed[@]} -ne 0 ]; then
+  echo "test: FAILED (ctest exit $ctest_rc; torch stage exit $torch_rc; sanitizer runs failed: ${san_failed[*]:-none})"
   exit 1
 fi
 echo "test: all stages passed"

@@ -1,0 +1,129 @@
+// torch.distributed backend "loom": a c10d::Backend over Loom's C API. Each process group
+// has one Loom communicator (its unique id travels through the group's store) and one
+// worker thread that runs the group's operations in the order they were issued; the
+// Python thread only enqueues and gets a Work back at once.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom_api.h"
+
+namespace loom_torch {
+
+class LoomWork : public c10d::Work {
+ public:
+  LoomWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
+           std::chrono::milliseconds timeout);
+  // Called by the worker: completes the work and its future, with an error or without.
+  void done(std::exception_ptr error);
+  // kNoTimeout waits the process group's timeout; a wait that runs out throws naming the
+  // rank and the operation.
+  bool wait(std::chrono::milliseconds timeout) override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  const std::string& what() const { return what_; }
+
+ private:
+  std::string what_;
+  std::vector<at::Tensor> outputs_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class LoomBackend : public c10d::Backend {
+ public:
+  LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+              std::chrono::milliseconds timeout);
+  ~LoomBackend() override;
+
+  const std::string getBackendName() const override { return "loom"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  // Aborts the communicator: operations in flight fail, later ones fail at once.
+  void abort() override;
+  // Finishes what was issued, then destroys the communicator.
+  void shutdown() override;
+
+ private:
+  // Queues `run` for the worker; its Work completes when it returns or throws.
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::string what,
+                                         std::vector<at::Tensor> outputs, std::function<void()> run);
+  void worker();
+  // One group of sends and receives (null pointers: none with that rank); runs on the worker.
+  void exchange(const std::vector<std::pair<const void*, size_t>>& send,
+                const std::vector<std::pair<void*, size_t>>& recv, const char* what);
+  void stop(bool drain);
+  // Throws std::runtime_error naming the rank, the operation and Loom's message.
+  void check(ncclResult_t rc, const std::string& what) const;
+
+  const LoomApi& api_;
+  ncclComm_t comm_ = nullptr;
+  std::chrono::milliseconds timeout_;
+  uint64_t seq_ = 0;
+  struct Item {
+    c10::intrusive_ptr<LoomWork> work;
+    std::function<void()> run;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool stopping_ = false;
+  bool aborted_ = false;
+  std::thread thread_;
+};
+
+}  // namespace loom_torch
