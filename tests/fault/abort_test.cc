@@ -158,13 +158,21 @@ std::string abortNonBlockingInit(const ncclUniqueId& id, bool otherThreadWaits) 
   // Optionally, another thread is blocked in a collective that waits for the init.
   std::atomic<int> collRc{-1};
   std::atomic<int64_t> collReturned{0};
+  std::atomic<bool> calling{false};
   std::thread coll;
   float x = 1, y = 0;
-  if (otherThreadWaits)
+  if (otherThreadWaits) {
     coll = std::thread([&] {
+      calling = true;
       collRc = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, nullptr);
       collReturned = monoNs();
     });
+    // The 200 ms below start once the thread is about to call, so that it is inside the
+    // collective when the abort frees the communicator (a call that starts after the
+    // abort would use a freed handle: a caller's error, not the library's). A loaded
+    // machine once delayed the thread past the abort.
+    waitFor([&] { return calling.load(); }, 5000);
+  }
   int64_t start = monoNs();
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress && msBetween(start, monoNs()) < 200) {
