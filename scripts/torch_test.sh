@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The PyTorch backend (python/, issue 13) against a real torch: makes a virtual environment
-# (${LOOM_TORCH_VENV:-build/torch-venv}) with torch ${LOOM_TORCH_VERSION:-2.9.1} from PyPI
+# (${LOOM_TORCH_VENV:-build/torch-venv}) with torch ${LOOM_TORCH_VERSION:-2.15.0} from PyPI
 # (its Linux wheels bring NVIDIA's CUDA libraries: about 4 GB, a few minutes), installs
 # loom_torch there against the Loom that scripts/build.sh installed (${LOOM_PREFIX:-install}),
 # and runs python/tests under torch's own multi-process harness.
@@ -10,7 +10,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${LOOM_TORCH_VENV:-$repo/build/torch-venv}"
 prefix="${LOOM_PREFIX:-$repo/install}"
-version="${LOOM_TORCH_VERSION:-2.9.1}"
+version="${LOOM_TORCH_VERSION:-2.15.0}"
 [[ -f "$prefix/lib/libloom.so" ]] || { echo "torch_test: no Loom in $prefix (scripts/build.sh first)" >&2; exit 1; }
 if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
   rm -rf "$venv"

@@ -7,7 +7,9 @@
 #   - anything else leaks: every export must be nccl*/pnccl* (NCCL's names only) or loom*
 #     (Loom's extensions), so no C++ internals become accidental ABI;
 #   - with REFERENCE_LIB: the checked-in list differs from what that library exports (the
-#     list is stale, or the toolkit's NCCL is not the version Loom targets).
+#     list is stale, or the toolkit's NCCL is not the version Loom targets);
+#   - with NEWER=<file>: a symbol of newer NCCL versions listed there (exported on purpose,
+#     each failing with ncclInvalidUsage) is missing; nccl* symbols in neither list fail.
 
 cmake_minimum_required(VERSION 3.24)
 
@@ -48,8 +50,22 @@ if(nref LESS 50)
   message(FATAL_ERROR "${SYMBOLS}: only ${nref} symbols; the reference list looks truncated")
 endif()
 
+set(newer "")
+if(DEFINED NEWER)
+  file(STRINGS ${NEWER} newer_lines)
+  foreach(line ${newer_lines})
+    if(NOT line MATCHES "^#" AND NOT line STREQUAL "")
+      list(APPEND newer ${line} p${line})
+    endif()
+  endforeach()
+endif()
 read_exports(${LIB} lib)
 set(errors "")
+foreach(sym ${newer})
+  if(NOT DEFINED lib_ADDR_${sym})
+    list(APPEND errors "${sym}, listed in ${NEWER}, is not exported")
+  endif()
+endforeach()
 
 set(missing "")
 foreach(sym ${ref})
@@ -64,7 +80,7 @@ if(missing)
 endif()
 
 set(unaliased "")
-foreach(sym ${ref})
+foreach(sym ${ref} ${newer})
   if(sym MATCHES "^nccl" AND DEFINED lib_ADDR_${sym} AND DEFINED lib_ADDR_p${sym})
     if(NOT lib_ADDR_${sym} STREQUAL lib_ADDR_p${sym})
       list(APPEND unaliased "${sym}@${lib_ADDR_${sym}}!=p${sym}@${lib_ADDR_p${sym}}")
@@ -85,7 +101,7 @@ foreach(sym ${lib_NAMES})
     continue()
   endif()
   if(sym MATCHES "^p?nccl")
-    if(NOT sym IN_LIST ref)
+    if(NOT sym IN_LIST ref AND NOT sym IN_LIST newer)
       list(APPEND extras ${sym})
     endif()
   else()

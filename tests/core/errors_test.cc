@@ -278,3 +278,33 @@ INSTANTIATE_TEST_SUITE_P(Core, MismatchTest,
 
 }  // namespace
 }  // namespace loomtest
+
+// Entry points of NCCL 2.29/2.30 that newer programs import (torch 2.15 does): exported so
+// that under LD_PRELOAD they reach Loom, each failing with ncclInvalidUsage naming itself
+// and the NCCL version it came with, without touching the communicator handed in.
+extern "C" ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value);
+extern "C" ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId,
+                                     int rank, ncclComm_t* newcomm, ncclConfig_t* config);
+extern "C" ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
+                                   ncclComm_t comm, cudaStream_t stream);
+
+namespace loomtest {
+namespace {
+
+TEST(NewerNcclApi, FailsWithInvalidUsageNamingTheCall) {
+  auto bogus = reinterpret_cast<ncclComm_t>(uintptr_t{0x10});  // never dereferenced
+  uint64_t v = 0;
+  EXPECT_EQ(ncclCommMemStats(bogus, 0, &v), ncclInvalidUsage);
+  std::string msg = ncclGetLastError(nullptr);
+  EXPECT_NE(msg.find("ncclCommMemStats"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NCCL 2.28.9"), std::string::npos) << msg;
+  ncclComm_t out = nullptr;
+  EXPECT_EQ(ncclCommGrow(bogus, 4, nullptr, 3, &out, nullptr), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclCommGrow"), std::string::npos);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(ncclSignal(1, 0, 0, 0, bogus, nullptr), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("ncclSignal"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loomtest
