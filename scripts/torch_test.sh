@@ -16,7 +16,7 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch, sys; 
   rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip setuptools wheel
-  "$venv/bin/pip" install -q "torch==$version" numpy expecttest pytest
+  "$venv/bin/pip" install -q --no-compile "torch==$version" numpy expecttest pytest
 fi
 MAX_JOBS="${LOOM_JOBS:-$(nproc)}" LOOM_PREFIX="$prefix" \
   "$venv/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps "$repo/python"

@@ -23,8 +23,10 @@ ncclDataType_t ncclType(at::ScalarType t) {
     case at::kBool: return ncclUint8;
     case at::kInt: return ncclInt32;
     case at::kLong: return ncclInt64;
+#if LOOM_TORCH_AT_LEAST(2, 1)
     case at::kFloat8_e4m3fn: return ncclFloat8e4m3;
     case at::kFloat8_e5m2: return ncclFloat8e5m2;
+#endif
     default:
       TORCH_CHECK(false, "loom: tensors of type ", t, " are not supported (Loom moves the ",
                   "types NCCL has; complex tensors go as pairs of reals)");
@@ -262,7 +264,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce_coalesced(
   std::vector<Reduction> reds;
   for (const at::Tensor& t : ts) reds.push_back(reduction(opts.reduceOp, t));
   std::vector<at::Tensor> list = ts;
-  return enqueue(OpType::COALESCED, "all_reduce_coalesced", list, [this, list, reds] {
+  return enqueue(LOOM_OP_COALESCED, "all_reduce_coalesced", list, [this, list, reds] {
     std::vector<Dense> ds;
     for (const at::Tensor& t : list) ds.emplace_back(t);
     check(api_.groupStart(), "ncclGroupStart");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -18,6 +19,19 @@
 #include <vector>
 
 #include "loom_api.h"
+
+// The oldest torch this builds against is 2.0. Virtuals that later torches added to
+// c10d::Backend (coalesced tensor variants, abort, shutdown) are declared without
+// `override` before 2.9, where the base may lack them: there they are plain members.
+#define LOOM_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+#if LOOM_TORCH_AT_LEAST(2, 9)
+#define LOOM_NEWER_OVERRIDE override
+#define LOOM_OP_COALESCED c10d::OpType::COALESCED
+#else
+#define LOOM_NEWER_OVERRIDE
+#define LOOM_OP_COALESCED c10d::OpType::UNKNOWN
+#endif
 
 namespace loom_torch {
 
@@ -67,7 +81,7 @@ class LoomBackend : public c10d::Backend {
       const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+      const c10d::AllgatherOptions& opts) LOOM_NEWER_OVERRIDE;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -81,7 +95,7 @@ class LoomBackend : public c10d::Backend {
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::ReduceScatterOptions& opts) override;
+      const c10d::ReduceScatterOptions& opts) LOOM_NEWER_OVERRIDE;
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& outputSplits,
                                                std::vector<int64_t>& inputSplits,
@@ -94,9 +108,9 @@ class LoomBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   // Aborts the communicator: operations in flight fail, later ones fail at once.
-  void abort() override;
+  void abort() LOOM_NEWER_OVERRIDE;
   // Finishes what was issued, then destroys the communicator.
-  void shutdown() override;
+  void shutdown() LOOM_NEWER_OVERRIDE;
 
  private:
   // Queues `run` for the worker; its Work completes when it returns or throws.

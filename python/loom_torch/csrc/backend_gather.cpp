@@ -103,7 +103,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
                 "output ", k, " must hold world_size x its input");
   }
   std::vector<at::Tensor> o = outs, i = ins;
-  return enqueue(OpType::COALESCED, "all_gather_into_tensor_coalesced", o, [this, o, i] {
+  return enqueue(LOOM_OP_COALESCED, "all_gather_into_tensor_coalesced", o, [this, o, i] {
     std::vector<at::Tensor> ics, ocs;
     check(api_.groupStart(), "ncclGroupStart");
     ncclResult_t rc = ncclSuccess;
@@ -175,7 +175,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
     types.push_back(ncclTypeOf(ins[k]));
   }
   std::vector<at::Tensor> o = outs, i = ins;
-  return enqueue(OpType::COALESCED, "reduce_scatter_tensor_coalesced", o, [this, o, i, ops, types] {
+  return enqueue(LOOM_OP_COALESCED, "reduce_scatter_tensor_coalesced", o, [this, o, i, ops, types] {
     std::vector<at::Tensor> ics, ocs;
     check(api_.groupStart(), "ncclGroupStart");
     ncclResult_t rc = ncclSuccess;
