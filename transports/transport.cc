@@ -93,6 +93,13 @@ void TransportManager::setPeers(const std::vector<PeerInfo>& peers) {
                  me, names(specs_).c_str(), p.rank);
   peers_ = peers;
   choice_.assign(peers.size(), -1);
+  const PeerInfo& self = peers_[me];
+  localRank_ = 0;
+  localRanks_ = 0;
+  for (const PeerInfo& q : peers_) {
+    localRank_ += q.hostHash == self.hostHash && q.rank < self.rank;
+    localRanks_ += q.hostHash == self.hostHash;
+  }
 }
 
 int TransportManager::transportIndex(int peer) const {
@@ -113,12 +120,8 @@ ConnRequest TransportManager::request(ConnKey k, int transport) const {
   int p = k.first;
   ConnRequest r{p, k.second, peers_[bootstrap_.rank()], peers_[p],
                 peers_[p].sections[transport].view(), bootstrap_.peerAddr(p).str()};
-  const PeerInfo& me = peers_[bootstrap_.rank()];
-  r.localRanks = 0;
-  for (const PeerInfo& q : peers_) {
-    r.localRank += q.hostHash == me.hostHash && q.rank < me.rank;
-    r.localRanks += q.hostHash == me.hostHash;
-  }
+  r.localRank = localRank_;
+  r.localRanks = localRanks_;
   return r;
 }
 

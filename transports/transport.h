@@ -71,6 +71,7 @@ class TransportManager {
   std::vector<std::unique_ptr<Transport>> transports_;
   std::vector<PeerInfo> peers_;
   mutable std::vector<int> choice_;  // per peer: index into transports_, -1 until asked
+  int localRank_ = 0, localRanks_ = 1;  // this rank's place among its host's ranks
   std::vector<std::unique_ptr<Connection>> send_;
   std::vector<std::unique_ptr<Connection>> recv_;
   std::vector<Connection*> active_;

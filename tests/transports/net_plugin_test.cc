@@ -90,6 +90,20 @@ TEST(NetPluginLoader, ListOrderAndFailuresNamingWhatWasTried) {
   EXPECT_TRUE(contains(l.failures[1], "exports no ncclNetPlugin_v6..v11 symbol")) << l.failures[1];
 }
 
+// The test plugin's event log (LOOM_TEST_NET_COUNTS), and how often `what` is in it.
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+int occurrences(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
 // v11: a context per communicator, finalised once its last comm is closed; v6-v10: the
 // plugin's init runs once per process, however many communicators use it.
 TEST(NetPluginLifecycle, V11InitsPerCommunicatorOlderOncePerProcess) {
@@ -105,15 +119,8 @@ TEST(NetPluginLifecycle, V11InitsPerCommunicatorOlderOncePerProcess) {
     auto x = loom::makePluginNetBackend(testPlugin(7), context(0));
     auto y = loom::makePluginNetBackend(testPlugin(7), context(1));
   }
-  std::ifstream in(counts);
-  std::stringstream all;
-  all << in.rdbuf();
-  std::string s = all.str();
-  auto count = [&](const std::string& what) {
-    int n = 0;
-    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-    return n;
-  };
+  std::string s = readFile(counts);
+  auto count = [&](const std::string& what) { return occurrences(s, what); };
   EXPECT_EQ(count("init v11"), 2) << s;
   EXPECT_EQ(count("finalize v11"), 2) << s;
   EXPECT_LE(count("init v7"), 1) << "a legacy plugin was initialised per communicator: " << s;
@@ -321,15 +328,8 @@ TEST_F(NetRails, LocalRanksSpreadOverDevicesRailAligned) {
   }));
   ASSERT_TRUE(f.empty()) << joinFailures(f);
   expectRails(4, "loomtest-lo", "loomtest-lo1");
-  std::ifstream in(counts);
-  std::stringstream all;
-  all << in.rdbuf();
-  std::string s = all.str();
-  auto count = [&](const std::string& what) {
-    int k = 0;
-    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++k;
-    return k;
-  };
+  std::string s = readFile(counts);
+  auto count = [&](const std::string& what) { return occurrences(s, what); };
   for (int dev : {0, 1}) {
     std::string x = std::to_string(dev);
     EXPECT_GT(count("listen-dev" + x + " "), 0) << "device " << dev << " unused: " << s;

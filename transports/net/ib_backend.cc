@@ -178,9 +178,7 @@ class IbBackend : public BootstrapIfaceBackend {
     p.speedMbps = laneGbps(d->attr.active_speed) * lanes(d->attr.active_width) * 1000;
     p.latencyUs = 0;
     p.maxRecvs = 1;
-    p.maxMessageBytes = std::min<size_t>(kOversized - 1,
-                                         static_cast<size_t>(d->attr.max_msg_sz ? d->attr.max_msg_sz
-                                                                                : 1u << 30) * o_.qps);
+    p.maxMessageBytes = maxMessageBytes(*d, o_.qps);
     return p;
   }
 

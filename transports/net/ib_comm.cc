@@ -171,7 +171,7 @@ class IbSendComm : public NetSendComm, IbComm {
     if (!m || !m->covers(data, bytes))
       LOOM_THROW(kInvalidUsage, "%s: a %zu-byte send at %p is not inside memory registered "
                  "with this comm", who_.c_str(), bytes, data);
-    size_t most = maxMessageBytes(*qps_);
+    size_t most = maxMessageBytes(*qps_->dev(), qps_->size());
     if (bytes > most)
       LOOM_THROW(kInvalidUsage, "%s: a %zu-byte message exceeds the %zu bytes one verbs "
                  "message may carry here (the port's largest write times the QPs, under 4 GiB)",

@@ -69,9 +69,9 @@ IbOptions IbOptions::fromKnobs() {
 
 bool ibDisabled() { return kDisable.get(); }
 
-size_t maxMessageBytes(const IbQps& qps) {
-  uint64_t perQp = qps.dev()->attr.max_msg_sz ? qps.dev()->attr.max_msg_sz : (1ull << 30);
-  return static_cast<size_t>(std::min<uint64_t>(kOversized - 1, perQp * qps.size()));
+size_t maxMessageBytes(const IbDevice& dev, int qps) {
+  uint64_t perQp = dev.attr.max_msg_sz ? dev.attr.max_msg_sz : (1ull << 30);
+  return static_cast<size_t>(std::min<uint64_t>(kOversized - 1, perQp * static_cast<uint64_t>(qps)));
 }
 
 void verbsFailed(const std::string& who, const char* call, int err, const char* hint) {

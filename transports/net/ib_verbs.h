@@ -127,9 +127,10 @@ class IbQps {
   std::vector<ibv_qp*> qps_;
 };
 
-// The largest message a connection over `qps` carries: each QP writes its part with one
-// work request (at most the port's max_msg_sz), and the size travels in 32 bits.
-size_t maxMessageBytes(const IbQps& qps);
+// The largest message a connection of `qps` queue pairs on `dev` carries: each QP writes
+// its part with one work request (at most the port's max_msg_sz), and the size travels in
+// 32 bits.
+size_t maxMessageBytes(const IbDevice& dev, int qps);
 
 // Throws kSystemError: "<who>: <call> failed: <errno text><hint>".
 [[noreturn]] void verbsFailed(const std::string& who, const char* call, int err,

@@ -8,6 +8,9 @@
 #include <stdexcept>
 
 namespace loom_torch {
+
+ncclDataType_t ncclTypeOf(const at::Tensor& t);
+
 namespace {
 
 using c10d::OpType;
@@ -44,22 +47,11 @@ Buf buf(const at::Tensor& c) {
   return {r.data_ptr(), static_cast<size_t>(r.numel()), ncclType(r.scalar_type())};
 }
 
-// A tensor to work on in place, and the caller's, to copy back into when they differ
-// (non-contiguous tensors).
-struct Dense {
-  explicit Dense(const at::Tensor& t) : user(t), work(t.is_contiguous() ? t : t.contiguous()) {}
-  void copyBack() {
-    if (!work.is_same(user)) user.copy_(work);
-  }
-  at::Tensor user, work;
-};
-
 void checkTensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "loom: ", what, ": a ", t.device(), " tensor; the loom ",
               "backend moves CPU tensors (CUDA tensors need Loom's CUDA executor, not built yet)");
   TORCH_CHECK(!t.is_sparse(), "loom: ", what, ": sparse tensors are not supported");
-  if (t.is_complex()) (void)ncclType(at::view_as_real(t.contiguous()).scalar_type());
-  else (void)ncclType(t.scalar_type());
+  (void)ncclTypeOf(t);
 }
 
 void checkOne(const std::vector<at::Tensor>& ts, const char* what) {
@@ -215,6 +207,13 @@ void LoomBackend::stop(bool drain) {
   if (thread_.joinable()) thread_.join();
 }
 
+void LoomBackend::grouped(const char* what, const std::function<ncclResult_t()>& post) {
+  check(api_.groupStart(), "ncclGroupStart");
+  ncclResult_t rc = post();
+  ncclResult_t end = api_.groupEnd();
+  check(rc != ncclSuccess ? rc : end, what);
+}
+
 void LoomBackend::abort() {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -267,14 +266,14 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allreduce_coalesced(
   return enqueue(LOOM_OP_COALESCED, "all_reduce_coalesced", list, [this, list, reds] {
     std::vector<Dense> ds;
     for (const at::Tensor& t : list) ds.emplace_back(t);
-    check(api_.groupStart(), "ncclGroupStart");
-    ncclResult_t rc = ncclSuccess;
-    for (size_t i = 0; i < ds.size() && rc == ncclSuccess; ++i) {
-      Buf b = buf(ds[i].work);
-      rc = api_.allReduce(b.ptr, b.ptr, b.count, b.type, reds[i].op, comm_, nullptr);
-    }
-    ncclResult_t end = api_.groupEnd();
-    check(rc != ncclSuccess ? rc : end, "all_reduce_coalesced");
+    grouped("all_reduce_coalesced", [&] {
+      ncclResult_t rc = ncclSuccess;
+      for (size_t i = 0; i < ds.size() && rc == ncclSuccess; ++i) {
+        Buf b = buf(ds[i].work);
+        rc = api_.allReduce(b.ptr, b.ptr, b.count, b.type, reds[i].op, comm_, nullptr);
+      }
+      return rc;
+    });
     for (Dense& d : ds) d.copyBack();
   });
 }

@@ -35,6 +35,21 @@
 
 namespace loom_torch {
 
+// A tensor for Loom to work on: the caller's own when contiguous, else a contiguous
+// stand-in that copyBack() copies into the caller's. `keep`: the stand-in starts with the
+// caller's values (in-place operations); else it starts empty (outputs).
+struct Dense {
+  explicit Dense(const at::Tensor& t, bool keep = true)
+      : user(t), work(t.is_contiguous() ? t
+                      : keep ? t.contiguous()
+                             : at::empty_like(t, at::MemoryFormat::Contiguous)) {}
+  void copyBack() {
+    if (!work.is_same(user)) user.copy_(work);
+  }
+  at::Tensor user, work;
+};
+inline Dense output(const at::Tensor& t) { return Dense(t, false); }
+
 class LoomWork : public c10d::Work {
  public:
   LoomWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
@@ -117,6 +132,9 @@ class LoomBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::string what,
                                          std::vector<at::Tensor> outputs, std::function<void()> run);
   void worker();
+  // Runs `post` (Loom calls, returning the first failure) inside one ncclGroupStart/End;
+  // throws naming `what` when any of it fails.
+  void grouped(const char* what, const std::function<ncclResult_t()>& post);
   // One group of sends and receives (null pointers: none with that rank); runs on the worker.
   void exchange(const std::vector<std::pair<const void*, size_t>>& send,
                 const std::vector<std::pair<void*, size_t>>& recv, const char* what);

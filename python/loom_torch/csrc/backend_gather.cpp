@@ -15,12 +15,12 @@ void checkCpu(const at::Tensor& t, const char* what) {
               "backend moves CPU tensors (CUDA tensors need Loom's CUDA executor, not built yet)");
 }
 
-ncclDataType_t byteType() { return ncclUint8; }
-
 // Tensors as bytes: block moves need no element type, so every dtype (complex, bool,
 // float8) goes the same way.
 void* bytesOf(const at::Tensor& c) { return c.data_ptr(); }
 size_t nbytes(const at::Tensor& c) { return static_cast<size_t>(c.numel()) * c.element_size(); }
+// Elements as Loom counts them: complex as pairs of reals.
+size_t elements(const at::Tensor& c) { return static_cast<size_t>(c.numel()) * (c.is_complex() ? 2 : 1); }
 
 }  // namespace
 
@@ -38,10 +38,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::_allgather_base(at::Tensor& out, at:
   at::Tensor o = out, i = in;
   return enqueue(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {o}, [this, o, i] {
     at::Tensor ic = i.contiguous();
-    at::Tensor oc = o.is_contiguous() ? o : at::empty_like(o, at::MemoryFormat::Contiguous);
-    check(api_.allGather(bytesOf(ic), bytesOf(oc), nbytes(ic), byteType(), comm_, nullptr),
+    Dense od = output(o);
+    check(api_.allGather(bytesOf(ic), bytesOf(od.work), nbytes(ic), ncclUint8, comm_, nullptr),
           "all_gather_into_tensor");
-    if (!oc.is_same(o)) o.copy_(oc);
+    od.copyBack();
   });
 }
 
@@ -59,7 +59,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather(std::vector<std::vector<at
   return enqueue(OpType::ALLGATHER, "all_gather", list, [this, list, in] {
     at::Tensor ic = in.contiguous();
     at::Tensor flat = at::empty({size_ * ic.numel()}, ic.options());
-    check(api_.allGather(bytesOf(ic), bytesOf(flat), nbytes(ic), byteType(), comm_, nullptr),
+    check(api_.allGather(bytesOf(ic), bytesOf(flat), nbytes(ic), ncclUint8, comm_, nullptr),
           "all_gather");
     for (int r = 0; r < size_; ++r)
       list[r].copy_(flat.narrow(0, r * ic.numel(), ic.numel()).view(list[r].sizes()));
@@ -77,17 +77,17 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_coalesced(
   for (const auto& l : lists) all.insert(all.end(), l.begin(), l.end());
   return enqueue(OpType::ALLGATHER_COALESCED, "all_gather_coalesced", all, [this, lists, inputs] {
     std::vector<at::Tensor> ics, flats;
-    check(api_.groupStart(), "ncclGroupStart");
-    ncclResult_t rc = ncclSuccess;
     for (const at::Tensor& in : inputs) {
       ics.push_back(in.contiguous());
       flats.push_back(at::empty({size_ * in.numel()}, in.options()));
-      if (rc == ncclSuccess)
-        rc = api_.allGather(bytesOf(ics.back()), bytesOf(flats.back()), nbytes(ics.back()), byteType(),
-                            comm_, nullptr);
     }
-    ncclResult_t end = api_.groupEnd();
-    check(rc != ncclSuccess ? rc : end, "all_gather_coalesced");
+    grouped("all_gather_coalesced", [&] {
+      ncclResult_t rc = ncclSuccess;
+      for (size_t k = 0; k < ics.size() && rc == ncclSuccess; ++k)
+        rc = api_.allGather(bytesOf(ics[k]), bytesOf(flats[k]), nbytes(ics[k]), ncclUint8, comm_,
+                            nullptr);
+      return rc;
+    });
     for (int r = 0; r < size_; ++r)
       for (size_t k = 0; k < inputs.size(); ++k)
         lists[r][k].copy_(flats[k].narrow(0, r * inputs[k].numel(), inputs[k].numel()).view(lists[r][k].sizes()));
@@ -104,19 +104,20 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::allgather_into_tensor_coalesced(
   }
   std::vector<at::Tensor> o = outs, i = ins;
   return enqueue(LOOM_OP_COALESCED, "all_gather_into_tensor_coalesced", o, [this, o, i] {
-    std::vector<at::Tensor> ics, ocs;
-    check(api_.groupStart(), "ncclGroupStart");
-    ncclResult_t rc = ncclSuccess;
+    std::vector<at::Tensor> ics;
+    std::vector<Dense> ods;
     for (size_t k = 0; k < i.size(); ++k) {
       ics.push_back(i[k].contiguous());
-      ocs.push_back(o[k].is_contiguous() ? o[k] : at::empty_like(o[k], at::MemoryFormat::Contiguous));
-      if (rc == ncclSuccess)
-        rc = api_.allGather(bytesOf(ics[k]), bytesOf(ocs[k]), nbytes(ics[k]), byteType(), comm_, nullptr);
+      ods.push_back(output(o[k]));
     }
-    ncclResult_t end = api_.groupEnd();
-    check(rc != ncclSuccess ? rc : end, "all_gather_into_tensor_coalesced");
-    for (size_t k = 0; k < o.size(); ++k)
-      if (!ocs[k].is_same(o[k])) o[k].copy_(ocs[k]);
+    grouped("all_gather_into_tensor_coalesced", [&] {
+      ncclResult_t rc = ncclSuccess;
+      for (size_t k = 0; k < ics.size() && rc == ncclSuccess; ++k)
+        rc = api_.allGather(bytesOf(ics[k]), bytesOf(ods[k].work), nbytes(ics[k]), ncclUint8, comm_,
+                            nullptr);
+      return rc;
+    });
+    for (Dense& d : ods) d.copyBack();
   });
 }
 
@@ -131,10 +132,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::_reduce_scatter_base(
   at::Tensor o = out, i = in;
   return enqueue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {o}, [this, o, i, op, type] {
     at::Tensor ic = i.contiguous();
-    at::Tensor oc = o.is_contiguous() ? o : at::empty_like(o, at::MemoryFormat::Contiguous);
-    size_t n = static_cast<size_t>(oc.numel()) * (oc.is_complex() ? 2 : 1);
-    check(api_.reduceScatter(bytesOf(ic), bytesOf(oc), n, type, op, comm_, nullptr), "reduce_scatter_tensor");
-    if (!oc.is_same(o)) o.copy_(oc);
+    Dense od = output(o);
+    check(api_.reduceScatter(bytesOf(ic), bytesOf(od.work), elements(od.work), type, op, comm_, nullptr),
+          "reduce_scatter_tensor");
+    od.copyBack();
   });
 }
 
@@ -155,10 +156,10 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter(std::vector<at::Tenso
     std::vector<at::Tensor> flat;
     for (const at::Tensor& t : list) flat.push_back(t.reshape({-1}));
     at::Tensor ic = at::cat(flat);
-    at::Tensor oc = o.is_contiguous() ? o : at::empty_like(o, at::MemoryFormat::Contiguous);
-    size_t n = static_cast<size_t>(oc.numel()) * (oc.is_complex() ? 2 : 1);
-    check(api_.reduceScatter(bytesOf(ic), bytesOf(oc), n, type, op, comm_, nullptr), "reduce_scatter");
-    if (!oc.is_same(o)) o.copy_(oc);
+    Dense od = output(o);
+    check(api_.reduceScatter(bytesOf(ic), bytesOf(od.work), elements(od.work), type, op, comm_, nullptr),
+          "reduce_scatter");
+    od.copyBack();
   });
 }
 
@@ -176,36 +177,35 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::reduce_scatter_tensor_coalesced(
   }
   std::vector<at::Tensor> o = outs, i = ins;
   return enqueue(LOOM_OP_COALESCED, "reduce_scatter_tensor_coalesced", o, [this, o, i, ops, types] {
-    std::vector<at::Tensor> ics, ocs;
-    check(api_.groupStart(), "ncclGroupStart");
-    ncclResult_t rc = ncclSuccess;
+    std::vector<at::Tensor> ics;
+    std::vector<Dense> ods;
     for (size_t k = 0; k < i.size(); ++k) {
       ics.push_back(i[k].contiguous());
-      ocs.push_back(o[k].is_contiguous() ? o[k] : at::empty_like(o[k], at::MemoryFormat::Contiguous));
-      size_t n = static_cast<size_t>(ocs[k].numel()) * (ocs[k].is_complex() ? 2 : 1);
-      if (rc == ncclSuccess)
-        rc = api_.reduceScatter(bytesOf(ics[k]), bytesOf(ocs[k]), n, types[k], ops[k], comm_, nullptr);
+      ods.push_back(output(o[k]));
     }
-    ncclResult_t end = api_.groupEnd();
-    check(rc != ncclSuccess ? rc : end, "reduce_scatter_tensor_coalesced");
-    for (size_t k = 0; k < o.size(); ++k)
-      if (!ocs[k].is_same(o[k])) o[k].copy_(ocs[k]);
+    grouped("reduce_scatter_tensor_coalesced", [&] {
+      ncclResult_t rc = ncclSuccess;
+      for (size_t k = 0; k < ics.size() && rc == ncclSuccess; ++k)
+        rc = api_.reduceScatter(bytesOf(ics[k]), bytesOf(ods[k].work), elements(ods[k].work), types[k],
+                                ops[k], comm_, nullptr);
+      return rc;
+    });
+    for (Dense& d : ods) d.copyBack();
   });
 }
 
 // Sends and receives of one group: `send[p]` bytes to rank p, `recv[p]` from it.
 void LoomBackend::exchange(const std::vector<std::pair<const void*, size_t>>& send,
                            const std::vector<std::pair<void*, size_t>>& recv, const char* what) {
-  check(api_.groupStart(), "ncclGroupStart");
-  ncclResult_t rc = ncclSuccess;
-  for (int p = 0; p < size_ && rc == ncclSuccess; ++p) {
-    if (send[p].first && rc == ncclSuccess)
-      rc = api_.send(send[p].first, send[p].second, ncclUint8, p, comm_, nullptr);
-    if (recv[p].first && rc == ncclSuccess)
-      rc = api_.recv(recv[p].first, recv[p].second, ncclUint8, p, comm_, nullptr);
-  }
-  ncclResult_t end = api_.groupEnd();
-  check(rc != ncclSuccess ? rc : end, what);
+  grouped(what, [&] {
+    ncclResult_t rc = ncclSuccess;
+    for (int p = 0; p < size_ && rc == ncclSuccess; ++p) {
+      if (send[p].first) rc = api_.send(send[p].first, send[p].second, ncclUint8, p, comm_, nullptr);
+      if (recv[p].first && rc == ncclSuccess)
+        rc = api_.recv(recv[p].first, recv[p].second, ncclUint8, p, comm_, nullptr);
+    }
+    return rc;
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
@@ -234,7 +234,8 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& out, at::T
   at::Tensor o = out, i = in;
   return enqueue(OpType::ALLTOALL_BASE, "all_to_all_single", {o}, [this, o, i, os, is] {
     at::Tensor ic = i.contiguous();
-    at::Tensor oc = o.is_contiguous() ? o : at::empty_like(o, at::MemoryFormat::Contiguous);
+    Dense od = output(o);
+    at::Tensor& oc = od.work;
     size_t rowIn = ic.dim() && ic.size(0) ? nbytes(ic) / ic.size(0) : nbytes(ic);
     size_t rowOut = oc.dim() && oc.size(0) ? nbytes(oc) / oc.size(0) : nbytes(oc);
     std::vector<std::pair<const void*, size_t>> send(size_);
@@ -247,7 +248,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall_base(at::Tensor& out, at::T
       b += os[p] * rowOut;
     }
     exchange(send, recv, "all_to_all_single");
-    if (!oc.is_same(o)) o.copy_(oc);
+    od.copyBack();
   });
 }
 
@@ -260,18 +261,18 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::alltoall(std::vector<at::Tensor>& ou
   for (const at::Tensor& t : outs) checkCpu(t, "all_to_all");
   std::vector<at::Tensor> o = outs, i = ins;
   return enqueue(OpType::ALLTOALL, "all_to_all", o, [this, o, i] {
-    std::vector<at::Tensor> ics, ocs;
+    std::vector<at::Tensor> ics;
+    std::vector<Dense> ods;
     std::vector<std::pair<const void*, size_t>> send(size_);
     std::vector<std::pair<void*, size_t>> recv(size_);
     for (int p = 0; p < size_; ++p) {
       ics.push_back(i[p].contiguous());
-      ocs.push_back(o[p].is_contiguous() ? o[p] : at::empty_like(o[p], at::MemoryFormat::Contiguous));
+      ods.push_back(output(o[p]));
       send[p] = {bytesOf(ics[p]), nbytes(ics[p])};
-      recv[p] = {bytesOf(ocs[p]), nbytes(ocs[p])};
+      recv[p] = {bytesOf(ods[p].work), nbytes(ods[p].work)};
     }
     exchange(send, recv, "all_to_all");
-    for (int p = 0; p < size_; ++p)
-      if (!ocs[p].is_same(o[p])) o[p].copy_(ocs[p]);
+    for (Dense& d : ods) d.copyBack();
   });
 }
 
@@ -317,7 +318,8 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& out
   std::vector<at::Tensor> list = me ? ins[0] : std::vector<at::Tensor>{};
   at::Tensor out = outs[0];
   return enqueue(OpType::SCATTER, "scatter", {out}, [this, list, out, root, me] {
-    at::Tensor oc = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
+    Dense od = output(out);
+    at::Tensor& oc = od.work;
     std::vector<std::pair<const void*, size_t>> send(size_, {nullptr, 0});
     std::vector<std::pair<void*, size_t>> recv(size_, {nullptr, 0});
     std::vector<at::Tensor> ics;
@@ -331,7 +333,7 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::scatter(std::vector<at::Tensor>& out
     }
     exchange(send, recv, "scatter");
     if (me) oc.copy_(ics[root].view(oc.sizes()));
-    if (!oc.is_same(out)) out.copy_(oc);
+    od.copyBack();
   });
 }
 
@@ -351,9 +353,9 @@ c10::intrusive_ptr<c10d::Work> LoomBackend::recv(std::vector<at::Tensor>& ts, in
   checkCpu(ts[0], "recv");
   at::Tensor t = ts[0];
   return enqueue(OpType::RECV, "recv from rank " + std::to_string(src), {t}, [this, t, src] {
-    at::Tensor c = t.is_contiguous() ? t : at::empty_like(t, at::MemoryFormat::Contiguous);
-    check(api_.recv(bytesOf(c), nbytes(c), ncclUint8, src, comm_, nullptr), "recv");
-    if (!c.is_same(t)) t.copy_(c);
+    Dense d = output(t);
+    check(api_.recv(bytesOf(d.work), nbytes(d.work), ncclUint8, src, comm_, nullptr), "recv");
+    d.copyBack();
   });
 }
 
