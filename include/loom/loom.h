@@ -36,6 +36,16 @@ typedef enum {
  * Either pointer may be NULL, not both (ncclInvalidArgument). */
 ncclResult_t loomGetFeatures(unsigned* compiled, unsigned* available);
 
+/* Writes the flight recorder of `comm` (its last operations: sequence number, collective,
+ * size, type, algorithm, peers, times, state, and the peer a stalled one waits on) as JSON
+ * lines to `dir`/loom-<comm>-r<rank>.jsonl, replacing an earlier dump of the same rank.
+ * dir NULL: LOOM_DUMP_DIR. Works on a communicator that has failed or been revoked (that is
+ * when it is wanted); loom-postmortem merges the dumps of all ranks.
+ * ncclInvalidArgument: no such communicator, or no directory (dir NULL, LOOM_DUMP_DIR
+ * unset); ncclSystemError: the file cannot be written; ncclInvalidUsage: recorder off
+ * (LOOM_FLIGHT_RECORDER=0). */
+ncclResult_t loomDumpState(ncclComm_t comm, const char* dir);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -99,6 +99,7 @@ void destroyComm(ncclComm_t comm) {
   while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // Stock NCCL's abort for an aborted communicator; its destroy (with the object) otherwise.
   if (comm->shadow && comm->abortFlag.load()) comm->shadow->abort();
+  if (comm->core && comm->abortFlag.load()) comm->core->recorder().dumpOnEvent("abort");
   delete comm;
 }
 

@@ -13,6 +13,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "base/shm.h"
+#include "engine/metrics.h"
 #include "topo/load.h"
 
 namespace loom {
@@ -88,6 +89,8 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
     : rank_(rank), nranks_(nranks), abort_(abortFlag) {
   Digest d = sha256(job.secret, sizeof(job.secret));
   memcpy(&commHash_, d.data(), sizeof(commHash_));
+  recorder_ = std::make_unique<FlightRecorder>(commHash_, rank, nranks,
+                                               FlightRecorder::configuredCapacity());
   FifoShape shape = fifoShape();
   ShmSegment::sweepDead();
   bootstrap_ = std::make_unique<Bootstrap>(job, rank, nranks, abortFlag);
@@ -127,6 +130,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.loadRings();
   oversubscribed_ = localRanks() > hostCpus();
   if (nranks > 1) connect({{ring().next(), 0}}, {{ring().prev(), 0}});
+  startMetricsExporter(planCtx_.layout.local);
 } catch (...) {
   ShmSegment::sweepDead();
 }

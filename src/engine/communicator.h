@@ -12,6 +12,7 @@
 #include "algo/select.h"
 #include "bootstrap/bootstrap.h"
 #include "engine/cpu_executor.h"
+#include "engine/flight_recorder.h"
 #include "engine/plan_cache.h"
 #include "transports/transport.h"
 
@@ -43,6 +44,8 @@ class Communicator {
   // Operation sequence numbers (#seq in logs and errors), one per launched task.
   uint64_t nextSeq() { return ++seq_; }
   PlanCache& planCache() { return planCache_; }
+  // The last operations and per-collective totals (flight_recorder.h).
+  FlightRecorder& recorder() { return *recorder_; }
   // Runs this communicator's host-memory work; asynchronous launches queue here in order.
   CpuExecutor& executor() { return *executor_; }
   // Working space for plans (scratchBytes), kept between calls: a fresh buffer per call
@@ -57,6 +60,7 @@ class Communicator {
   int nranks_;
   const std::atomic<bool>* abort_;
   uint64_t commHash_;
+  std::unique_ptr<FlightRecorder> recorder_;
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   std::unique_ptr<TransportManager> transports_;

@@ -14,6 +14,7 @@ namespace {
 
 Task bindTask(const Op& op, const Plan& plan, uint64_t seq, const char* name) {
   Task t;
+  t.recorder = &op.comm.core->recorder();
   t.plan = &plan;
   t.sendbuf = op.sendbuff;
   t.recvbuf = op.recvbuff;
@@ -115,9 +116,18 @@ void connectAll(std::vector<CommWork>& comms) {
 // through the closed connections.
 void failAll(std::span<const OpComm> comms, const Error& e) {
   for (const OpComm& c : comms) {
+    c.core->recorder().noteError(e.what());
     if (c.onFailure) c.onFailure(c.owner, e);
     c.core->transports().closeAll();
   }
+  for (const OpComm& c : comms) c.core->recorder().dumpOnEvent("failure");
+}
+
+// The flight recorder's entry of a collective about to run.
+FlightEntry* recordColl(const Op& op, uint64_t seq, const CachedPlan& cp) {
+  return op.comm.core->recorder().record(seq, op.coll, cp.plan.algo, op.count, op.bytes(),
+                                         op.dtype, op.redop, op.root, cp.peerRanks.data(),
+                                         static_cast<int>(cp.peerRanks.size()));
 }
 
 const char* opName(const Op& op) { return collectiveName(op.coll); }
@@ -138,6 +148,7 @@ bool runReady(const Op& op, const CachedPlan& cp) {
   uint64_t seq = core.nextSeq();
   logColl(op, seq, cp.plan.algo);
   Task t = bindTask(op, cp.plan, seq, opName(op));
+  t.rec = recordColl(op, seq, cp);
   if (cp.plan.scratchBytes > 0) t.scratch = core.scratch(cp.plan.scratchBytes);
   core.executor().drain();
   Task* task = &t;
@@ -205,6 +216,7 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
       uint64_t seq = core.nextSeq();
       logColl(*op, seq, cp->plan.algo);
       batch->tasks.push_back(bindTask(*op, cp->plan, seq, opName(*op)));
+      batch->tasks.back().rec = recordColl(*op, seq, *cp);
       batch->plans.push_back(std::shared_ptr<const Plan>(cp, &cp->plan));
     }
     if (!p2p.empty()) {
@@ -213,6 +225,12 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
       LOOM_INFO(kLogColl, "SendRecv: opCount %llu with %zu send(s)/receive(s)",
                 static_cast<unsigned long long>(seq), p2p.size());
       Task t = bindTask(*p2p[0], *cw.p2p, seq, "SendRecv");
+      std::vector<int> peers = peerRanks(*cw.p2p);
+      uint64_t bytes = 0, count = 0;
+      for (const Op* op : p2p) bytes += op->bytes(), count += op->count;
+      t.rec = core.recorder().record(seq, Collective::kSendRecv, Algorithm::kDirect, count,
+                                     bytes, p2p[0]->dtype, 0, p2p.size() == 1 ? p2p[0]->root : -1,
+                                     peers.data(), static_cast<int>(peers.size()));
       t.red = Reducer::make(0 /* int8 */, 0 /* sum */, core.nranks());
       t.eltSize = 1;
       t.sendbuf = nullptr;

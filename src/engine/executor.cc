@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "engine/flight_recorder.h"
 #include "kernels/cpu_step_ops.h"
 #include "kernels/step_primitive.h"
 
@@ -68,8 +69,10 @@ class ChannelRun {
     return any;
   }
 
-  // What the channel is waiting for, for time-out messages and liveness probes.
-  Connection* waitingOn() const {
+  // What the channel is waiting for, for time-out messages and liveness probes; *send
+  // says whether it waits to send (or for a peer to read what it lent) or to receive.
+  Connection* waitingOn(bool* send) const {
+    *send = true;
     if (done()) {
       // Waiting for peers to read what we lent them by address.
       for (Connection* c : shared_)
@@ -79,7 +82,10 @@ class ChannelRun {
     const Step& s = step_;
     if (s.recvPeer >= 0) {
       Connection* c = t_.transports->recvConn(s.recvPeer, s.conn);
-      if (!c->fifo().canRecv()) return c;
+      if (!c->fifo().canRecv()) {
+        *send = false;
+        return c;
+      }
     }
     if (s.sendPeer >= 0) return t_.transports->sendConn(s.sendPeer, s.conn);
     return nullptr;
@@ -201,9 +207,12 @@ struct CommQueue {
     runs.clear();
     next = 0;
     draining = false;
+    idleTask = nullptr;
   }
 
   bool done() const { return next >= tasks.size(); }
+  Task* current() const { return done() ? nullptr : tasks[next]; }
+  Task* idleTask = nullptr;  // the task that was current when the last wait began
 
   // Errors a connection or a channel raises name the operation they interrupted.
   bool progress() {
@@ -226,6 +235,7 @@ struct CommQueue {
                    t->rank, t->name, static_cast<unsigned long long>(t->seq), t->plan->scratchBytes);
       for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
         runs.emplace_back(*t, ch);
+      if (t->rec) t->rec->start(nowNs());
     }
     bool all = true;
     for (auto& r : runs) {
@@ -240,6 +250,7 @@ struct CommQueue {
       for (Connection* c : t->transports->buffered())
         if (!c->fifo().drained()) return any;
       draining = false;
+      if (t->rec) t->recorder->complete(t->rec, nowNs());
       ++next;
       any = true;
     }
@@ -257,12 +268,20 @@ struct CommQueue {
                  t->name, static_cast<unsigned long long>(t->seq));
     if (idleSec < 0.1) return;
     std::vector<Connection*> waits;
-    for (auto& r : runs)
-      if (Connection* c = r.waitingOn()) waits.push_back(c);
+    for (auto& r : runs) {
+      bool send = false;
+      if (Connection* c = r.waitingOn(&send)) {
+        waits.push_back(c);
+        if (t->rec && waits.size() == 1) t->rec->noteWaiting(c->peer(), send);
+      }
+    }
     // Socket data still leaving after the steps are done.
     if (draining)
       for (Connection* c : t->transports->buffered())
-        if (!c->fifo().drained()) waits.push_back(c);
+        if (!c->fifo().drained()) {
+          if (t->rec && waits.empty()) t->rec->noteWaiting(c->peer(), true);
+          waits.push_back(c);
+        }
     for (Connection* c : waits) {
       try {
         c->checkPeer();
@@ -324,40 +343,55 @@ void runTasks(std::span<Task* const> tasks) {
   const int64_t spin = oversubscribed && !spinSet ? 0 : spinKnob;
   static const double timeoutSec = static_cast<double>(kTimeout.get());
   int64_t idle = 0;
-  // The clock is read when a wait begins, not on every step of progress.
+  // The clock is read when a wait begins and ends, not on every step of progress.
   uint64_t idleSince = 0, lastCheck = 0;
-  for (;;) {
-    bool any = false, all = true;
-    for (auto& q : queues) {
-      any |= q.progress();
-      all &= q.done();
-    }
-    if (all) return;
-    if (any) {
-      idle = 0;
-      continue;
-    }
-    if (++idle == 1) {
-      idleSince = nowNs();
-      if (lastCheck == 0) lastCheck = idleSince;
-    }
-    // Back off: spin, then yield, then sleep in growing steps up to 50 us.
-    if (idle < spin) {
-      cpuRelax();
-    } else if (idle < spin + 1000) {
-      sched_yield();
-    } else {
-      timespec ts{0, idle < spin + 2000 ? 2000 : 50000};
-      nanosleep(&ts, nullptr);
-    }
-    if ((idle & 63) == 0) {
-      uint64_t now = nowNs();
-      if (now - lastCheck > 100000000ull) {  // every 100 ms
-        lastCheck = now;
-        double idleSec = (now - idleSince) / 1e9;
-        for (auto& q : queues) q.checkStalled(idleSec, timeoutSec);
+  try {
+    for (;;) {
+      bool any = false, all = true;
+      for (auto& q : queues) {
+        any |= q.progress();
+        all &= q.done();
+      }
+      if (any && idle > 0) {
+        // The time each operation waited for its peers (the flight recorder's: the last rank
+        // to arrive waits least).
+        uint64_t waited = nowNs() - idleSince;
+        for (auto& q : queues)
+          if (q.idleTask && q.idleTask->rec) q.idleTask->rec->addWait(waited);
+      }
+      if (all) return;
+      if (any) {
+        idle = 0;
+        continue;
+      }
+      if (++idle == 1) {
+        idleSince = nowNs();
+        if (lastCheck == 0) lastCheck = idleSince;
+        for (auto& q : queues) q.idleTask = q.current();
+      }
+      // Back off: spin, then yield, then sleep in growing steps up to 50 us.
+      if (idle < spin) {
+        cpuRelax();
+      } else if (idle < spin + 1000) {
+        sched_yield();
+      } else {
+        timespec ts{0, idle < spin + 2000 ? 2000 : 50000};
+        nanosleep(&ts, nullptr);
+      }
+      if ((idle & 63) == 0) {
+        uint64_t now = nowNs();
+        if (now - lastCheck > 100000000ull) {  // every 100 ms
+          lastCheck = now;
+          double idleSec = (now - idleSince) / 1e9;
+          for (auto& q : queues) q.checkStalled(idleSec, timeoutSec);
+        }
       }
     }
+  } catch (const Error& e) {
+    uint64_t now = nowNs();
+    for (auto& q : queues)
+      if (Task* t = q.current(); t && t->recorder) t->recorder->fail(t->rec, now);
+    throw;
   }
 }
 

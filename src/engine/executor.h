@@ -17,6 +17,9 @@
 
 namespace loom {
 
+class FlightRecorder;
+struct FlightEntry;
+
 // One plan bound to buffers and a reduction, on one communicator.
 struct Task {
   const Plan* plan = nullptr;
@@ -36,6 +39,8 @@ struct Task {
   uint64_t seq = 0;          // operation sequence number, for messages
   const char* name = "";     // "AllReduce", ...
   bool oversubscribed = false;  // this host runs more ranks than it has CPUs for
+  FlightRecorder* recorder = nullptr;  // the communicator's flight recorder
+  FlightEntry* rec = nullptr;          // this operation's entry there (nullptr: recorder off)
 };
 
 // Runs every task to completion. Tasks of one communicator must be given in issue order;

@@ -1,8 +1,20 @@
 #include "engine/plan_cache.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace loom {
+
+std::vector<int> peerRanks(const Plan& plan) {
+  std::vector<std::pair<int, int>> sends, recvs;
+  plan.peers(&sends, &recvs);
+  std::vector<int> ranks;
+  for (const auto* v : {&sends, &recvs})
+    for (const auto& k : *v) ranks.push_back(k.first);
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
 
 size_t PlanCache::KeyHash::operator()(const Key& k) const {
   size_t h = std::hash<size_t>()(k.count);
@@ -53,6 +65,7 @@ std::shared_ptr<CachedPlan> PlanCache::get(const CollRequest& req, const PlanCon
     // Built outside the lock: selection may log, and building large plans takes a while.
     plan = std::make_shared<CachedPlan>();
     plan->plan = buildPlan(req, ctx, sel);
+    plan->peerRanks = peerRanks(plan->plan);
     built = true;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "algo/plan.h"
 #include "algo/select.h"
@@ -22,9 +23,14 @@ namespace loom {
 
 struct CachedPlan {
   Plan plan;
+  // The ranks the plan exchanges data with, ascending (for the flight recorder).
+  std::vector<int> peerRanks;
   // Set once the connections the plan uses exist; they live as long as the communicator.
   std::atomic<bool> connected{false};
 };
+
+// The ranks `plan` sends to or receives from, ascending.
+std::vector<int> peerRanks(const Plan& plan);
 
 class PlanCache {
  public:

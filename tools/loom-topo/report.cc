@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "transports/net/net_transport.h"
 
 namespace loom::tools {
@@ -55,21 +56,6 @@ std::string sizeName(size_t b) {
   if (b >= (1u << 20) && b % (1u << 20) == 0) return strprintf("%zuM", b >> 20);
   if (b >= (1u << 10) && b % (1u << 10) == 0) return strprintf("%zuK", b >> 10);
   return strprintf("%zu", b);
-}
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += strprintf("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string jsonNumber(double v) {

@@ -1,0 +1,306 @@
+#include "engine/flight_recorder.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/host.h"
+#include "base/json.h"
+#include "base/log.h"
+#include "base/time.h"
+#include "engine/recorder_registry.h"
+#include "kernels/reduce.h"
+
+namespace loom {
+namespace {
+
+IntKnob kEntries("LOOM_FLIGHT_RECORDER", "", 1024,
+                 "Operations each communicator's flight recorder keeps (the last N, rounded up "
+                 "to a power of two; 0: off). Dumped to LOOM_DUMP_DIR on a failure, an abort, "
+                 "SIGUSR1 or loomDumpState; merged by loom-postmortem");
+StringKnob kDumpDir("LOOM_DUMP_DIR", "", "",
+                    "Directory where each rank writes its flight recorder (loom-<comm>-r<rank>"
+                    ".jsonl) when an operation fails, the communicator is aborted or the "
+                    "process gets SIGUSR1. Unset: no automatic dumps");
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+// Steady-clock nanoseconds as Unix seconds (the dump's times must line up across hosts).
+double wallSeconds(uint64_t steadyNs, int64_t offsetNs) {
+  if (steadyNs == 0) return 0;
+  return static_cast<double>(static_cast<int64_t>(steadyNs) + offsetNs) / 1e9;
+}
+
+int64_t steadyToWallOffset() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t wall = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  return wall - static_cast<int64_t>(nowNs());
+}
+
+const char* redopName(int op) {
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
+  return op >= 0 && op < 5 ? kNames[op] : "user";
+}
+
+std::string recordJson(const FlightRecord& r, int64_t off) {
+  std::string peers;
+  for (int i = 0; i < r.npeers && i < FlightEntry::kMaxPeers; ++i)
+    peers += strprintf("%s%d", i ? "," : "", r.peers[i]);
+  uint64_t end = r.endNs ? r.endNs : nowNs();
+  std::string s = strprintf(
+      "{\"type\":\"op\",\"seq\":%llu,\"coll\":\"%s\",\"algo\":\"%s\",\"count\":%llu,"
+      "\"bytes\":%llu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"peers\":[%s],"
+      "\"npeers\":%d,\"state\":\"%s\",\"queued_at\":%.6f,\"started_at\":%.6f,"
+      "\"ended_at\":%.6f,\"duration_us\":%.1f,\"wait_us\":%.1f",
+      static_cast<unsigned long long>(r.seq), collectiveName(r.coll), algorithmName(r.algo),
+      static_cast<unsigned long long>(r.count), static_cast<unsigned long long>(r.bytes),
+      dtypeName(r.dtype), redopName(r.redop), r.root, peers.c_str(), r.npeers,
+      opStateName(r.state), wallSeconds(r.queuedNs, off), wallSeconds(r.startNs, off),
+      wallSeconds(r.endNs, off), r.startNs ? (end - r.startNs) / 1e3 : 0.0, r.waitNs / 1e3);
+  if (r.waitingOn >= 0)
+    s += strprintf(",\"waiting_on\":%d,\"waiting_to\":\"%s\"", r.waitingOn,
+                   r.waitingSend ? "send" : "receive");
+  return s + "}";
+}
+
+}  // namespace
+
+const char* opStateName(OpState s) {
+  switch (s) {
+    case OpState::kEmpty: return "empty";
+    case OpState::kQueued: return "queued";
+    case OpState::kStarted: return "started";
+    case OpState::kCompleted: return "completed";
+    case OpState::kFailed: return "failed";
+  }
+  return "?";
+}
+
+size_t FlightRecorder::configuredCapacity() {
+  int64_t n = kEntries.get();
+  if (n <= 0) return 0;
+  if (n > (1 << 20)) n = 1 << 20;
+  return static_cast<size_t>(n);
+}
+
+std::string FlightRecorder::dumpDir() { return kDumpDir.get(); }
+
+FlightRecorder::FlightRecorder(uint64_t commHash, int rank, int nranks, size_t capacity)
+    : commHash_(commHash), rank_(rank), nranks_(nranks) {
+  if (capacity > 0) {
+    capacity_ = 1;
+    while (capacity_ < capacity) capacity_ <<= 1;
+    mask_ = capacity_ - 1;
+    ring_ = std::make_unique<FlightEntry[]>(capacity_);
+  }
+  registerRecorder(this);
+}
+
+FlightRecorder::~FlightRecorder() { unregisterRecorder(this); }
+
+FlightEntry* FlightRecorder::record(uint64_t seq, Collective coll, Algorithm algo,
+                                    uint64_t count, uint64_t bytes, int dtype, int redop,
+                                    int root, const int* peers, int npeers) {
+  lastQueued_.store(seq, kRelaxed);
+  if (!ring_) return nullptr;
+  FlightEntry& e = ring_[seq & mask_];
+  e.seq.store(0, kRelaxed);  // readers skip it while it changes
+  e.coll.store(static_cast<int>(coll), kRelaxed);
+  e.algo.store(static_cast<int>(algo), kRelaxed);
+  e.count.store(count, kRelaxed);
+  e.bytes.store(bytes, kRelaxed);
+  e.dtype.store(dtype, kRelaxed);
+  e.redop.store(redop, kRelaxed);
+  e.root.store(root, kRelaxed);
+  e.state.store(static_cast<uint8_t>(OpState::kQueued), kRelaxed);
+  e.waitingOn.store(-1, kRelaxed);
+  e.queuedNs.store(nowNs(), kRelaxed);
+  e.startNs.store(0, kRelaxed);
+  e.endNs.store(0, kRelaxed);
+  e.waitNs.store(0, kRelaxed);
+  e.npeers.store(npeers, kRelaxed);
+  for (int i = 0; i < npeers && i < FlightEntry::kMaxPeers; ++i) e.peers[i].store(peers[i], kRelaxed);
+  e.seq.store(seq, std::memory_order_release);
+  return &e;
+}
+
+void FlightRecorder::add(FlightEntry* e, uint64_t now) {
+  e->endNs.store(now, kRelaxed);
+  Totals& t = totals_[e->coll.load(kRelaxed) % kCollectiveCount];
+  // One thread at a time finishes a communicator's operations (they run in issue order).
+  t.ops.store(t.ops.load(kRelaxed) + 1, kRelaxed);
+  t.bytes.store(t.bytes.load(kRelaxed) + e->bytes.load(kRelaxed), kRelaxed);
+  uint64_t start = e->startNs.load(kRelaxed);
+  if (start && now > start) t.ns.store(t.ns.load(kRelaxed) + (now - start), kRelaxed);
+}
+
+void FlightRecorder::complete(FlightEntry* e, uint64_t now) {
+  if (!e) return;
+  add(e, now);
+  e->state.store(static_cast<uint8_t>(OpState::kCompleted), kRelaxed);
+  uint64_t seq = e->seq.load(kRelaxed);
+  if (seq > lastCompleted_.load(kRelaxed)) lastCompleted_.store(seq, kRelaxed);
+}
+
+void FlightRecorder::fail(FlightEntry* e, uint64_t now) {
+  failures_.fetch_add(1, kRelaxed);
+  if (!e) return;
+  e->endNs.store(now, kRelaxed);
+  e->state.store(static_cast<uint8_t>(OpState::kFailed), kRelaxed);
+}
+
+void FlightRecorder::noteError(const std::string& what) {
+  std::lock_guard<std::mutex> lock(errMu_);
+  if (error_.empty()) error_ = what;
+}
+
+std::string FlightRecorder::error() const {
+  std::lock_guard<std::mutex> lock(errMu_);
+  return error_;
+}
+
+uint64_t FlightRecorder::lastStarted() const {
+  uint64_t done = lastCompleted(), last = lastQueued();
+  uint64_t started = done;
+  for (uint64_t s = done + 1; s <= last && s <= done + capacity_; ++s) {
+    FlightRecord r;
+    if (read(s, &r) && r.state != OpState::kQueued) started = s;
+    else break;
+  }
+  return started;
+}
+
+bool FlightRecorder::read(uint64_t seq, FlightRecord* out) const {
+  if (!ring_ || seq == 0) return false;
+  const FlightEntry& e = ring_[seq & mask_];
+  if (e.seq.load(std::memory_order_acquire) != seq) return false;
+  FlightRecord r;
+  r.seq = seq;
+  r.coll = static_cast<Collective>(e.coll.load(kRelaxed));
+  r.algo = static_cast<Algorithm>(e.algo.load(kRelaxed));
+  r.count = e.count.load(kRelaxed);
+  r.bytes = e.bytes.load(kRelaxed);
+  r.dtype = e.dtype.load(kRelaxed);
+  r.redop = e.redop.load(kRelaxed);
+  r.root = e.root.load(kRelaxed);
+  r.state = static_cast<OpState>(e.state.load(kRelaxed));
+  r.waitingOn = e.waitingOn.load(kRelaxed);
+  r.waitingSend = e.waitingSend.load(kRelaxed) != 0;
+  r.queuedNs = e.queuedNs.load(kRelaxed);
+  r.startNs = e.startNs.load(kRelaxed);
+  r.endNs = e.endNs.load(kRelaxed);
+  r.waitNs = e.waitNs.load(kRelaxed);
+  r.npeers = e.npeers.load(kRelaxed);
+  for (int i = 0; i < FlightEntry::kMaxPeers; ++i) r.peers[i] = e.peers[i].load(kRelaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (e.seq.load(kRelaxed) != seq) return false;  // rewritten while we read
+  *out = r;
+  return true;
+}
+
+CollTotals FlightRecorder::totals(Collective c) const {
+  const Totals& t = totals_[static_cast<int>(c) % kCollectiveCount];
+  return {t.ops.load(kRelaxed), t.bytes.load(kRelaxed), t.ns.load(kRelaxed)};
+}
+
+std::string FlightRecorder::statusJson() const {
+  uint64_t done = lastCompleted(), started = lastStarted(), queued = lastQueued();
+  std::string s = strprintf(
+      "{\"rank\":%d,\"nranks\":%d,\"comm\":\"%016llx\",\"host\":%s,\"pid\":%d,"
+      "\"last_queued\":%llu,\"last_started\":%llu,\"last_completed\":%llu,\"failures\":%llu",
+      rank_, nranks_, static_cast<unsigned long long>(commHash_), jsonString(hostName()).c_str(),
+      static_cast<int>(getpid()), static_cast<unsigned long long>(queued),
+      static_cast<unsigned long long>(started), static_cast<unsigned long long>(done),
+      static_cast<unsigned long long>(failures()));
+  FlightRecord r;
+  if (done < queued && read(done + 1, &r)) s += ",\"current\":" + recordJson(r, steadyToWallOffset());
+  // Mean time the last operations waited for their peers: the rank that waits least is the
+  // one the others wait for.
+  uint64_t n = 0, waitNs = 0;
+  for (uint64_t q = done; q > 0 && n < 64; --q) {
+    if (!read(q, &r)) break;
+    waitNs += r.waitNs;
+    ++n;
+  }
+  if (n) s += strprintf(",\"recent_ops\":%llu,\"recent_wait_us\":%.1f",
+                        static_cast<unsigned long long>(n), waitNs / 1e3 / n);
+  return s + "}";
+}
+
+std::string FlightRecorder::dump(const char* reason) const {
+  int64_t off = steadyToWallOffset();
+  uint64_t last = lastQueued();
+  uint64_t first = last > capacity_ ? last - capacity_ + 1 : 1;
+  std::string out = strprintf(
+      "{\"type\":\"comm\",\"version\":1,\"comm\":\"%016llx\",\"rank\":%d,\"nranks\":%d,"
+      "\"host\":%s,\"pid\":%d,\"reason\":%s,\"error\":%s,\"dumped_at\":%.6f,"
+      "\"capacity\":%zu,\"last_queued\":%llu,\"last_started\":%llu,\"last_completed\":%llu}\n",
+      static_cast<unsigned long long>(commHash_), rank_, nranks_, jsonString(hostName()).c_str(),
+      static_cast<int>(getpid()), jsonString(reason ? reason : "").c_str(),
+      jsonString(error()).c_str(), wallSeconds(nowNs(), off), capacity_,
+      static_cast<unsigned long long>(last), static_cast<unsigned long long>(lastStarted()),
+      static_cast<unsigned long long>(lastCompleted()));
+  if (last == 0) return out;
+  for (uint64_t s = first; s <= last; ++s) {
+    FlightRecord r;
+    if (read(s, &r)) out += recordJson(r, off) + "\n";
+  }
+  return out;
+}
+
+std::string FlightRecorder::writeDump(const std::string& dir, const char* reason) const {
+  std::string path = strprintf("%s/loom-%016llx-r%d.jsonl", dir.c_str(),
+                               static_cast<unsigned long long>(commHash_), rank_);
+  std::string tmp = strprintf("%s.%d.tmp", path.c_str(), static_cast<int>(getpid()));
+  std::string text = dump(reason);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    LOOM_THROW(kSystemError, "cannot write the flight recorder to %s: %s", tmp.c_str(),
+               strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      LOOM_THROW(kSystemError, "cannot write the flight recorder to %s: %s", tmp.c_str(),
+                 strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    LOOM_THROW(kSystemError, "cannot rename %s to %s: %s", tmp.c_str(), path.c_str(),
+               strerror(err));
+  }
+  return path;
+}
+
+void FlightRecorder::dumpOnEvent(const char* reason) const {
+  std::string dir = dumpDir();
+  if (dir.empty()) {
+    LOOM_INFO(kLogInit, "rank %d: flight recorder not written (%s): set LOOM_DUMP_DIR to keep "
+              "it; loom-postmortem merges the ranks' dumps", rank_, reason);
+    return;
+  }
+  try {
+    std::string path = writeDump(dir, reason);
+    LOOM_WARN("rank %d: flight recorder (%s) written to %s", rank_, reason, path.c_str());
+  } catch (const std::exception& e) {
+    LOOM_WARN("rank %d: %s", rank_, e.what());
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,144 @@
+// The flight recorder: each communicator keeps its last N operations (LOOM_FLIGHT_RECORDER)
+// in a ring of fixed entries, written with relaxed atomic stores on the path of every call
+// (no allocation, no lock), and read at any time by whoever dumps them: a failure, an abort,
+// SIGUSR1, loomDumpState, or a status query from a peer or loom-status. The same object
+// counts operations, bytes and time per collective for the metrics exporter.
+//
+// An entry's life: queued (enqueue gave it a sequence number) -> started (the executor began
+// it) -> completed or failed. While an operation waits without progress, the executor notes
+// the peer it waits on; the time it spent waiting is what tells a late rank from its peers
+// (the last to arrive waits least).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "algo/collective.h"
+
+namespace loom {
+
+enum class OpState : uint8_t { kEmpty = 0, kQueued, kStarted, kCompleted, kFailed };
+const char* opStateName(OpState s);
+
+// One operation. Every field is an atomic written relaxed: readers may see an entry mid-way
+// (they check `seq` before and after), never a torn value.
+struct FlightEntry {
+  static constexpr int kMaxPeers = 8;
+  std::atomic<uint64_t> seq{0};
+  std::atomic<int> coll{0};  // Collective
+  std::atomic<int> algo{0};  // Algorithm
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<int> dtype{0}, redop{0}, root{-1};
+  std::atomic<uint8_t> state{0};  // OpState
+  std::atomic<int> waitingOn{-1};   // the peer a stalled wait was on, -1 none
+  std::atomic<uint8_t> waitingSend{0};  // 1: waiting to send to it, 0: to receive
+  std::atomic<uint64_t> queuedNs{0}, startNs{0}, endNs{0}, waitNs{0};  // steady clock
+  std::atomic<int> npeers{0};  // peers the operation exchanges data with (first kMaxPeers kept)
+  std::array<std::atomic<int>, kMaxPeers> peers{};
+
+  void start(uint64_t now) {
+    startNs.store(now, std::memory_order_relaxed);
+    state.store(static_cast<uint8_t>(OpState::kStarted), std::memory_order_relaxed);
+  }
+  void addWait(uint64_t ns) {
+    waitNs.store(waitNs.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
+  }
+  void noteWaiting(int peer, bool send) {
+    waitingOn.store(peer, std::memory_order_relaxed);
+    waitingSend.store(send ? 1 : 0, std::memory_order_relaxed);
+  }
+};
+
+// A plain copy of an entry, for readers.
+struct FlightRecord {
+  uint64_t seq = 0;
+  Collective coll = Collective::kAllReduce;
+  Algorithm algo = Algorithm::kRing;
+  uint64_t count = 0, bytes = 0;
+  int dtype = 0, redop = 0, root = -1;
+  OpState state = OpState::kEmpty;
+  int waitingOn = -1;
+  bool waitingSend = false;
+  uint64_t queuedNs = 0, startNs = 0, endNs = 0, waitNs = 0;
+  int npeers = 0;
+  std::array<int, FlightEntry::kMaxPeers> peers{};
+};
+
+// Totals per collective since the communicator was created (metrics).
+struct CollTotals {
+  uint64_t ops = 0, bytes = 0, ns = 0;
+};
+
+class FlightRecorder {
+ public:
+  // capacity 0: the recorder is off (record() returns nullptr); else rounded up to a power
+  // of two.
+  FlightRecorder(uint64_t commHash, int rank, int nranks, size_t capacity);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  // LOOM_FLIGHT_RECORDER: entries per communicator (0: off).
+  static size_t configuredCapacity();
+  // LOOM_DUMP_DIR: where automatic dumps go ("" : none).
+  static std::string dumpDir();
+
+  bool enabled() const { return capacity_ != 0; }
+  size_t capacity() const { return capacity_; }
+  uint64_t commHash() const { return commHash_; }
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+
+  // Claims the entry of operation `seq` (queued now) or returns nullptr when off.
+  FlightEntry* record(uint64_t seq, Collective coll, Algorithm algo, uint64_t count,
+                      uint64_t bytes, int dtype, int redop, int root, const int* peers,
+                      int npeers);
+  // The executor's transitions (e may be nullptr: recorder off).
+  void complete(FlightEntry* e, uint64_t now);
+  void fail(FlightEntry* e, uint64_t now);
+  void noteError(const std::string& what);  // the first failure's message, for dumps
+
+  uint64_t lastQueued() const { return lastQueued_.load(std::memory_order_relaxed); }
+  uint64_t lastCompleted() const { return lastCompleted_.load(std::memory_order_relaxed); }
+  uint64_t lastStarted() const;
+  // The entry of `seq`, if still held and readable; false if overwritten or torn.
+  bool read(uint64_t seq, FlightRecord* out) const;
+  CollTotals totals(Collective c) const;
+  uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
+  std::string error() const;
+
+  // The whole recorder as JSON lines: a "comm" header, then one "op" line per entry held.
+  std::string dump(const char* reason) const;
+  // One line: this rank's place in the job (for status queries): last queued, started and
+  // completed sequence numbers and the operation in flight, with what it waits on.
+  std::string statusJson() const;
+  // Writes dump(reason) to `dir`/loom-<comm>-r<rank>.jsonl (replaced atomically). Returns
+  // the path; throws loom::Error if the directory cannot be written.
+  std::string writeDump(const std::string& dir, const char* reason) const;
+  // The automatic dumps (failure, abort, SIGUSR1) go to LOOM_DUMP_DIR; none when unset.
+  // Logs where the dump went, or how to get one. Never throws.
+  void dumpOnEvent(const char* reason) const;
+
+ private:
+  void add(FlightEntry* e, uint64_t now);  // totals of a finished entry
+
+  uint64_t commHash_;
+  int rank_, nranks_;
+  size_t capacity_ = 0, mask_ = 0;
+  std::unique_ptr<FlightEntry[]> ring_;
+  std::atomic<uint64_t> lastQueued_{0}, lastCompleted_{0};
+  std::atomic<uint64_t> failures_{0};
+  struct Totals {
+    std::atomic<uint64_t> ops{0}, bytes{0}, ns{0};
+  };
+  std::array<Totals, kCollectiveCount> totals_{};
+  mutable std::mutex errMu_;
+  std::string error_;
+};
+
+}  // namespace loom
