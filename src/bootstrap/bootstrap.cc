@@ -37,6 +37,9 @@ struct MsgHeader {
 Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<bool>* abortFlag)
     : job_(job), rank_(rank), nranks_(nranks), abort_(abortFlag) {
   timeoutSec_ = static_cast<double>(kBootstrapTimeout.get());
+  statusJob_ = job;
+  auto key = statusKey(job);
+  memcpy(statusJob_.secret, key.data(), kSecretBytes);
   iface_ = bootstrapInterface();
   SocketAddr me = iface_.addr;
   me.setPort(0);
@@ -51,7 +54,8 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
           return false;
         return seen.insert(std::string(reinterpret_cast<const char*>(h.nonce), sizeof(h.nonce)))
             .second;
-      });
+      },
+      [this](const PeerHello& h, const Socket& s) { return serveStatus(h, s); });
   peers_.resize(nranks);
   out_.resize(nranks);
   in_.resize(nranks);
@@ -283,6 +287,54 @@ void Bootstrap::allGather(void* allData, size_t bytes) {
 void Bootstrap::barrier() {
   std::vector<uint8_t> v(nranks_);
   allGather(v.data(), 1);
+}
+
+}  // namespace loom
+
+namespace loom {
+
+std::array<uint8_t, 32> Bootstrap::statusKey(const JobId& job) {
+  static const char kLabel[] = "loom-status-key";
+  return hmacSha256(job.secret, kSecretBytes, kLabel, sizeof(kLabel) - 1);
+}
+
+void Bootstrap::setStatusSource(std::function<std::string(uint64_t)> source) {
+  std::lock_guard<std::mutex> lock(statusMu_);
+  statusSource_ = std::move(source);
+}
+
+// On the acceptor's thread. Replay protection is not needed: a status reply reveals
+// nothing the key does not already give access to.
+bool Bootstrap::serveStatus(const PeerHello& h, const Socket& s) {
+  if (h.kind != kStatusHelloKind || !verifyPeerHello(statusJob_, h, kStatusHelloKind, rank_))
+    return false;
+  std::string payload;
+  {
+    std::lock_guard<std::mutex> lock(statusMu_);
+    if (statusSource_) payload = statusSource_(h.connId);
+  }
+  uint32_t len = static_cast<uint32_t>(payload.size());
+  Deadline d = Deadline::in(1.0);
+  s.sendAll(&len, sizeof(len), d, "status reply");
+  s.sendAll(payload.data(), payload.size(), d, "status reply");
+  return true;
+}
+
+std::string Bootstrap::queryStatus(int peer, double timeoutSec, uint64_t detail) {
+  try {
+    Deadline d = Deadline::in(timeoutSec);
+    Socket s = Socket::connect(peers_[peer], d, "status query", false);
+    PeerHello h = makePeerHello(statusJob_, kStatusHelloKind, rank_, peer, detail);
+    s.sendAll(&h, sizeof(h), d, "status query");
+    uint32_t len = 0;
+    s.recvAll(&len, sizeof(len), d, "status reply");
+    if (len > (1u << 20)) return "";
+    std::string payload(len, '\0');
+    s.recvAll(payload.data(), len, d, "status reply");
+    return payload;
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,6 +19,8 @@
 #include "bootstrap/unique_id.h"
 
 namespace loom {
+
+struct PeerHello;
 
 class Bootstrap {
  public:
@@ -48,6 +51,19 @@ class Bootstrap {
   // Throws if the communicator was aborted or `peer` is known to be dead (the liveness
   // check): for waits outside the bootstrap that depend on a peer (transport setup).
   void checkPeer(int peer, const char* what);
+
+  // Status queries (a peer diagnosing a stall, loom-status): answered on the listener's own
+  // thread with what `source` returns, so a rank busy or stuck in a collective still
+  // answers (a stopped process does not). They authenticate with statusKey(), not the
+  // job's secret, so a key given to a monitoring tool opens nothing else.
+  // `source(detail)` gets the query's detail level (the hello's connId: 0 = brief).
+  void setStatusSource(std::function<std::string(uint64_t detail)> source);
+  // Asks `peer` for its status; "" when it does not answer within timeoutSec.
+  std::string queryStatus(int peer, double timeoutSec, uint64_t detail = 0);
+  // HMAC(secret, "loom-status-key"): what a status query proves it knows.
+  static std::array<uint8_t, 32> statusKey(const JobId& job);
+  // Status replies: a 4-byte little-endian length, then the payload.
+  static constexpr uint16_t kStatusHelloKind = 5;
 
   // Tags below this are free for callers; the bootstrap's own collectives use the rest.
   static constexpr uint32_t kUserTagLimit = 0x80000000u;
@@ -80,6 +96,10 @@ class Bootstrap {
   std::recursive_mutex mu_;
   double timeoutSec_;
   std::function<void(int)> liveness_;
+  JobId statusJob_;  // the job with statusKey() for a secret
+  std::mutex statusMu_;
+  std::function<std::string(uint64_t)> statusSource_;
+  bool serveStatus(const PeerHello& h, const Socket& s);
 };
 
 }  // namespace loom

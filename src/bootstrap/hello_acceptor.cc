@@ -26,10 +26,11 @@ double HelloAcceptor::helloTimeoutSec() {
   return static_cast<double>(std::max<int64_t>(1, kHelloTimeout.get()));
 }
 
-HelloAcceptor::HelloAcceptor(const Socket* listener, std::string who, Verify verify)
+HelloAcceptor::HelloAcceptor(const Socket* listener, std::string who, Verify verify, Serve serve)
     : listener_(listener),
       who_(std::move(who)),
       verify_(std::move(verify)),
+      serve_(std::move(serve)),
       timeoutNs_(static_cast<uint64_t>(helloTimeoutSec() * 1e9)) {
   listener_->setNonBlocking(true);
   wakeFd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -111,6 +112,21 @@ void HelloAcceptor::readPending(const std::vector<pollfd>& fds) {
       continue;
     }
     if (p.got < sizeof(p.hello)) continue;
+    if (serve_) {
+      bool served = false;
+      try {
+        p.sock.setNonBlocking(false);
+        served = serve_(p.hello, p.sock);
+      } catch (const Error& e) {
+        LOOM_INFO(kLogBootstrap, "%s: request from %s: %s", who_.c_str(),
+                  p.sock.peer().str().c_str(), e.what());
+        served = true;
+      }
+      if (served) {
+        p.sock.close();
+        continue;
+      }
+    }
     if (!verify_(p.hello)) {
       LOOM_WARN("%s: dropped unauthenticated connection from %s (wrong job, rank or MAC, or a "
                 "replayed hello)",

@@ -28,9 +28,13 @@ class HelloAcceptor {
   // Says whether a complete hello belongs to the job and may be handed over. Runs on the
   // acceptor's thread only (so it may keep state, e.g. nonces seen, without a lock).
   using Verify = std::function<bool(const PeerHello&)>;
+  // Answers a request on the acceptor's thread instead of handing the connection over:
+  // returns true if it recognised (and authenticated) the hello and has answered on the
+  // socket, which is then closed. Must not block for long (a status reply).
+  using Serve = std::function<bool(const PeerHello&, const Socket&)>;
 
   // `listener` must outlive the acceptor; `who` names the rank and listener in logs.
-  HelloAcceptor(const Socket* listener, std::string who, Verify verify);
+  HelloAcceptor(const Socket* listener, std::string who, Verify verify, Serve serve = nullptr);
   ~HelloAcceptor();  // stops the thread and closes what has not been handed over
   HelloAcceptor(const HelloAcceptor&) = delete;
   HelloAcceptor& operator=(const HelloAcceptor&) = delete;
@@ -62,6 +66,7 @@ class HelloAcceptor {
   const Socket* listener_;
   std::string who_;
   Verify verify_;
+  Serve serve_;
   uint64_t timeoutNs_;
   int wakeFd_ = -1;  // eventfd: tells the thread to stop
   std::vector<Pending> pending_;  // the thread's alone

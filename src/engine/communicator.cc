@@ -13,6 +13,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "base/shm.h"
+#include "engine/job_status.h"
 #include "engine/metrics.h"
 #include "topo/load.h"
 
@@ -131,6 +132,8 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   oversubscribed_ = localRanks() > hostCpus();
   if (nranks > 1) connect({{ring().next(), 0}}, {{ring().prev(), 0}});
   startMetricsExporter(planCtx_.layout.local);
+  bootstrap_->setStatusSource([this](uint64_t detail) { return statusPayload(*this, detail != 0); });
+  publishStatusAddress(*this);
 } catch (...) {
   ShmSegment::sweepDead();
 }

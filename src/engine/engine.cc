@@ -14,6 +14,7 @@ namespace {
 
 Task bindTask(const Op& op, const Plan& plan, uint64_t seq, const char* name) {
   Task t;
+  t.core = op.comm.core;
   t.recorder = &op.comm.core->recorder();
   t.plan = &plan;
   t.sendbuf = op.sendbuff;

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/time.h"
 #include "engine/flight_recorder.h"
+#include "engine/job_status.h"
 #include "kernels/cpu_step_ops.h"
 #include "kernels/step_primitive.h"
 
@@ -290,11 +291,14 @@ struct CommQueue {
         throw Error(e.code(), strprintf("rank %d: %s #%llu: %s", t->rank, t->name,
                                         static_cast<unsigned long long>(t->seq), e.what()));
       }
-      if (timeoutSec > 0 && idleSec > timeoutSec)
+      if (timeoutSec > 0 && idleSec > timeoutSec) {
+        // Ask the other ranks who holds the job up before giving up.
+        std::string view = t->core ? describeStall(*t->core, c->peer()) : "";
         LOOM_THROW(kRemoteError,
-                   "rank %d: %s #%llu made no progress for %.0f s waiting on %s (LOOM_TIMEOUT)",
+                   "rank %d: %s #%llu made no progress for %.0f s waiting on %s (LOOM_TIMEOUT)%s",
                    t->rank, t->name, static_cast<unsigned long long>(t->seq), idleSec,
-                   c->describe().c_str());
+                   c->describe().c_str(), view.c_str());
+      }
     }
   }
 };

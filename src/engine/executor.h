@@ -17,6 +17,7 @@
 
 namespace loom {
 
+class Communicator;
 class FlightRecorder;
 struct FlightEntry;
 
@@ -39,6 +40,7 @@ struct Task {
   uint64_t seq = 0;          // operation sequence number, for messages
   const char* name = "";     // "AllReduce", ...
   bool oversubscribed = false;  // this host runs more ranks than it has CPUs for
+  Communicator* core = nullptr;        // for the job view in time-out messages
   FlightRecorder* recorder = nullptr;  // the communicator's flight recorder
   FlightEntry* rec = nullptr;          // this operation's entry there (nullptr: recorder off)
 };
