@@ -56,17 +56,21 @@ void dumpThread(int fd) {
   }
 }
 
+// Under the registry's lock, at each registration until it is installed in this process
+// (LOOM_DUMP_DIR may be set later; a forked child needs a thread of its own).
 void installSignalHandler() {
-  if (!kDumpOnSignal.get() || FlightRecorder::dumpDir().empty()) return;
+  if (gSignalPid == getpid() || !kDumpOnSignal.get() || FlightRecorder::dumpDir().empty()) return;
   struct sigaction old{};
   if (sigaction(SIGUSR1, nullptr, &old) != 0) return;
+  bool ours = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == onSignal;
   bool isDefault = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL;
-  if (!isDefault) {
+  if (!isDefault && !ours) {
     LOOM_INFO(kLogInit, "SIGUSR1 has a handler already: flight recorder dumps on SIGUSR1 are off");
     return;
   }
   int fd = eventfd(0, EFD_CLOEXEC);
   if (fd < 0) return;
+  if (gSignalFd >= 0) close(gSignalFd);  // the parent's, inherited across fork
   gSignalFd = fd;
   gSignalPid = getpid();
   std::thread(dumpThread, fd).detach();
@@ -81,9 +85,8 @@ void installSignalHandler() {
 }  // namespace
 
 void registerRecorder(FlightRecorder* r) {
-  static std::once_flag once;
-  std::call_once(once, installSignalHandler);
   std::lock_guard<std::mutex> lock(registryMu());
+  installSignalHandler();
   registry().push_back(r);
 }
 
