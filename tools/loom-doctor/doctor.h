@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/json.h"
 #include "topo/system.h"
 
 namespace loom::doctor {
@@ -40,12 +41,11 @@ struct Check {
 struct Host {
   std::optional<topo::System> sys;  // discovery (+ NCCL_TOPO_FILE); empty when that failed
   std::string topoError;
-  bool bootstrapOk = false;         // the interface check found the bootstrap interface
-  int rdmaDevices = 0;              // entries of /sys/class/infiniband
+  bool bootstrapOk = false;  // the interface check found the bootstrap interface
+  int rdmaDevices = 0;       // entries of /sys/class/infiniband
 };
 
-std::string jsonString(const std::string& s);
-std::string jsonNumber(double v);
+std::string jsonNumber(double v);  // jsonString is base/json.h's
 std::string jsonBool(bool v);
 std::string humanBytes(double bytes);  // "8 B", "64 KiB", "1.5 GiB"
 

@@ -5,9 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <strings.h>
 #include <cerrno>
 #include <cstring>
-#include <strings.h>
 #include <fstream>
 #include <set>
 
@@ -80,9 +80,10 @@ Check checkInterface(Host* host) {
         down += (down.empty() ? "" : ", ") + n + " (" + sysNet(n, "operstate") + ", no usable address or not up)";
     std::string fix;
     if (!down.empty()) fix = "bring it up with an address (ip link set <if> up; ip addr add ...), or ";
-    fix += usable.empty() ? "bring an interface up and give it an address"
-                          : "set NCCL_SOCKET_IFNAME to one that is up, e.g. NCCL_SOCKET_IFNAME==" +
-                                (firstUsable.empty() ? std::string("lo") : firstUsable) + " (usable here: " + usable + ")";
+    fix += usable.empty()
+               ? "bring an interface up and give it an address"
+               : "set NCCL_SOCKET_IFNAME to one that is up, e.g. NCCL_SOCKET_IFNAME==" +
+                     (firstUsable.empty() ? std::string("lo") : firstUsable) + " (usable here: " + usable + ")";
     return c.set(Status::kFail, std::string(e.what()) + (down.empty() ? "" : "; matching but unusable: " + down), fix);
   }
   host->bootstrapOk = true;
@@ -96,8 +97,9 @@ Check checkInterface(Host* host) {
   found += spec.empty() ? " (NCCL_SOCKET_IFNAME unset: the first that is up, not docker* or lo)"
                         : " (NCCL_SOCKET_IFNAME=" + spec + ")";
   if (chosen.name.rfind("lo", 0) == 0 && spec.empty())
-    return c.set(Status::kWarn, found + ": loopback only, so ranks on other hosts cannot reach this one",
-                 "fine on one host; for several hosts bring up an interface that reaches them and set NCCL_SOCKET_IFNAME to it");
+    return c.set(
+        Status::kWarn, found + ": loopback only, so ranks on other hosts cannot reach this one",
+        "fine on one host; for several hosts bring up an interface that reaches them and set NCCL_SOCKET_IFNAME to it");
   return c.set(Status::kPass, found);
 }
 
@@ -118,12 +120,13 @@ Check checkRendezvous(int timeoutMs) {
   c.fact("local", jsonBool(local));
   const int r = Socket::probe(addr, timeoutMs);
   c.fact("probe", jsonString(r == 1 ? "listening" : r == 0 ? "refused" : "no answer"));
-  const std::string where = "NCCL_COMM_ID=" + text + " (" + addr.str() + ")";
+  const std::string where = "NCCL_COMM_ID=" + text + (addr.str() == text ? "" : " (" + addr.str() + ")");
   if (local) {
     if (r == 1)
       return c.set(Status::kWarn, where + " is this host's and something already listens there",
                    "if the job is not running yet, rank 0 will fail to bind it: find the holder "
-                   "(ss -ltnp 'sport = :" + std::to_string(addr.port()) + "') or choose another port");
+                   "(ss -ltnp 'sport = :" +
+                       std::to_string(addr.port()) + "') or choose another port");
     try {
       SocketAddr bindAddr = addr;
       Socket s = Socket::listen(bindAddr, 1);
@@ -133,7 +136,11 @@ Check checkRendezvous(int timeoutMs) {
     }
     return c.set(Status::kPass, where + " is an address of this host and its port is free: rank 0 must run here");
   }
-  if (r == 1) return c.set(Status::kPass, where + " accepts connections (the rendezvous root is up)");
+  // A TCP handshake is all this proves: the root speaks only after a rank's authenticated
+  // hello, and a transparent proxy on the way would complete the handshake too.
+  if (r == 1)
+    return c.set(Status::kPass, where + " accepts TCP connections (the root of a running job, or whatever else "
+                                        "listens or proxies there)");
   if (r == 0)
     return c.set(Status::kFail, where + ": connection refused, nothing listens there",
                  "start rank 0 first (it runs the rendezvous root), or correct the host or port in NCCL_COMM_ID");
@@ -155,7 +162,8 @@ Check checkRdma(Host* host) {
     if (strcasecmp(net.c_str(), "IB") == 0)
       return c.set(Status::kFail, "NCCL_NET=IB but there is no RDMA device (/sys/class/infiniband is empty or absent)",
                    "unset NCCL_NET (TCP is used), or load the RDMA driver (ibstat should list the HCAs)");
-    return c.set(Status::kSkip, "no RDMA device (/sys/class/infiniband is empty or absent): ranks on other hosts use TCP");
+    return c.set(Status::kSkip,
+                 "no RDMA device (/sys/class/infiniband is empty or absent): ranks on other hosts use TCP");
   }
   std::string why;
   std::vector<IbPort> ports = listIbPorts(&why);
@@ -175,7 +183,8 @@ Check checkRdma(Host* host) {
   if (std::string spec = ibHcaSpec(); !spec.empty()) {
     try {
       std::string sel;
-      for (const IbPort& p : selectIbPorts(ports, spec)) sel += (sel.empty() ? "" : ", ") + p.device + ":" + std::to_string(p.port);
+      for (const IbPort& p : selectIbPorts(ports, spec))
+        sel += (sel.empty() ? "" : ", ") + p.device + ":" + std::to_string(p.port);
       active = "NCCL_IB_HCA=" + spec + " selects " + sel;
     } catch (const Error& e) {
       return c.set(Status::kFail, e.what(), "set NCCL_IB_HCA to select active ports, or unset it");
@@ -201,15 +210,17 @@ Check checkGdr(const Host& host) {
   c.fact("modules", jsonString(loaded));
   const int gpus = host.sys ? host.sys->gpuCount() : 0;
   if (gpus == 0 || host.rdmaDevices == 0)
-    return c.set(Status::kSkip, std::string("not needed: no ") + (gpus == 0 ? "GPU" : "RDMA device") +
-                                    (readable ? "; peer-memory modules loaded: " + (loaded.empty() ? std::string("none") : loaded)
-                                              : "; /proc/modules cannot be read here"));
+    return c.set(Status::kSkip,
+                 std::string("not needed: no ") + (gpus == 0 ? "GPU" : "RDMA device") +
+                     (readable ? "; peer-memory modules loaded: " + (loaded.empty() ? std::string("none") : loaded)
+                               : "; /proc/modules cannot be read here"));
   if (!readable)
     return c.set(Status::kWarn, "GPUs and RDMA devices, but /proc/modules cannot be read to find nvidia_peermem",
                  "check on the host: lsmod | grep -e nvidia_peermem -e nv_peer_mem");
   if (loaded.empty())
-    return c.set(Status::kWarn, "GPUs and RDMA devices, but neither nvidia_peermem nor nv_peer_mem is loaded: "
-                                "GPU buffers are staged through host memory",
+    return c.set(Status::kWarn,
+                 "GPUs and RDMA devices, but neither nvidia_peermem nor nv_peer_mem is loaded: "
+                 "GPU buffers are staged through host memory",
                  "modprobe nvidia_peermem (shipped with the NVIDIA driver since 470), or use DMA-BUF "
                  "(kernel 5.12+, NVIDIA open kernel modules)");
   return c.set(Status::kPass, "loaded: " + loaded);

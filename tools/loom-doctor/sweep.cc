@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "algo/simulate.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "base/host.h"
 #include "doctor.h"
 
 namespace loom::doctor {
@@ -75,7 +77,8 @@ void rankMain(std::shared_ptr<Shared> sh, int rank) {
       for (int w = 0; w < 2; ++w)  // the first call selects and plans
         nccl(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr), "ncclAllReduce");
       if (std::string bad = verify(out, count, sh->nranks); !bad.empty())
-        LOOM_THROW(kInternalError, "wrong result at %s: %s", humanBytes(static_cast<double>(kSizes[s])).c_str(), bad.c_str());
+        LOOM_THROW(kInternalError, "wrong result at %s: %s", humanBytes(static_cast<double>(kSizes[s])).c_str(),
+                   bad.c_str());
       for (int it = 0; it < sh->iters[s]; ++it) {
         if (it == sh->iters[s] - 1) std::fill(out.begin(), out.begin() + static_cast<long>(count), -1.0f);
         sh->barrier.arrive_and_wait();  // all ranks start each iteration together
@@ -86,14 +89,14 @@ void rankMain(std::shared_ptr<Shared> sh, int rank) {
             std::chrono::duration<double, std::micro>(t1 - t0).count();
       }
       if (std::string bad = verify(out, count, sh->nranks); !bad.empty())
-        LOOM_THROW(kInternalError, "wrong result at %s (timed run): %s", humanBytes(static_cast<double>(kSizes[s])).c_str(),
-                   bad.c_str());
+        LOOM_THROW(kInternalError, "wrong result at %s (timed run): %s",
+                   humanBytes(static_cast<double>(kSizes[s])).c_str(), bad.c_str());
     }
     inBarrier = false;
     sh->barrier.arrive_and_drop();
     nccl(ncclCommDestroy(comm), "ncclCommDestroy");
     comm = nullptr;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // Loom's errors, and bad_alloc for the buffers
     err = strprintf("rank %d: %s", rank, e.what());
     if (comm) ncclCommAbort(comm);  // peers waiting on this rank fail instead of hanging
     if (inBarrier) sh->barrier.arrive_and_drop();
@@ -148,8 +151,7 @@ Check runSweep(const Host& host, const SweepOptions& opt) {
       sh->times[s].assign(static_cast<size_t>(sh->iters[s] * n), 0);
     }
   } catch (const Error& e) {
-    return c.set(Status::kFail, std::string("the cost model cannot price this host: ") + e.what(),
-                 "check LOOM_SLOT_BYTES / LOOM_FIFO_DEPTH / NCCL_ALGO (loom-topo shows the model)");
+    return c.set(Status::kFail, std::string("cannot start: ") + e.what(), "fix what the knobs check reports");
   }
   if (ncclResult_t rc = ncclGetUniqueId(&sh->id); rc != ncclSuccess)
     return c.set(Status::kFail, std::string("ncclGetUniqueId: ") + ncclGetLastError(nullptr),
@@ -160,7 +162,8 @@ Check runSweep(const Host& host, const SweepOptions& opt) {
   for (int r = 0; r < n; ++r) threads.emplace_back(rankMain, sh, r);
   {
     std::unique_lock<std::mutex> lock(sh->mu);
-    const bool done = sh->cv.wait_for(lock, std::chrono::duration<double>(opt.timeoutS), [&] { return sh->finished == n; });
+    const bool done =
+        sh->cv.wait_for(lock, std::chrono::duration<double>(opt.timeoutS), [&] { return sh->finished == n; });
     if (!done) {
       for (auto& t : threads) t.detach();  // they hold `sh`; the process exits soon after
       leftRunning = true;
@@ -180,37 +183,49 @@ Check runSweep(const Host& host, const SweepOptions& opt) {
   std::string sizesJson = "[", slow;
   double worstRatio = 0;
   std::string worst;
-  c.detail.push_back(strprintf("%10s %-16s %6s %12s %12s %12s %7s", "size", "algorithm", "iters", "model us",
-                               "best us", "median us", "x model"));
+  c.detail.push_back(strprintf("%10s %-16s %6s %12s %12s %12s %7s", "size", "algorithm", "iters", "model us", "best us",
+                               "median us", "x model"));
   for (int s = 0; s < kSizeCount; ++s) {
     // One iteration takes as long as its slowest rank.
     std::vector<double> iterUs(static_cast<size_t>(sh->iters[s]));
     for (int it = 0; it < sh->iters[s]; ++it)
-      for (int r = 0; r < n; ++r) iterUs[static_cast<size_t>(it)] = std::max(iterUs[static_cast<size_t>(it)], sh->times[s][static_cast<size_t>(it * n + r)]);
+      for (int r = 0; r < n; ++r)
+        iterUs[static_cast<size_t>(it)] =
+            std::max(iterUs[static_cast<size_t>(it)], sh->times[s][static_cast<size_t>(it * n + r)]);
     std::sort(iterUs.begin(), iterUs.end());
     const double best = iterUs.front(), median = iterUs[iterUs.size() / 2];
     const double ratio = predicted[s] > 0 ? best / predicted[s] : 0;
     const std::string size = humanBytes(static_cast<double>(kSizes[s]));
-    if (ratio > worstRatio) worstRatio = ratio, worst = strprintf("%s: %.1f us vs %.1f us", size.c_str(), best, predicted[s]);
+    if (ratio > worstRatio)
+      worstRatio = ratio, worst = strprintf("%s: %.1f us vs %.1f us", size.c_str(), best, predicted[s]);
     if (best > opt.factor * predicted[s] + kAllowanceUs) slow += (slow.empty() ? "" : ", ") + size;
-    c.detail.push_back(strprintf("%10s %-16s %6d %12.1f %12.1f %12.1f %7.1f", size.c_str(), algos[s].c_str(), sh->iters[s],
-                                 predicted[s], best, median, ratio));
-    sizesJson += strprintf("%s{\"bytes\":%zu,\"algorithm\":%s,\"iterations\":%d,\"predictedUs\":%s,\"bestUs\":%s,"
-                           "\"medianUs\":%s,\"ratio\":%s,\"correct\":true}",
-                           s ? "," : "", kSizes[s], jsonString(algos[s]).c_str(), sh->iters[s], jsonNumber(predicted[s]).c_str(),
-                           jsonNumber(best).c_str(), jsonNumber(median).c_str(), jsonNumber(ratio).c_str());
+    c.detail.push_back(strprintf("%10s %-16s %6d %12.1f %12.1f %12.1f %7.1f", size.c_str(), algos[s].c_str(),
+                                 sh->iters[s], predicted[s], best, median, ratio));
+    sizesJson += strprintf(
+        "%s{\"bytes\":%zu,\"algorithm\":%s,\"iterations\":%d,\"predictedUs\":%s,\"bestUs\":%s,"
+        "\"medianUs\":%s,\"ratio\":%s,\"correct\":true}",
+        s ? "," : "", kSizes[s], jsonString(algos[s]).c_str(), sh->iters[s], jsonNumber(predicted[s]).c_str(),
+        jsonNumber(best).c_str(), jsonNumber(median).c_str(), jsonNumber(ratio).c_str());
   }
   c.fact("factor", jsonNumber(opt.factor));
   c.fact("sizes", sizesJson + "]");
-  std::string found = strprintf("%d ranks (threads), %d sizes %s..%s, every result exact; fastest run vs model up to %.1fx (%s); "
-                                "limit %gx + %g us",
-                                n, kSizeCount, humanBytes(static_cast<double>(kSizes[0])).c_str(),
-                                humanBytes(static_cast<double>(kSizes[kSizeCount - 1])).c_str(), worstRatio, worst.c_str(),
-                                opt.factor, kAllowanceUs);
-  if (!slow.empty())
-    return c.set(Status::kFail, found + "; too slow at " + slow,
-                 "if the host is busy, rerun when idle (or raise --factor); else look for CPU contention (top), a small "
-                 "affinity mask, or knobs that force a slow path (NCCL_ALGO, NCCL_SHM_DISABLE, LOOM_SLOT_BYTES)");
+  std::string found = strprintf(
+      "%d ranks (threads), %d sizes %s..%s, every result exact; fastest run vs model up to %.1fx (%s); "
+      "limit %gx + %g us",
+      n, kSizeCount, humanBytes(static_cast<double>(kSizes[0])).c_str(),
+      humanBytes(static_cast<double>(kSizes[kSizeCount - 1])).c_str(), worstRatio, worst.c_str(), opt.factor,
+      kAllowanceUs);
+  if (!slow.empty()) {
+    double load[1] = {0};
+    if (getloadavg(load, 1) == 1)
+      found += strprintf("; too slow at %s (load average %.2f on %d CPUs)", slow.c_str(), load[0], hostCpus());
+    else
+      found += "; too slow at " + slow;
+    return c.set(
+        Status::kFail, found,
+        "if the host is busy, rerun when idle (or raise --factor); else look for CPU contention (top), a small "
+        "affinity mask, or knobs that force a slow path (NCCL_ALGO, NCCL_SHM_DISABLE, LOOM_SLOT_BYTES)");
+  }
   return c.set(Status::kPass, found);
 }
 

@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "algo/select.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/host.h"
@@ -68,9 +71,9 @@ std::string readLine(const std::string& path) {
   return line;
 }
 
-std::string limitText(rlim_t v, double unit, const char* suffix) {
+std::string limitText(rlim_t v, bool bytes) {
   if (v == RLIM_INFINITY) return "unlimited";
-  return unit == 1 ? std::to_string(v) + suffix : humanBytes(static_cast<double>(v) * unit);
+  return bytes ? humanBytes(static_cast<double>(v)) : std::to_string(v);
 }
 
 }  // namespace
@@ -92,6 +95,11 @@ Check checkKnobs() {
       bad.push_back(e.what());
     }
   }
+  try {  // NCCL_ALGO / NCCL_PROTO: strings whose syntax only the selector knows
+    PlanContext().loadAlgoFilter();
+  } catch (const Error& e) {
+    bad.push_back(e.what());
+  }
   for (char** e = environ; *e; ++e) {
     std::string name(*e, strcspn(*e, "="));
     const bool loomName = name.rfind("LOOM_", 0) == 0;
@@ -99,7 +107,7 @@ Check checkKnobs() {
     std::string best;
     size_t bestD = 99;
     for (const KnobBase* k : allKnobs()) {
-      for (const std::string known : {std::string(k->name()), std::string(k->ncclAlias())}) {
+      for (const std::string& known : {std::string(k->name()), std::string(k->ncclAlias())}) {
         if (known.empty()) continue;
         size_t d = editDistance(name, known);
         if (d < bestD) bestD = d, best = known;
@@ -161,9 +169,10 @@ Check checkMemlock(const Host& host) {
   getrlimit(RLIMIT_MEMLOCK, &lim);
   c.fact("soft", lim.rlim_cur == RLIM_INFINITY ? "-1" : jsonNumber(static_cast<double>(lim.rlim_cur)));
   c.fact("hard", lim.rlim_max == RLIM_INFINITY ? "-1" : jsonNumber(static_cast<double>(lim.rlim_max)));
-  std::string found = "ulimit -l " + limitText(lim.rlim_cur, 1, "") + " (hard " + limitText(lim.rlim_max, 1, "") + ")";
+  std::string found = "ulimit -l " + limitText(lim.rlim_cur, true) + " (hard " + limitText(lim.rlim_max, true) + ")";
   if (lim.rlim_cur == RLIM_INFINITY) return c.set(Status::kPass, found);
-  if (host.rdmaDevices == 0) return c.set(Status::kPass, found + "; only RDMA registration needs more, and there is no RDMA device");
+  if (host.rdmaDevices == 0)
+    return c.set(Status::kPass, found + "; only RDMA registration needs more, and there is no RDMA device");
   return c.set(Status::kWarn, found + " with RDMA devices present: registering large buffers will fail",
                "ulimit -l unlimited (limits.conf '* - memlock unlimited'; docker --ulimit memlock=-1; "
                "Slurm: PropagateResourceLimits or the slurmd unit's LimitMEMLOCK=infinity)");
@@ -176,12 +185,12 @@ Check checkOpenFiles() {
   getrlimit(RLIMIT_NOFILE, &lim);
   c.fact("soft", jsonNumber(lim.rlim_cur == RLIM_INFINITY ? -1.0 : static_cast<double>(lim.rlim_cur)));
   c.fact("hard", jsonNumber(lim.rlim_max == RLIM_INFINITY ? -1.0 : static_cast<double>(lim.rlim_max)));
-  std::string found = "ulimit -n " + limitText(lim.rlim_cur, 1, "") + " (hard " + limitText(lim.rlim_max, 1, "") + ")";
+  std::string found = "ulimit -n " + limitText(lim.rlim_cur, false) + " (hard " + limitText(lim.rlim_max, false) + ")";
   constexpr rlim_t kWant = 4096;
   if (lim.rlim_cur >= kWant) return c.set(Status::kPass, found);
   if (lim.rlim_max >= kWant)
     return c.set(Status::kWarn, found + ": a large job's rendezvous root and TCP peers need more",
-                 "ulimit -n " + limitText(std::min<rlim_t>(lim.rlim_max, 65536), 1, "") + " before launching");
+                 "ulimit -n " + limitText(std::min<rlim_t>(lim.rlim_max, 65536), false) + " before launching");
   return c.set(Status::kWarn, found + ": a large job's rendezvous root and TCP peers need more",
                "raise the hard limit (limits.conf '* - nofile 65536', or LimitNOFILE= in the launcher's unit)");
 }
@@ -203,12 +212,8 @@ Check checkAffinity(const Host& host) {
   found += ")";
   std::set<int> numaTouched;
   std::string numaText;
-  for (int n = 0; n < 4096; ++n) {
+  for (int n : parseList(readLine("/sys/devices/system/node/online"))) {  // "0-1", or sparse: "0,2"
     std::string list = readLine("/sys/devices/system/node/node" + std::to_string(n) + "/cpulist");
-    if (list.empty()) {
-      if (n > 0 && access(("/sys/devices/system/node/node" + std::to_string(n)).c_str(), F_OK) != 0) break;
-      continue;
-    }
     std::set<int> cpus = parseList(list);
     size_t mine = std::count_if(cpus.begin(), cpus.end(), [&](int cpu) { return allowed.count(cpu) > 0; });
     if (mine == 0) continue;
@@ -219,18 +224,21 @@ Check checkAffinity(const Host& host) {
   if (!numaText.empty()) found += ", NUMA " + numaText;
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);)
-    if (line.rfind("Mems_allowed_list:", 0) == 0) found += "; memory on NUMA " + line.substr(line.find_first_not_of(" \t", 18));
+    if (line.rfind("Mems_allowed_list:", 0) == 0)
+      found += "; memory on NUMA " + line.substr(line.find_first_not_of(" \t", 18));
   c.fact("cpus", jsonString(formatList(allowed)));
   c.fact("cpuCount", jsonNumber(static_cast<double>(allowed.size())));
   c.fact("numa", jsonString(formatList(numaTouched)));
   if (allowed.size() == 1)
-    return c.set(Status::kWarn, found + ": every rank this process starts shares one core",
-                 "check the launcher's binding (srun --cpu-bind, mpirun --bind-to, taskset): give each rank its own cores");
+    return c.set(
+        Status::kWarn, found + ": every rank this process starts shares one core",
+        "check the launcher's binding (srun --cpu-bind, mpirun --bind-to, taskset): give each rank its own cores");
   if (host.sys && !numaTouched.empty()) {
     std::string far;
     for (int g = 0; g < host.sys->gpuCount(); ++g) {
       int numa = host.sys->numaOf(host.sys->gpuNodeId(g));
-      if (numa >= 0 && !numaTouched.count(numa)) far += (far.empty() ? "GPU" : ", GPU") + std::to_string(g) + " on NUMA " + std::to_string(numa);
+      if (numa >= 0 && !numaTouched.count(numa))
+        far += (far.empty() ? "GPU" : ", GPU") + std::to_string(g) + " on NUMA " + std::to_string(numa);
     }
     if (!far.empty())
       return c.set(Status::kWarn, found + "; no CPU near " + far,

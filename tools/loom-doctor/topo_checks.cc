@@ -9,7 +9,9 @@
 namespace loom::doctor {
 namespace {
 
-std::string gpuName(const topo::System& sys, int g) { return "GPU" + std::to_string(sys.gpu(g).dev >= 0 ? sys.gpu(g).dev : g); }
+std::string gpuName(const topo::System& sys, int g) {
+  return "GPU" + std::to_string(sys.gpu(g).dev >= 0 ? sys.gpu(g).dev : g);
+}
 
 std::string netText(const topo::System& sys, int n) {
   const topo::Node& net = sys.net(n);
@@ -41,8 +43,8 @@ Check checkGpus(const Host& host) {
   c.fact("count", jsonNumber(sys.gpuCount()));
   c.fact("topologySource", jsonString(sys.source()));
   if (sys.gpuCount() == 0)
-    return c.set(Status::kSkip, "no GPU found (topology: " + sys.source() +
-                                    "): host-memory collectives only, GPU checks skipped");
+    return c.set(Status::kSkip,
+                 "no GPU found (topology: " + sys.source() + "): host-memory collectives only, GPU checks skipped");
   std::string list;
   for (int g = 0; g < sys.gpuCount(); ++g) {
     const topo::Node& n = sys.gpu(g);
@@ -110,16 +112,19 @@ Check checkGpuNic(const Host& host) {
     return c.set(Status::kWarn, "no network port in the topology: this host cannot reach others",
                  "check the NICs (ip link; ibstat) or NCCL_TOPO_FILE");
   std::string rails, far;
+  int farCount = 0;
   for (int g = 0; g < sys.gpuCount(); ++g) {
     int n = sys.railOf(g);
     if (n < 0) continue;
     const topo::Path& p = sys.gpuToNet(g, n);
     std::string pair = gpuName(sys, g) + "->" + sys.net(n).netName + " " + topo::pathTypeName(p.type);
     rails += (rails.empty() ? "" : ", ") + pair;
-    if (sys.net(n).rdma && p.type >= topo::PathType::kPhb) far += (far.empty() ? "" : ", ") + pair;
+    if (sys.net(n).rdma && p.type >= topo::PathType::kPhb) far += (far.empty() ? "" : ", ") + pair, ++farCount;
   }
   if (!far.empty())
-    return c.set(Status::kWarn, "closest RDMA NIC across the CPU for " + far + " (all: " + rails + ")",
+    return c.set(Status::kWarn,
+                 "closest RDMA NIC across the CPU for " + std::to_string(farCount) + " of " +
+                     std::to_string(sys.gpuCount()) + " GPUs: " + far,
                  "on such hosts GPUDirect RDMA is slow or off (NCCL_NET_GDR_LEVEL); check that the NICs sit in "
                  "the GPUs' PCIe switches and that NCCL_IB_HCA does not exclude the close ones");
   return c.set(Status::kPass, "closest NIC per GPU: " + rails);
