@@ -211,6 +211,19 @@ CollTotals FlightRecorder::totals(Collective c) const {
   return {t.ops.load(kRelaxed), t.bytes.load(kRelaxed), t.ns.load(kRelaxed)};
 }
 
+double FlightRecorder::recentWaitUs(uint64_t* ops) const {
+  uint64_t n = 0, waitNs = 0;
+  FlightRecord r;
+  for (uint64_t q = lastCompleted(); q > 0 && n < 64; --q) {
+    if (!read(q, &r)) break;
+    if (r.state != OpState::kCompleted) continue;
+    waitNs += r.waitNs;
+    ++n;
+  }
+  if (ops) *ops = n;
+  return n ? waitNs / 1e3 / n : 0;
+}
+
 std::string FlightRecorder::statusJson() const {
   uint64_t done = lastCompleted(), started = lastStarted(), queued = lastQueued();
   std::string s = strprintf(
@@ -224,14 +237,10 @@ std::string FlightRecorder::statusJson() const {
   if (done < queued && read(done + 1, &r)) s += ",\"current\":" + recordJson(r, steadyToWallOffset());
   // Mean time the last operations waited for their peers: the rank that waits least is the
   // one the others wait for.
-  uint64_t n = 0, waitNs = 0;
-  for (uint64_t q = done; q > 0 && n < 64; --q) {
-    if (!read(q, &r)) break;
-    waitNs += r.waitNs;
-    ++n;
-  }
+  uint64_t n = 0;
+  double wait = recentWaitUs(&n);
   if (n) s += strprintf(",\"recent_ops\":%llu,\"recent_wait_us\":%.1f",
-                        static_cast<unsigned long long>(n), waitNs / 1e3 / n);
+                        static_cast<unsigned long long>(n), wait);
   return s + "}";
 }
 

@@ -109,6 +109,8 @@ class FlightRecorder {
   // The entry of `seq`, if still held and readable; false if overwritten or torn.
   bool read(uint64_t seq, FlightRecord* out) const;
   CollTotals totals(Collective c) const;
+  // Mean time the last (up to 64) completed operations waited for their peers, in us.
+  double recentWaitUs(uint64_t* ops = nullptr) const;
   uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
   std::string error() const;
 

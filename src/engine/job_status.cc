@@ -47,6 +47,7 @@ StatusWire localStatus(const FlightRecorder& rec) {
   }
   if (w.lastCompleted > 0 && rec.read(w.lastCompleted, &r) && r.endNs && now > r.endNs)
     w.idleSec = (now - r.endNs) / 1e9;
+  w.recentWaitUs = rec.recentWaitUs();
   return w;
 }
 

@@ -26,7 +26,9 @@ struct StatusWire {
   uint8_t pad[6];
   double currentAgeSec;  // since it started (or was queued)
   double idleSec;        // since the last operation completed (or the communicator began)
+  double recentWaitUs;   // mean time the last (up to 64) operations waited for their peers
 };
+static_assert(sizeof(StatusWire) == 80, "loom-status unpacks this layout");
 constexpr uint32_t kStatusMagic = 0x4c535431;  // "LST1"
 
 // What this rank answers: StatusWire, then (full) the JSON line with every rank's address.
