@@ -18,9 +18,9 @@ namespace {
 
 StringKnob kDebug("LOOM_DEBUG", "NCCL_DEBUG", "",
                   "Log level: VERSION, WARN, INFO or TRACE (empty: errors only via return codes)");
-StringKnob kDebugSubsys("LOOM_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV",
+StringKnob kDebugSubsys("LOOM_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV,RAS",
                         "Comma-separated subsystems to log (INIT,COLL,P2P,SHM,NET,GRAPH,TUNING,"
-                        "ENV,ALLOC,CALL,PROXY,BOOTSTRAP,ALL); a leading ^ excludes the list");
+                        "ENV,ALLOC,CALL,PROXY,BOOTSTRAP,RAS,ALL); a leading ^ excludes the list");
 StringKnob kDebugFile("LOOM_DEBUG_FILE", "NCCL_DEBUG_FILE", "",
                       "Write the log to this file instead of stdout; %h = hostname, %p = pid");
 
@@ -46,7 +46,7 @@ uint64_t parseSubsys(const std::string& spec) {
       {"SHM", kLogShm},     {"NET", kLogNet},     {"GRAPH", kLogGraph},
       {"TUNING", kLogTuning}, {"ENV", kLogEnv},   {"ALLOC", kLogAlloc},
       {"CALL", kLogCall},   {"PROXY", kLogProxy}, {"BOOTSTRAP", kLogBootstrap},
-      {"ALL", kLogAll}};
+      {"RAS", kLogRas},     {"ALL", kLogAll}};
   bool invert = !spec.empty() && spec[0] == '^';
   uint64_t mask = 0;
   size_t pos = invert ? 1 : 0;

@@ -22,6 +22,7 @@ enum LogSubsys : uint64_t {
   kLogCall = 1ull << 9,
   kLogProxy = 1ull << 10,
   kLogBootstrap = 1ull << 11,
+  kLogRas = 1ull << 12,  // diagnosis: flight recorder, status queries, arrival summaries
   kLogAll = ~0ull,
 };
 

@@ -126,8 +126,8 @@ void failAll(std::span<const OpComm> comms, const Error& e) {
 
 // The flight recorder's entry of a collective about to run.
 FlightEntry* recordColl(const Op& op, uint64_t seq, const CachedPlan& cp) {
-  return op.comm.core->recorder().record(seq, op.coll, cp.plan.algo, op.count, op.bytes(),
-                                         op.dtype, op.redop, op.root, cp.peerRanks.data(),
+  return op.comm.core->recorder().record(seq, op.coll, cp.plan.algo, op.bytes(), op.dtype,
+                                         op.redop, op.root, cp.peerRanks.data(),
                                          static_cast<int>(cp.peerRanks.size()));
 }
 
@@ -227,11 +227,11 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
                 static_cast<unsigned long long>(seq), p2p.size());
       Task t = bindTask(*p2p[0], *cw.p2p, seq, "SendRecv");
       std::vector<int> peers = peerRanks(*cw.p2p);
-      uint64_t bytes = 0, count = 0;
-      for (const Op* op : p2p) bytes += op->bytes(), count += op->count;
-      t.rec = core.recorder().record(seq, Collective::kSendRecv, Algorithm::kDirect, count,
-                                     bytes, p2p[0]->dtype, 0, p2p.size() == 1 ? p2p[0]->root : -1,
-                                     peers.data(), static_cast<int>(peers.size()));
+      uint64_t bytes = 0;
+      for (const Op* op : p2p) bytes += op->bytes();
+      t.rec = core.recorder().record(seq, Collective::kSendRecv, Algorithm::kDirect, bytes, 0, 0,
+                                     p2p.size() == 1 ? p2p[0]->root : -1, peers.data(),
+                                     static_cast<int>(peers.size()));
       t.red = Reducer::make(0 /* int8 */, 0 /* sum */, core.nranks());
       t.eltSize = 1;
       t.sendbuf = nullptr;

@@ -30,6 +30,9 @@ IntKnob kTimeout("LOOM_TIMEOUT", "", 1800,
                  "failing (0: no limit). Dead or failed peers are detected within a second "
                  "whatever this says");
 
+// Polls without progress after which a wait is timed for the flight recorder (~10 us).
+constexpr int64_t kTimedWait = 256;
+
 // Below this, posting an address (a cross-process read per step) costs more than copying.
 constexpr size_t kShareMinBytes = 64 << 10;
 
@@ -236,7 +239,7 @@ struct CommQueue {
                    t->rank, t->name, static_cast<unsigned long long>(t->seq), t->plan->scratchBytes);
       for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
         runs.emplace_back(*t, ch);
-      if (t->rec) t->rec->start(nowNs());
+      if (t->rec) t->rec->start();
     }
     bool all = true;
     for (auto& r : runs) {
@@ -251,7 +254,7 @@ struct CommQueue {
       for (Connection* c : t->transports->buffered())
         if (!c->fifo().drained()) return any;
       draining = false;
-      if (t->rec) t->recorder->complete(t->rec, nowNs());
+      if (t->rec) t->recorder->complete(t->rec);
       ++next;
       any = true;
     }
@@ -356,9 +359,10 @@ void runTasks(std::span<Task* const> tasks) {
         any |= q.progress();
         all &= q.done();
       }
-      if (any && idle > 0) {
+      if (any && idle >= kTimedWait) {
         // The time each operation waited for its peers (the flight recorder's: the last rank
-        // to arrive waits least).
+        // to arrive waits least). Short waits are not timed: a clock read would cost more
+        // than an 8-byte all-reduce can spare, and skews that matter are far longer.
         uint64_t waited = nowNs() - idleSince;
         for (auto& q : queues)
           if (q.idleTask && q.idleTask->rec) q.idleTask->rec->addWait(waited);
@@ -392,9 +396,8 @@ void runTasks(std::span<Task* const> tasks) {
       }
     }
   } catch (const Error& e) {
-    uint64_t now = nowNs();
     for (auto& q : queues)
-      if (Task* t = q.current(); t && t->recorder) t->recorder->fail(t->rec, now);
+      if (Task* t = q.current(); t && t->recorder) t->recorder->fail(t->rec);
     throw;
   }
 }

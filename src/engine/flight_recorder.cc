@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -30,6 +31,11 @@ StringKnob kDumpDir("LOOM_DUMP_DIR", "", "",
                     ".jsonl) when an operation fails, the communicator is aborted or the "
                     "process gets SIGUSR1. Unset: no automatic dumps");
 
+IntKnob kArrivalSummary("LOOM_ARRIVAL_SUMMARY_OPS", "", 1000,
+                        "Every this many operations, each rank logs (NCCL_DEBUG=INFO, subsystem "
+                        "RAS) how long they waited for their peers: the rank that waits least is "
+                        "the one the others wait for (0: off)");
+
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
 // Steady-clock nanoseconds as Unix seconds (the dump's times must line up across hosts).
@@ -42,7 +48,13 @@ int64_t steadyToWallOffset() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   int64_t wall = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  return wall - static_cast<int64_t>(nowNs());
+  return wall - static_cast<int64_t>(coarseNowNs());
+}
+
+double coarseResolutionUs() {
+  timespec r{};
+  clock_getres(CLOCK_MONOTONIC_COARSE, &r);
+  return r.tv_sec * 1e6 + r.tv_nsec / 1e3;
 }
 
 const char* redopName(int op) {
@@ -54,17 +66,18 @@ std::string recordJson(const FlightRecord& r, int64_t off) {
   std::string peers;
   for (int i = 0; i < r.npeers && i < FlightEntry::kMaxPeers; ++i)
     peers += strprintf("%s%d", i ? "," : "", r.peers[i]);
-  uint64_t end = r.endNs ? r.endNs : nowNs();
+  uint64_t end = r.endNs ? r.endNs : coarseNowNs();
   std::string s = strprintf(
       "{\"type\":\"op\",\"seq\":%llu,\"coll\":\"%s\",\"algo\":\"%s\",\"count\":%llu,"
       "\"bytes\":%llu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"peers\":[%s],"
-      "\"npeers\":%d,\"state\":\"%s\",\"queued_at\":%.6f,\"started_at\":%.6f,"
-      "\"ended_at\":%.6f,\"duration_us\":%.1f,\"wait_us\":%.1f",
+      "\"npeers\":%d,\"state\":\"%s\",\"started_at\":%.3f,\"ended_at\":%.3f,"
+      "\"duration_us\":%.0f,\"wait_us\":%.1f",
       static_cast<unsigned long long>(r.seq), collectiveName(r.coll), algorithmName(r.algo),
       static_cast<unsigned long long>(r.count), static_cast<unsigned long long>(r.bytes),
-      dtypeName(r.dtype), redopName(r.redop), r.root, peers.c_str(), r.npeers,
-      opStateName(r.state), wallSeconds(r.queuedNs, off), wallSeconds(r.startNs, off),
-      wallSeconds(r.endNs, off), r.startNs ? (end - r.startNs) / 1e3 : 0.0, r.waitNs / 1e3);
+      r.coll == Collective::kSendRecv ? "bytes" : dtypeName(r.dtype), redopName(r.redop), r.root,
+      peers.c_str(), r.npeers, opStateName(r.state), wallSeconds(r.startNs, off),
+      wallSeconds(r.endNs, off), r.startNs && end > r.startNs ? (end - r.startNs) / 1e3 : 0.0,
+      r.waitNs / 1e3);
   if (r.waitingOn >= 0)
     s += strprintf(",\"waiting_on\":%d,\"waiting_to\":\"%s\"", r.waitingOn,
                    r.waitingSend ? "send" : "receive");
@@ -101,33 +114,34 @@ FlightRecorder::FlightRecorder(uint64_t commHash, int rank, int nranks, size_t c
     mask_ = capacity_ - 1;
     ring_ = std::make_unique<FlightEntry[]>(capacity_);
   }
+  int64_t every = kArrivalSummary.get();
+  summaryEvery_ = every > 0 ? static_cast<uint64_t>(every) : 0;
   registerRecorder(this);
 }
 
 FlightRecorder::~FlightRecorder() { unregisterRecorder(this); }
 
 FlightEntry* FlightRecorder::record(uint64_t seq, Collective coll, Algorithm algo,
-                                    uint64_t count, uint64_t bytes, int dtype, int redop,
-                                    int root, const int* peers, int npeers) {
+                                    uint64_t bytes, int dtype, int redop, int root,
+                                    const int* peers, int npeers) {
   lastQueued_.store(seq, kRelaxed);
   if (!ring_) return nullptr;
   FlightEntry& e = ring_[seq & mask_];
   e.seq.store(0, kRelaxed);  // readers skip it while it changes
-  e.coll.store(static_cast<int>(coll), kRelaxed);
-  e.algo.store(static_cast<int>(algo), kRelaxed);
-  e.count.store(count, kRelaxed);
   e.bytes.store(bytes, kRelaxed);
-  e.dtype.store(dtype, kRelaxed);
-  e.redop.store(redop, kRelaxed);
-  e.root.store(root, kRelaxed);
-  e.state.store(static_cast<uint8_t>(OpState::kQueued), kRelaxed);
-  e.waitingOn.store(-1, kRelaxed);
-  e.queuedNs.store(nowNs(), kRelaxed);
   e.startNs.store(0, kRelaxed);
   e.endNs.store(0, kRelaxed);
   e.waitNs.store(0, kRelaxed);
-  e.npeers.store(npeers, kRelaxed);
-  for (int i = 0; i < npeers && i < FlightEntry::kMaxPeers; ++i) e.peers[i].store(peers[i], kRelaxed);
+  e.root.store(root, kRelaxed);
+  e.waitingOn.store(-1, kRelaxed);
+  for (int i = 0; i < FlightEntry::kMaxPeers; ++i)
+    e.peers[i].store(i < npeers ? peers[i] : -1, kRelaxed);
+  e.coll.store(static_cast<uint8_t>(coll), kRelaxed);
+  e.algo.store(static_cast<uint8_t>(algo), kRelaxed);
+  e.state.store(static_cast<uint8_t>(OpState::kQueued), kRelaxed);
+  e.dtype.store(static_cast<uint8_t>(dtype), kRelaxed);
+  e.redop.store(static_cast<uint8_t>(redop < 0 || redop > 255 ? 255 : redop), kRelaxed);
+  e.npeers.store(static_cast<uint16_t>(npeers > 65535 ? 65535 : npeers), kRelaxed);
   e.seq.store(seq, std::memory_order_release);
   return &e;
 }
@@ -142,18 +156,36 @@ void FlightRecorder::add(FlightEntry* e, uint64_t now) {
   if (start && now > start) t.ns.store(t.ns.load(kRelaxed) + (now - start), kRelaxed);
 }
 
-void FlightRecorder::complete(FlightEntry* e, uint64_t now) {
+void FlightRecorder::complete(FlightEntry* e) {
   if (!e) return;
-  add(e, now);
+  add(e, coarseNowNs());
   e->state.store(static_cast<uint8_t>(OpState::kCompleted), kRelaxed);
   uint64_t seq = e->seq.load(kRelaxed);
   if (seq > lastCompleted_.load(kRelaxed)) lastCompleted_.store(seq, kRelaxed);
+  if (summaryEvery_) {
+    uint64_t w = e->waitNs.load(kRelaxed);
+    summaryWaitNs_ += w;
+    summaryMaxNs_ = std::max(summaryMaxNs_, w);
+    if (++summaryOps_ >= summaryEvery_) summarise(seq);
+  }
 }
 
-void FlightRecorder::fail(FlightEntry* e, uint64_t now) {
+void FlightRecorder::summarise(uint64_t seq) {
+  LOOM_INFO(kLogRas,
+            "comm %016llx rank %d: operations #%llu-#%llu waited for their peers %.1f us each on "
+            "average, %.1f us at most (the rank that waits least arrives last; loom-status "
+            "compares all ranks)",
+            static_cast<unsigned long long>(commHash_), rank_,
+            static_cast<unsigned long long>(seq - summaryOps_ + 1),
+            static_cast<unsigned long long>(seq), summaryWaitNs_ / 1e3 / summaryOps_,
+            summaryMaxNs_ / 1e3);
+  summaryOps_ = summaryWaitNs_ = summaryMaxNs_ = 0;
+}
+
+void FlightRecorder::fail(FlightEntry* e) {
   failures_.fetch_add(1, kRelaxed);
   if (!e) return;
-  e->endNs.store(now, kRelaxed);
+  e->endNs.store(coarseNowNs(), kRelaxed);
   e->state.store(static_cast<uint8_t>(OpState::kFailed), kRelaxed);
 }
 
@@ -186,7 +218,6 @@ bool FlightRecorder::read(uint64_t seq, FlightRecord* out) const {
   r.seq = seq;
   r.coll = static_cast<Collective>(e.coll.load(kRelaxed));
   r.algo = static_cast<Algorithm>(e.algo.load(kRelaxed));
-  r.count = e.count.load(kRelaxed);
   r.bytes = e.bytes.load(kRelaxed);
   r.dtype = e.dtype.load(kRelaxed);
   r.redop = e.redop.load(kRelaxed);
@@ -194,12 +225,13 @@ bool FlightRecorder::read(uint64_t seq, FlightRecord* out) const {
   r.state = static_cast<OpState>(e.state.load(kRelaxed));
   r.waitingOn = e.waitingOn.load(kRelaxed);
   r.waitingSend = e.waitingSend.load(kRelaxed) != 0;
-  r.queuedNs = e.queuedNs.load(kRelaxed);
   r.startNs = e.startNs.load(kRelaxed);
   r.endNs = e.endNs.load(kRelaxed);
   r.waitNs = e.waitNs.load(kRelaxed);
   r.npeers = e.npeers.load(kRelaxed);
   for (int i = 0; i < FlightEntry::kMaxPeers; ++i) r.peers[i] = e.peers[i].load(kRelaxed);
+  size_t elt = r.coll == Collective::kSendRecv || !dtypeValid(r.dtype) ? 1 : dtypeSize(r.dtype);
+  r.count = r.bytes / elt;
   std::atomic_thread_fence(std::memory_order_acquire);
   if (e.seq.load(kRelaxed) != seq) return false;  // rewritten while we read
   *out = r;
@@ -251,12 +283,13 @@ std::string FlightRecorder::dump(const char* reason) const {
   std::string out = strprintf(
       "{\"type\":\"comm\",\"version\":1,\"comm\":\"%016llx\",\"rank\":%d,\"nranks\":%d,"
       "\"host\":%s,\"pid\":%d,\"reason\":%s,\"error\":%s,\"dumped_at\":%.6f,"
-      "\"capacity\":%zu,\"last_queued\":%llu,\"last_started\":%llu,\"last_completed\":%llu}\n",
+      "\"capacity\":%zu,\"last_queued\":%llu,\"last_started\":%llu,\"last_completed\":%llu,"
+      "\"recent_wait_us\":%.1f,\"clock_resolution_us\":%.0f}\n",
       static_cast<unsigned long long>(commHash_), rank_, nranks_, jsonString(hostName()).c_str(),
       static_cast<int>(getpid()), jsonString(reason ? reason : "").c_str(),
       jsonString(error()).c_str(), wallSeconds(nowNs(), off), capacity_,
       static_cast<unsigned long long>(last), static_cast<unsigned long long>(lastStarted()),
-      static_cast<unsigned long long>(lastCompleted()));
+      static_cast<unsigned long long>(lastCompleted()), recentWaitUs(), coarseResolutionUs());
   if (last == 0) return out;
   for (uint64_t s = first; s <= last; ++s) {
     FlightRecord r;

@@ -18,31 +18,32 @@
 #include <string>
 
 #include "algo/collective.h"
+#include "base/time.h"
 
 namespace loom {
 
 enum class OpState : uint8_t { kEmpty = 0, kQueued, kStarted, kCompleted, kFailed };
 const char* opStateName(OpState s);
 
-// One operation. Every field is an atomic written relaxed: readers may see an entry mid-way
-// (they check `seq` before and after), never a torn value.
-struct FlightEntry {
-  static constexpr int kMaxPeers = 8;
+// One operation, one cache line. Every field is an atomic written relaxed (plain stores
+// on x86 and ARM): readers may see an entry mid-way (they check `seq` before and after),
+// never a torn value. Times are CLOCK_MONOTONIC_COARSE (coarseNowNs: a few ns to read, the
+// kernel tick's resolution, 1-4 ms): an operation's own clock reads must cost next to
+// nothing next to an 8-byte all-reduce. Summed durations (metrics) stay unbiased.
+struct alignas(64) FlightEntry {
+  static constexpr int kMaxPeers = 2;  // the first peers kept; npeers counts them all
   std::atomic<uint64_t> seq{0};
-  std::atomic<int> coll{0};  // Collective
-  std::atomic<int> algo{0};  // Algorithm
-  std::atomic<uint64_t> count{0};
   std::atomic<uint64_t> bytes{0};
-  std::atomic<int> dtype{0}, redop{0}, root{-1};
-  std::atomic<uint8_t> state{0};  // OpState
-  std::atomic<int> waitingOn{-1};   // the peer a stalled wait was on, -1 none
-  std::atomic<uint8_t> waitingSend{0};  // 1: waiting to send to it, 0: to receive
-  std::atomic<uint64_t> queuedNs{0}, startNs{0}, endNs{0}, waitNs{0};  // steady clock
-  std::atomic<int> npeers{0};  // peers the operation exchanges data with (first kMaxPeers kept)
-  std::array<std::atomic<int>, kMaxPeers> peers{};
+  std::atomic<uint64_t> startNs{0}, endNs{0};  // coarse clock; 0: not yet
+  std::atomic<uint64_t> waitNs{0};             // time waited for peers (waits of >~10 us)
+  std::atomic<int32_t> root{-1};
+  std::atomic<int32_t> waitingOn{-1};  // the peer a stalled wait was on, -1 none
+  std::array<std::atomic<int32_t>, kMaxPeers> peers{};
+  std::atomic<uint8_t> coll{0}, algo{0}, state{0}, waitingSend{0}, dtype{0}, redop{0};
+  std::atomic<uint16_t> npeers{0};
 
-  void start(uint64_t now) {
-    startNs.store(now, std::memory_order_relaxed);
+  void start() {
+    startNs.store(coarseNowNs(), std::memory_order_relaxed);
     state.store(static_cast<uint8_t>(OpState::kStarted), std::memory_order_relaxed);
   }
   void addWait(uint64_t ns) {
@@ -53,6 +54,7 @@ struct FlightEntry {
     waitingSend.store(send ? 1 : 0, std::memory_order_relaxed);
   }
 };
+static_assert(sizeof(FlightEntry) == 64, "one cache line per operation");
 
 // A plain copy of an entry, for readers.
 struct FlightRecord {
@@ -64,7 +66,7 @@ struct FlightRecord {
   OpState state = OpState::kEmpty;
   int waitingOn = -1;
   bool waitingSend = false;
-  uint64_t queuedNs = 0, startNs = 0, endNs = 0, waitNs = 0;
+  uint64_t startNs = 0, endNs = 0, waitNs = 0;
   int npeers = 0;
   std::array<int, FlightEntry::kMaxPeers> peers{};
 };
@@ -94,13 +96,13 @@ class FlightRecorder {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
 
-  // Claims the entry of operation `seq` (queued now) or returns nullptr when off.
-  FlightEntry* record(uint64_t seq, Collective coll, Algorithm algo, uint64_t count,
-                      uint64_t bytes, int dtype, int redop, int root, const int* peers,
-                      int npeers);
+  // Claims the entry of operation `seq` (queued now) or returns nullptr when off. The
+  // element count is bytes / the type's size (SendRecv groups: bytes, mixed types).
+  FlightEntry* record(uint64_t seq, Collective coll, Algorithm algo, uint64_t bytes, int dtype,
+                      int redop, int root, const int* peers, int npeers);
   // The executor's transitions (e may be nullptr: recorder off).
-  void complete(FlightEntry* e, uint64_t now);
-  void fail(FlightEntry* e, uint64_t now);
+  void complete(FlightEntry* e);
+  void fail(FlightEntry* e);
   void noteError(const std::string& what);  // the first failure's message, for dumps
 
   uint64_t lastQueued() const { return lastQueued_.load(std::memory_order_relaxed); }
@@ -139,6 +141,9 @@ class FlightRecorder {
     std::atomic<uint64_t> ops{0}, bytes{0}, ns{0};
   };
   std::array<Totals, kCollectiveCount> totals_{};
+  // Arrival summary every LOOM_ARRIVAL_SUMMARY_OPS operations (RAS log lines).
+  uint64_t summaryEvery_ = 0, summaryOps_ = 0, summaryWaitNs_ = 0, summaryMaxNs_ = 0;
+  void summarise(uint64_t seq);
   mutable std::mutex errMu_;
   std::string error_;
 };

@@ -30,7 +30,7 @@ StatusWire localStatus(const FlightRecorder& rec) {
   w.lastCompleted = rec.lastCompleted();
   w.currentColl = -1;
   w.waitingOn = -1;
-  uint64_t now = nowNs();
+  uint64_t now = coarseNowNs();
   FlightRecord r;
   if (w.lastCompleted < w.lastQueued) {
     w.currentSeq = w.lastCompleted + 1;
@@ -41,8 +41,7 @@ StatusWire localStatus(const FlightRecorder& rec) {
         w.waitingOn = r.waitingOn;
         w.waitingSend = r.waitingSend;
       }
-      uint64_t since = r.startNs ? r.startNs : r.queuedNs;
-      w.currentAgeSec = since && now > since ? (now - since) / 1e9 : 0;
+      w.currentAgeSec = r.startNs && now > r.startNs ? (now - r.startNs) / 1e9 : 0;
     }
   }
   if (w.lastCompleted > 0 && rec.read(w.lastCompleted, &r) && r.endNs && now > r.endNs)

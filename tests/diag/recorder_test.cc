@@ -46,10 +46,10 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithTheirStatesAndTotals) {
   int peers[2] = {0, 2};
   for (uint64_t s = 1; s <= 10; ++s) {
     loom::FlightEntry* e = rec.record(s, s % 2 ? Collective::kAllReduce : Collective::kBroadcast,
-                                      Algorithm::kRing, 100 * s, 400 * s, 7, 0, 0, peers, 2);
+                                      Algorithm::kRing, 400 * s, 7, 0, 0, peers, 2);
     ASSERT_NE(e, nullptr);
-    e->start(1000 * s);
-    if (s < 10) rec.complete(e, 1000 * s + 500);
+    e->start();
+    if (s < 10) rec.complete(e);
   }
   FlightRecord r;
   EXPECT_FALSE(rec.read(6, &r));  // overwritten
@@ -64,11 +64,11 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithTheirStatesAndTotals) {
   EXPECT_EQ(rec.lastQueued(), 10u);
   EXPECT_EQ(rec.lastCompleted(), 9u);
   EXPECT_EQ(rec.lastStarted(), 10u);
-  // Odd seqs 1..9 are all-reduces: 5 of them, 400*(1+3+5+7+9) bytes, 500 ns each.
+  // Odd seqs 1..9 are all-reduces: 5 of them, 400*(1+3+5+7+9) bytes, next to no time.
   loom::CollTotals t = rec.totals(Collective::kAllReduce);
   EXPECT_EQ(t.ops, 5u);
   EXPECT_EQ(t.bytes, 400u * 25);
-  EXPECT_EQ(t.ns, 2500u);
+  EXPECT_LT(t.ns, 100000000u);
   EXPECT_EQ(rec.totals(Collective::kBroadcast).ops, 4u);
   std::string d = rec.dump("test");
   EXPECT_EQ(lines(d), 5u) << d;  // header + the 4 entries held
@@ -81,7 +81,7 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithTheirStatesAndTotals) {
             std::string::npos) << d;
   EXPECT_NE(d.find("\"state\":\"started\""), std::string::npos);
   EXPECT_EQ(d.find("\"seq\":6,"), std::string::npos);
-  rec.fail(rec.record(11, Collective::kAllGather, Algorithm::kRing, 1, 4, 7, 0, 0, peers, 2), 5);
+  rec.fail(rec.record(11, Collective::kAllGather, Algorithm::kRing, 4, 7, 0, 0, peers, 2));
   EXPECT_EQ(rec.failures(), 1u);
   rec.noteError("first");
   rec.noteError("second");
@@ -91,7 +91,7 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithTheirStatesAndTotals) {
 TEST(FlightRecorder, OffRecordsNothingButSequenceNumbers) {
   FlightRecorder rec(1, 0, 2, 0);
   EXPECT_FALSE(rec.enabled());
-  EXPECT_EQ(rec.record(1, Collective::kAllReduce, Algorithm::kRing, 1, 4, 7, 0, 0, nullptr, 0), nullptr);
+  EXPECT_EQ(rec.record(1, Collective::kAllReduce, Algorithm::kRing, 4, 7, 0, 0, nullptr, 0), nullptr);
   EXPECT_EQ(rec.lastQueued(), 1u);
   EXPECT_EQ(lines(rec.dump("off")), 1u);
 }
