@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What the flight recorder costs (issue 14: "with the recorder on (default), host
 # all-reduce at 8 B within 3% of it off"): all_reduce_perf at 8 B with 2 forked ranks,
-# LOOM_FLIGHT_RECORDER=0 and the default alternately, ROUNDS rounds each, in one run on one
-# machine; prints each round's time and the medians of both.
+# LOOM_FLIGHT_RECORDER=0 and the default alternately (which goes first alternates too),
+# ROUNDS rounds each, in one run on one machine; prints each round's time and the medians.
 #
 #   bench/diag/recorder_overhead.sh [build-dir]     ROUNDS=21 ITERS=20000 RANKS=2
 set -euo pipefail
@@ -20,8 +20,14 @@ run() {  # prints the out-of-place time in us of one 8-byte run (the JSON report
 }
 off=() on=()
 for ((i = 0; i < rounds; i++)); do
-  off+=("$(run LOOM_FLIGHT_RECORDER=0)")
-  on+=("$(run LOOM_FLIGHT_RECORDER=1024)")
+  # Alternate which goes first, so that neither always runs on the other's heels.
+  if ((i % 2 == 0)); then
+    off+=("$(run LOOM_FLIGHT_RECORDER=0)")
+    on+=("$(run LOOM_FLIGHT_RECORDER=1024)")
+  else
+    on+=("$(run LOOM_FLIGHT_RECORDER=1024)")
+    off+=("$(run LOOM_FLIGHT_RECORDER=0)")
+  fi
   echo "round $i: recorder off ${off[-1]} us, on ${on[-1]} us"
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

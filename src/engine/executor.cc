@@ -363,9 +363,12 @@ void runTasks(std::span<Task* const> tasks) {
         // The time each operation waited for its peers (the flight recorder's: the last rank
         // to arrive waits least). Short waits are not timed: a clock read would cost more
         // than an 8-byte all-reduce can spare, and skews that matter are far longer.
-        uint64_t waited = nowNs() - idleSince;
+        uint64_t now = nowNs();
         for (auto& q : queues)
-          if (q.idleTask && q.idleTask->rec) q.idleTask->rec->addWait(waited);
+          if (q.idleTask && q.idleTask->rec) {
+            q.idleTask->rec->addWait(now - idleSince);
+            q.idleTask->rec->noteActive(now);
+          }
       }
       if (all) return;
       if (any) {
@@ -375,7 +378,10 @@ void runTasks(std::span<Task* const> tasks) {
       if (++idle == 1) {
         idleSince = nowNs();
         if (lastCheck == 0) lastCheck = idleSince;
-        for (auto& q : queues) q.idleTask = q.current();
+        for (auto& q : queues) {
+          q.idleTask = q.current();
+          if (q.idleTask && q.idleTask->rec) q.idleTask->rec->noteActive(idleSince);
+        }
       }
       // Back off: spin, then yield, then sleep in growing steps up to 50 us.
       if (idle < spin) {

@@ -66,7 +66,8 @@ std::string recordJson(const FlightRecord& r, int64_t off) {
   std::string peers;
   for (int i = 0; i < r.npeers && i < FlightEntry::kMaxPeers; ++i)
     peers += strprintf("%s%d", i ? "," : "", r.peers[i]);
-  uint64_t end = r.endNs ? r.endNs : coarseNowNs();
+  bool ended = r.state == OpState::kCompleted || r.state == OpState::kFailed;
+  uint64_t end = ended ? r.endNs : coarseNowNs();
   std::string s = strprintf(
       "{\"type\":\"op\",\"seq\":%llu,\"coll\":\"%s\",\"algo\":\"%s\",\"count\":%llu,"
       "\"bytes\":%llu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"peers\":[%s],"
@@ -76,7 +77,7 @@ std::string recordJson(const FlightRecord& r, int64_t off) {
       static_cast<unsigned long long>(r.count), static_cast<unsigned long long>(r.bytes),
       r.coll == Collective::kSendRecv ? "bytes" : dtypeName(r.dtype), redopName(r.redop), r.root,
       peers.c_str(), r.npeers, opStateName(r.state), wallSeconds(r.startNs, off),
-      wallSeconds(r.endNs, off), r.startNs && end > r.startNs ? (end - r.startNs) / 1e3 : 0.0,
+      wallSeconds(ended ? r.endNs : 0, off), r.startNs && end > r.startNs ? (end - r.startNs) / 1e3 : 0.0,
       r.waitNs / 1e3);
   if (r.waitingOn >= 0)
     s += strprintf(",\"waiting_on\":%d,\"waiting_to\":\"%s\"", r.waitingOn,
@@ -158,7 +159,11 @@ void FlightRecorder::add(FlightEntry* e, uint64_t now) {
 
 void FlightRecorder::complete(FlightEntry* e) {
   if (!e) return;
-  add(e, coarseNowNs());
+  // See FlightEntry: the last activity the executor noted ends a small operation that waited.
+  uint64_t end = e->endNs.load(kRelaxed);
+  if (end == 0 || e->bytes.load(kRelaxed) >= FlightEntry::kTimedBytes) end = coarseNowNs();
+  if (e->startNs.load(kRelaxed) == 0) e->startNs.store(end, kRelaxed);
+  add(e, end);
   e->state.store(static_cast<uint8_t>(OpState::kCompleted), kRelaxed);
   uint64_t seq = e->seq.load(kRelaxed);
   if (seq > lastCompleted_.load(kRelaxed)) lastCompleted_.store(seq, kRelaxed);

@@ -27,14 +27,22 @@ const char* opStateName(OpState s);
 
 // One operation, one cache line. Every field is an atomic written relaxed (plain stores
 // on x86 and ARM): readers may see an entry mid-way (they check `seq` before and after),
-// never a torn value. Times are CLOCK_MONOTONIC_COARSE (coarseNowNs: a few ns to read, the
-// kernel tick's resolution, 1-4 ms): an operation's own clock reads must cost next to
-// nothing next to an 8-byte all-reduce. Summed durations (metrics) stay unbiased.
+// never a torn value.
+//
+// Time stamps must cost next to nothing next to an 8-byte all-reduce (LOOM_FLIGHT_RECORDER
+// on vs off: within 3%), so small operations read no clock of their own: the executor
+// already reads one when a wait begins (and when a long wait ends), and those times become
+// the operation's start and end (noteActive). An operation that never waited is stamped
+// once, at its end, with the coarse clock (CLOCK_MONOTONIC_COARSE: 5 ns, 1-4 ms
+// resolution). Operations of kTimedBytes or more are stamped at start and end with the
+// coarse clock. Durations summed for metrics stay unbiased.
 struct alignas(64) FlightEntry {
   static constexpr int kMaxPeers = 2;  // the first peers kept; npeers counts them all
+  static constexpr uint64_t kTimedBytes = 64 << 10;
   std::atomic<uint64_t> seq{0};
   std::atomic<uint64_t> bytes{0};
-  std::atomic<uint64_t> startNs{0}, endNs{0};  // coarse clock; 0: not yet
+  std::atomic<uint64_t> startNs{0};  // 0: not yet known
+  std::atomic<uint64_t> endNs{0};    // once completed or failed; before: the last activity
   std::atomic<uint64_t> waitNs{0};             // time waited for peers (waits of >~10 us)
   std::atomic<int32_t> root{-1};
   std::atomic<int32_t> waitingOn{-1};  // the peer a stalled wait was on, -1 none
@@ -43,8 +51,15 @@ struct alignas(64) FlightEntry {
   std::atomic<uint16_t> npeers{0};
 
   void start() {
-    startNs.store(coarseNowNs(), std::memory_order_relaxed);
+    if (bytes.load(std::memory_order_relaxed) >= kTimedBytes)
+      startNs.store(coarseNowNs(), std::memory_order_relaxed);
     state.store(static_cast<uint8_t>(OpState::kStarted), std::memory_order_relaxed);
+  }
+  // The executor read the clock (nowNs) while this operation was running: a wait began or
+  // a long one ended.
+  void noteActive(uint64_t ns) {
+    if (startNs.load(std::memory_order_relaxed) == 0) startNs.store(ns, std::memory_order_relaxed);
+    endNs.store(ns, std::memory_order_relaxed);
   }
   void addWait(uint64_t ns) {
     waitNs.store(waitNs.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
