@@ -4,11 +4,11 @@
 # LOOM_FLIGHT_RECORDER=0 and the default alternately (which goes first alternates too),
 # ROUNDS rounds each, in one run on one machine; prints each round's time and the medians.
 #
-#   bench/diag/recorder_overhead.sh [build-dir]     ROUNDS=21 ITERS=20000 RANKS=2
+#   bench/diag/recorder_overhead.sh [build-dir]     ROUNDS=31 ITERS=200000 RANKS=2
 set -euo pipefail
 build="${1:-$(cd "$(dirname "$0")/../.." && pwd)/build}"
 tool="$build/bench/all_reduce_perf"
-rounds="${ROUNDS:-21}" iters="${ITERS:-20000}" ranks="${RANKS:-2}"
+rounds="${ROUNDS:-31}" iters="${ITERS:-200000}" ranks="${RANKS:-2}"
 [[ -x "$tool" ]] || { echo "recorder_overhead: no $tool (build first)" >&2; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

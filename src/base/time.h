@@ -1,7 +1,5 @@
 #pragma once
 
-#include <time.h>
-
 #include <chrono>
 #include <cstdint>
 
@@ -12,14 +10,6 @@ using Clock = std::chrono::steady_clock;
 inline uint64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
-}
-
-// CLOCK_MONOTONIC (steady_clock's timeline) at the kernel tick's resolution (1-4 ms), for
-// time stamps on every operation: a quarter of nowNs()'s cost.
-inline uint64_t coarseNowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 // A point in time after which a wait gives up. Deadline::never() waits forever.

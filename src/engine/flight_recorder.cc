@@ -48,13 +48,7 @@ int64_t steadyToWallOffset() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   int64_t wall = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  return wall - static_cast<int64_t>(coarseNowNs());
-}
-
-double coarseResolutionUs() {
-  timespec r{};
-  clock_getres(CLOCK_MONOTONIC_COARSE, &r);
-  return r.tv_sec * 1e6 + r.tv_nsec / 1e3;
+  return wall - static_cast<int64_t>(nowNs());
 }
 
 const char* redopName(int op) {
@@ -67,18 +61,18 @@ std::string recordJson(const FlightRecord& r, int64_t off) {
   for (int i = 0; i < r.npeers && i < FlightEntry::kMaxPeers; ++i)
     peers += strprintf("%s%d", i ? "," : "", r.peers[i]);
   bool ended = r.state == OpState::kCompleted || r.state == OpState::kFailed;
-  uint64_t end = ended ? r.endNs : coarseNowNs();
+  uint64_t end = ended ? r.endNs : nowNs();
   std::string s = strprintf(
       "{\"type\":\"op\",\"seq\":%llu,\"coll\":\"%s\",\"algo\":\"%s\",\"count\":%llu,"
       "\"bytes\":%llu,\"dtype\":\"%s\",\"op\":\"%s\",\"root\":%d,\"peers\":[%s],"
-      "\"npeers\":%d,\"state\":\"%s\",\"started_at\":%.3f,\"ended_at\":%.3f,"
-      "\"duration_us\":%.0f,\"wait_us\":%.1f",
+      "\"npeers\":%d,\"state\":\"%s\",\"started_at\":%.6f,\"ended_at\":%.6f,"
+      "\"duration_us\":%.1f,\"timed\":%s,\"wait_us\":%.1f",
       static_cast<unsigned long long>(r.seq), collectiveName(r.coll), algorithmName(r.algo),
       static_cast<unsigned long long>(r.count), static_cast<unsigned long long>(r.bytes),
       r.coll == Collective::kSendRecv ? "bytes" : dtypeName(r.dtype), redopName(r.redop), r.root,
       peers.c_str(), r.npeers, opStateName(r.state), wallSeconds(r.startNs, off),
       wallSeconds(ended ? r.endNs : 0, off), r.startNs && end > r.startNs ? (end - r.startNs) / 1e3 : 0.0,
-      r.waitNs / 1e3);
+      r.timed ? "true" : "false", r.waitNs / 1e3);
   if (r.waitingOn >= 0)
     s += strprintf(",\"waiting_on\":%d,\"waiting_to\":\"%s\"", r.waitingOn,
                    r.waitingSend ? "send" : "receive");
@@ -133,65 +127,75 @@ FlightEntry* FlightRecorder::record(uint64_t seq, Collective coll, Algorithm alg
   e.startNs.store(0, kRelaxed);
   e.endNs.store(0, kRelaxed);
   e.waitNs.store(0, kRelaxed);
-  e.root.store(root, kRelaxed);
-  e.waitingOn.store(-1, kRelaxed);
-  for (int i = 0; i < FlightEntry::kMaxPeers; ++i)
-    e.peers[i].store(i < npeers ? peers[i] : -1, kRelaxed);
-  e.coll.store(static_cast<uint8_t>(coll), kRelaxed);
-  e.algo.store(static_cast<uint8_t>(algo), kRelaxed);
-  e.state.store(static_cast<uint8_t>(OpState::kQueued), kRelaxed);
-  e.dtype.store(static_cast<uint8_t>(dtype), kRelaxed);
-  e.redop.store(static_cast<uint8_t>(redop < 0 || redop > 255 ? 255 : redop), kRelaxed);
-  e.npeers.store(static_cast<uint16_t>(npeers > 65535 ? 65535 : npeers), kRelaxed);
+  FlightEntry::Meta m{};
+  m.coll = static_cast<uint8_t>(coll);
+  m.algo = static_cast<uint8_t>(algo);
+  m.state = static_cast<uint8_t>(OpState::kQueued);
+  m.dtype = static_cast<uint8_t>(dtype);
+  m.redop = static_cast<uint8_t>(redop < 0 || redop > 255 ? 255 : redop);
+  m.npeers = static_cast<uint16_t>(npeers > 65535 ? 65535 : npeers);
+  e.setMeta(m);
+  e.ranks.store(FlightEntry::pack(root, -1), kRelaxed);
+  e.peers.store(FlightEntry::pack(npeers > 0 ? peers[0] : -1, npeers > 1 ? peers[1] : -1), kRelaxed);
   e.seq.store(seq, std::memory_order_release);
   return &e;
 }
 
-void FlightRecorder::add(FlightEntry* e, uint64_t now) {
-  e->endNs.store(now, kRelaxed);
-  Totals& t = totals_[e->coll.load(kRelaxed) % kCollectiveCount];
+void FlightRecorder::add(FlightEntry* e, uint64_t start, uint64_t end) {
+  e->endNs.store(end, kRelaxed);
+  Totals& t = totals_[e->getMeta().coll % kCollectiveCount];
   // One thread at a time finishes a communicator's operations (they run in issue order).
+  uint64_t bytes = e->bytes.load(kRelaxed);
   t.ops.store(t.ops.load(kRelaxed) + 1, kRelaxed);
-  t.bytes.store(t.bytes.load(kRelaxed) + e->bytes.load(kRelaxed), kRelaxed);
-  uint64_t start = e->startNs.load(kRelaxed);
-  if (start && now > start) t.ns.store(t.ns.load(kRelaxed) + (now - start), kRelaxed);
+  t.bytes.store(t.bytes.load(kRelaxed) + bytes, kRelaxed);
+  if (e->timed() && end > start) {
+    uint64_t weight = bytes >= FlightEntry::kTimedBytes ? 1 : FlightEntry::kSampleEvery;
+    t.ns.store(t.ns.load(kRelaxed) + (end - start) * weight, kRelaxed);
+  }
 }
 
 void FlightRecorder::complete(FlightEntry* e) {
   if (!e) return;
-  // See FlightEntry: the last activity the executor noted ends a small operation that waited.
-  uint64_t end = e->endNs.load(kRelaxed);
-  if (end == 0 || e->bytes.load(kRelaxed) >= FlightEntry::kTimedBytes) end = coarseNowNs();
-  if (e->startNs.load(kRelaxed) == 0) e->startNs.store(end, kRelaxed);
-  add(e, end);
-  e->state.store(static_cast<uint8_t>(OpState::kCompleted), kRelaxed);
+  // See FlightEntry: untimed operations end at their last activity the executor noted.
+  uint64_t start = e->startNs.load(kRelaxed);
+  uint64_t end = e->timed() ? nowNs() : e->endNs.load(kRelaxed);
+  if (start == 0 && end != 0) e->startNs.store(start = end, kRelaxed);
+  add(e, start, end);
+  e->setState(OpState::kCompleted);
   uint64_t seq = e->seq.load(kRelaxed);
   if (seq > lastCompleted_.load(kRelaxed)) lastCompleted_.store(seq, kRelaxed);
-  if (summaryEvery_) {
-    uint64_t w = e->waitNs.load(kRelaxed);
-    summaryWaitNs_ += w;
-    summaryMaxNs_ = std::max(summaryMaxNs_, w);
-    if (++summaryOps_ >= summaryEvery_) summarise(seq);
-  }
+  if (summaryEvery_ && ++summaryOps_ >= summaryEvery_) summarise(seq);
 }
 
 void FlightRecorder::summarise(uint64_t seq) {
+  if (!logEnabled(LogLevel::kInfo, kLogRas)) {
+    summaryOps_ = 0;
+    return;
+  }
+  uint64_t n = 0, waitNs = 0, maxNs = 0;
+  FlightRecord r;
+  for (uint64_t q = seq; q > seq - summaryOps_ && read(q, &r); --q) {
+    if (r.state != OpState::kCompleted) continue;
+    ++n;
+    waitNs += r.waitNs;
+    maxNs = std::max(maxNs, r.waitNs);
+  }
+  summaryOps_ = 0;
+  if (n == 0) return;
   LOOM_INFO(kLogRas,
             "comm %016llx rank %d: operations #%llu-#%llu waited for their peers %.1f us each on "
             "average, %.1f us at most (the rank that waits least arrives last; loom-status "
             "compares all ranks)",
             static_cast<unsigned long long>(commHash_), rank_,
-            static_cast<unsigned long long>(seq - summaryOps_ + 1),
-            static_cast<unsigned long long>(seq), summaryWaitNs_ / 1e3 / summaryOps_,
-            summaryMaxNs_ / 1e3);
-  summaryOps_ = summaryWaitNs_ = summaryMaxNs_ = 0;
+            static_cast<unsigned long long>(seq - n + 1), static_cast<unsigned long long>(seq),
+            waitNs / 1e3 / n, maxNs / 1e3);
 }
 
 void FlightRecorder::fail(FlightEntry* e) {
   failures_.fetch_add(1, kRelaxed);
   if (!e) return;
-  e->endNs.store(coarseNowNs(), kRelaxed);
-  e->state.store(static_cast<uint8_t>(OpState::kFailed), kRelaxed);
+  e->endNs.store(nowNs(), kRelaxed);
+  e->setState(OpState::kFailed);
 }
 
 void FlightRecorder::noteError(const std::string& what) {
@@ -221,20 +225,24 @@ bool FlightRecorder::read(uint64_t seq, FlightRecord* out) const {
   if (e.seq.load(std::memory_order_acquire) != seq) return false;
   FlightRecord r;
   r.seq = seq;
-  r.coll = static_cast<Collective>(e.coll.load(kRelaxed));
-  r.algo = static_cast<Algorithm>(e.algo.load(kRelaxed));
+  FlightEntry::Meta m = e.getMeta();
+  r.coll = static_cast<Collective>(m.coll);
+  r.algo = static_cast<Algorithm>(m.algo);
   r.bytes = e.bytes.load(kRelaxed);
-  r.dtype = e.dtype.load(kRelaxed);
-  r.redop = e.redop.load(kRelaxed);
-  r.root = e.root.load(kRelaxed);
-  r.state = static_cast<OpState>(e.state.load(kRelaxed));
-  r.waitingOn = e.waitingOn.load(kRelaxed);
-  r.waitingSend = e.waitingSend.load(kRelaxed) != 0;
+  r.dtype = m.dtype;
+  r.redop = m.redop;
+  r.state = static_cast<OpState>(m.state);
+  r.waitingSend = m.flags & FlightEntry::kFlagSend;
+  r.timed = m.flags & FlightEntry::kFlagTimed;
+  uint64_t ranks = e.ranks.load(kRelaxed), peers = e.peers.load(kRelaxed);
+  r.root = FlightEntry::low(ranks);
+  r.waitingOn = FlightEntry::high(ranks);
   r.startNs = e.startNs.load(kRelaxed);
   r.endNs = e.endNs.load(kRelaxed);
   r.waitNs = e.waitNs.load(kRelaxed);
-  r.npeers = e.npeers.load(kRelaxed);
-  for (int i = 0; i < FlightEntry::kMaxPeers; ++i) r.peers[i] = e.peers[i].load(kRelaxed);
+  r.npeers = m.npeers;
+  r.peers[0] = FlightEntry::low(peers);
+  r.peers[1] = FlightEntry::high(peers);
   size_t elt = r.coll == Collective::kSendRecv || !dtypeValid(r.dtype) ? 1 : dtypeSize(r.dtype);
   r.count = r.bytes / elt;
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -289,12 +297,12 @@ std::string FlightRecorder::dump(const char* reason) const {
       "{\"type\":\"comm\",\"version\":1,\"comm\":\"%016llx\",\"rank\":%d,\"nranks\":%d,"
       "\"host\":%s,\"pid\":%d,\"reason\":%s,\"error\":%s,\"dumped_at\":%.6f,"
       "\"capacity\":%zu,\"last_queued\":%llu,\"last_started\":%llu,\"last_completed\":%llu,"
-      "\"recent_wait_us\":%.1f,\"clock_resolution_us\":%.0f}\n",
+      "\"recent_wait_us\":%.1f}\n",
       static_cast<unsigned long long>(commHash_), rank_, nranks_, jsonString(hostName()).c_str(),
       static_cast<int>(getpid()), jsonString(reason ? reason : "").c_str(),
       jsonString(error()).c_str(), wallSeconds(nowNs(), off), capacity_,
       static_cast<unsigned long long>(last), static_cast<unsigned long long>(lastStarted()),
-      static_cast<unsigned long long>(lastCompleted()), recentWaitUs(), coarseResolutionUs());
+      static_cast<unsigned long long>(lastCompleted()), recentWaitUs());
   if (last == 0) return out;
   for (uint64_t s = first; s <= last; ++s) {
     FlightRecord r;

@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,43 +31,84 @@ const char* opStateName(OpState s);
 // never a torn value.
 //
 // Time stamps must cost next to nothing next to an 8-byte all-reduce (LOOM_FLIGHT_RECORDER
-// on vs off: within 3%), so small operations read no clock of their own: the executor
-// already reads one when a wait begins (and when a long wait ends), and those times become
-// the operation's start and end (noteActive). An operation that never waited is stamped
-// once, at its end, with the coarse clock (CLOCK_MONOTONIC_COARSE: 5 ns, 1-4 ms
-// resolution). Operations of kTimedBytes or more are stamped at start and end with the
-// coarse clock. Durations summed for metrics stay unbiased.
+// on vs off: within 3%), so most small operations read no clock of their own: the executor
+// already reads one when a wait begins (and when a long wait ends), and those times give the
+// operation's start and last activity (noteActive), enough for a dump's time line and for
+// how long a stuck operation has been waiting. Timed operations read the clock at start and
+// end and are what the metrics' time in collectives is made of: every operation of
+// kTimedBytes or more, and one small operation in kSampleEvery (chosen by a hash of its
+// sequence number, so that a training step's repeating pattern of calls cannot alias with
+// it), whose duration counts kSampleEvery times: an unbiased estimate.
 struct alignas(64) FlightEntry {
   static constexpr int kMaxPeers = 2;  // the first peers kept; npeers counts them all
   static constexpr uint64_t kTimedBytes = 64 << 10;
+  static constexpr uint64_t kSampleEvery = 64;
+  static constexpr uint8_t kFlagSend = 1;   // waitingOn: waiting to send (else to receive)
+  static constexpr uint8_t kFlagTimed = 2;  // startNs/endNs read at start and end
+
+  // The small fields, packed so that claiming an entry is a few stores.
+  struct Meta {
+    uint8_t coll, algo, state, flags, dtype, redop;
+    uint16_t npeers;
+  };
+  static_assert(sizeof(Meta) == 8);
+
   std::atomic<uint64_t> seq{0};
   std::atomic<uint64_t> bytes{0};
-  std::atomic<uint64_t> startNs{0};  // 0: not yet known
+  std::atomic<uint64_t> startNs{0};  // steady clock (nowNs); 0: not known
   std::atomic<uint64_t> endNs{0};    // once completed or failed; before: the last activity
-  std::atomic<uint64_t> waitNs{0};             // time waited for peers (waits of >~10 us)
-  std::atomic<int32_t> root{-1};
-  std::atomic<int32_t> waitingOn{-1};  // the peer a stalled wait was on, -1 none
-  std::array<std::atomic<int32_t>, kMaxPeers> peers{};
-  std::atomic<uint8_t> coll{0}, algo{0}, state{0}, waitingSend{0}, dtype{0}, redop{0};
-  std::atomic<uint16_t> npeers{0};
+  std::atomic<uint64_t> waitNs{0};   // time waited for peers (waits of >~10 us)
+  std::atomic<uint64_t> meta{0};     // Meta
+  std::atomic<uint64_t> ranks{0};    // root | the peer a stalled wait is on (-1 none) << 32
+  std::atomic<uint64_t> peers{0};    // the first two peers (-1 none)
+
+  static uint64_t pack(int32_t lo, int32_t hi) {
+    return static_cast<uint32_t>(lo) | static_cast<uint64_t>(static_cast<uint32_t>(hi)) << 32;
+  }
+  static int32_t low(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v)); }
+  static int32_t high(uint64_t v) { return static_cast<int32_t>(static_cast<uint32_t>(v >> 32)); }
+  Meta getMeta() const {
+    uint64_t v = meta.load(std::memory_order_relaxed);
+    Meta m;
+    memcpy(&m, &v, sizeof(m));
+    return m;
+  }
+  void setMeta(const Meta& m) {
+    uint64_t v;
+    memcpy(&v, &m, sizeof(v));
+    meta.store(v, std::memory_order_relaxed);
+  }
+  void setState(OpState s) {
+    Meta m = getMeta();
+    m.state = static_cast<uint8_t>(s);
+    setMeta(m);
+  }
+  bool timed() const { return getMeta().flags & kFlagTimed; }
 
   void start() {
-    if (bytes.load(std::memory_order_relaxed) >= kTimedBytes)
-      startNs.store(coarseNowNs(), std::memory_order_relaxed);
-    state.store(static_cast<uint8_t>(OpState::kStarted), std::memory_order_relaxed);
+    Meta m = getMeta();
+    m.state = static_cast<uint8_t>(OpState::kStarted);
+    if (bytes.load(std::memory_order_relaxed) >= kTimedBytes ||
+        (seq.load(std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull) >> 58 == 0) {
+      m.flags |= kFlagTimed;
+      startNs.store(nowNs(), std::memory_order_relaxed);
+    }
+    setMeta(m);
   }
   // The executor read the clock (nowNs) while this operation was running: a wait began or
   // a long one ended.
   void noteActive(uint64_t ns) {
     if (startNs.load(std::memory_order_relaxed) == 0) startNs.store(ns, std::memory_order_relaxed);
-    endNs.store(ns, std::memory_order_relaxed);
+    if (!timed()) endNs.store(ns, std::memory_order_relaxed);
   }
   void addWait(uint64_t ns) {
     waitNs.store(waitNs.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
   }
   void noteWaiting(int peer, bool send) {
-    waitingOn.store(peer, std::memory_order_relaxed);
-    waitingSend.store(send ? 1 : 0, std::memory_order_relaxed);
+    ranks.store(pack(low(ranks.load(std::memory_order_relaxed)), peer), std::memory_order_relaxed);
+    Meta m = getMeta();
+    m.flags = send ? m.flags | kFlagSend : m.flags & ~kFlagSend;
+    setMeta(m);
   }
 };
 static_assert(sizeof(FlightEntry) == 64, "one cache line per operation");
@@ -81,6 +123,7 @@ struct FlightRecord {
   OpState state = OpState::kEmpty;
   int waitingOn = -1;
   bool waitingSend = false;
+  bool timed = false;
   uint64_t startNs = 0, endNs = 0, waitNs = 0;
   int npeers = 0;
   std::array<int, FlightEntry::kMaxPeers> peers{};
@@ -144,7 +187,7 @@ class FlightRecorder {
   void dumpOnEvent(const char* reason) const;
 
  private:
-  void add(FlightEntry* e, uint64_t now);  // totals of a finished entry
+  void add(FlightEntry* e, uint64_t start, uint64_t end);  // totals of a finished entry
 
   uint64_t commHash_;
   int rank_, nranks_;
@@ -156,8 +199,9 @@ class FlightRecorder {
     std::atomic<uint64_t> ops{0}, bytes{0}, ns{0};
   };
   std::array<Totals, kCollectiveCount> totals_{};
-  // Arrival summary every LOOM_ARRIVAL_SUMMARY_OPS operations (RAS log lines).
-  uint64_t summaryEvery_ = 0, summaryOps_ = 0, summaryWaitNs_ = 0, summaryMaxNs_ = 0;
+  // Arrival summary every LOOM_ARRIVAL_SUMMARY_OPS operations (RAS log lines), from the
+  // entries still held.
+  uint64_t summaryEvery_ = 0, summaryOps_ = 0;
   void summarise(uint64_t seq);
   mutable std::mutex errMu_;
   std::string error_;

@@ -30,7 +30,7 @@ StatusWire localStatus(const FlightRecorder& rec) {
   w.lastCompleted = rec.lastCompleted();
   w.currentColl = -1;
   w.waitingOn = -1;
-  uint64_t now = coarseNowNs();
+  uint64_t now = nowNs();
   FlightRecord r;
   if (w.lastCompleted < w.lastQueued) {
     w.currentSeq = w.lastCompleted + 1;
