@@ -31,7 +31,14 @@ class LoomTestBase(MultiProcessTestCase):
 
     def setUp(self):
         super().setUp()
-        self._spawn_processes()
+        # Forked ranks inherit the imported torch (a spawned one imports it again: seconds
+        # per rank per test). The test process itself runs no torch ops, so forking is safe.
+        # Torch 2.15 dropped _fork_processes; _start_processes takes the process class.
+        fork = getattr(self, "_fork_processes", None)
+        if fork:
+            fork()
+        else:
+            self._start_processes(torch.multiprocessing.get_context("fork").Process)
 
     def tearDown(self):
         super().tearDown()
