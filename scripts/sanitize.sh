@@ -8,12 +8,16 @@
 #   scripts/sanitize.sh                           ASan + UBSan: every core_test test,
 #                                                 chaos_test (50 trials), fault_test,
 #                                                 hier_test (processes posing as hosts;
-#                                                 one layout of each kind)
+#                                                 one layout of each kind), diag_test
+#                                                 (flight recorder, status queries, a
+#                                                 SIGSTOPped rank)
 #   LOOM_SANITIZER=thread scripts/sanitize.sh     ThreadSanitizer: core_test with ranks as
 #                                                 threads (TSan does not follow fork()), the
 #                                                 net transport's proxy thread and the
 #                                                 transport registry with ranks as threads,
-#                                                 the step primitive's FIFO pipeline
+#                                                 the step primitive's FIFO pipeline,
+#                                                 status queries and the metrics exporter
+#                                                 reading recorders the ranks write
 #   LOOM_SANITIZE_SUBSET=quick|ci|full            how much to run (default ci; full adds
 #                                                 TSan's slower cases)
 #   LOOM_SANITIZE_DIR=<dir>                       build dir (default build-asan / build-tsan)
@@ -24,9 +28,9 @@ kind="${LOOM_SANITIZER:-address}"
 subset="${LOOM_SANITIZE_SUBSET:-ci}"
 case "$kind" in
   address) flags=address,undefined; name="asan+ubsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-asan}"
-    targets=(core_test chaos_test fault_test hier_test) ;;
+    targets=(core_test chaos_test fault_test hier_test diag_test) ;;
   thread) flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
-    targets=(core_test transports_test kernels_test) ;;
+    targets=(core_test transports_test kernels_test diag_test engine_metrics_test) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
 esac
 jobs="${LOOM_JOBS:-$(nproc)}"
@@ -67,6 +71,9 @@ if [ "$kind" = address ]; then
   hier_filter='*:-HierPlan.BroadcastAndReduceEveryLayoutAndRoot:HierPlan.ReduceScatterAndAllGatherEveryLayout:Layouts/Hier.EveryCase/uneven_2_1_3_hier:Layouts/Hier.EveryCase/2x2_hier:Layouts/Hier.EveryCase/uneven_3_1_default:Layouts/Hier.EveryCase/interleaved_2x2_hier'
   chaos_trials=50
   fault_chaos_trials=20
+  # The flight recorder, status queries, loom-status and a SIGSTOPped rank (issue 14).
+  diag_filter='*'
+  metrics_filter=''
 else
   # TSan follows threads, not fork(): ranks run as threads of one process. Reports go to
   # the log and the test goes on (halt_on_error=0) so one run lists every race.
@@ -81,6 +88,10 @@ else
   # executor waits, closes and probes them, over TCP and an NCCL net plugin; registry tests with a transport of the tests; the step primitive between threads.
   transports_filter='NetTransport.NameInAnyCaseAndRanksAsThreads:NetPluginJob.RanksAsThreadsShareThePlugin:NetPluginLoader.*:TransportRegistry.TestTransportChosenAheadOfShm:TransportRegistry.PriorityOrderAndCanConnectDecideEachPair:TransportRegistry.BlobSizeLimitIsEnforced'
   kernels_filter='StepPrimitive.*'
+  # Status queries answered on the listener's thread and metrics scraped by the exporter's,
+  # both reading flight recorders the ranks' threads are writing.
+  diag_filter='FlightRecorder.KeepsTheLastEntriesWithTheirStatesAndTotals:FlightRecorder.DumpStateAndStatusQueriesOnLiveRanks:DiagStatus.*'
+  metrics_filter='Metrics.HttpScrapeDuringRun:Metrics.FileExport:Metrics.RenderPerCollective'
   chaos_trials=0
   fault_chaos_trials=0
 fi
@@ -140,6 +151,13 @@ fi
 if [ -n "${transports_filter:-}" ]; then
   run transports_test "$build/tests/transports/transports_test" --gtest_filter="$transports_filter"
   run kernels_test "$build/tests/kernels/kernels_test" --gtest_filter="$kernels_filter"
+fi
+
+if [ -n "${diag_filter:-}" ]; then
+  run diag_test "$build/tests/diag/diag_test" --gtest_filter="$diag_filter"
+fi
+if [ -n "${metrics_filter:-}" ]; then
+  run engine_metrics_test "$build/tests/engine/engine_metrics_test" --gtest_filter="$metrics_filter"
 fi
 
 if [ ${#failed[@]} -ne 0 ]; then
