@@ -1,5 +1,7 @@
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 
@@ -10,6 +12,14 @@ using Clock = std::chrono::steady_clock;
 inline uint64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
+}
+
+// CLOCK_MONOTONIC (steady_clock's timeline) at the kernel tick's resolution (1-4 ms): a
+// quarter of nowNs()'s cost, for time stamps that need no more.
+inline uint64_t coarseNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 // A point in time after which a wait gives up. Deadline::never() waits forever.

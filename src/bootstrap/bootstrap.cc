@@ -126,7 +126,9 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
             me.str().c_str(), iface_.name.c_str());
 }
 
-Bootstrap::~Bootstrap() = default;  // acceptor_ (declared after listener_) stops first
+// The acceptor's thread goes first: it serves status queries with members declared after it
+// (statusSource_, statusMu_, peers_).
+Bootstrap::~Bootstrap() { acceptor_.reset(); }
 
 void Bootstrap::checkAbort(const char* what, int peer) const {
   if (abort_ && abort_->load(std::memory_order_relaxed)) {

@@ -62,8 +62,9 @@ class Bootstrap {
   std::string queryStatus(int peer, double timeoutSec, uint64_t detail = 0);
   // HMAC(secret, "loom-status-key"): what a status query proves it knows.
   static std::array<uint8_t, 32> statusKey(const JobId& job);
-  // Status replies: a 4-byte little-endian length, then the payload.
-  static constexpr uint16_t kStatusHelloKind = 5;
+  // Status replies: a 4-byte little-endian length, then the payload. (PeerHello kinds:
+  // 2 bootstrap, 3 socket stream, 4 net stream, 5 UCX control, 6 verbs control, 7 status.)
+  static constexpr uint16_t kStatusHelloKind = 7;
 
   // Tags below this are free for callers; the bootstrap's own collectives use the rest.
   static constexpr uint32_t kUserTagLimit = 0x80000000u;

@@ -117,7 +117,7 @@ void HelloAcceptor::readPending(const std::vector<pollfd>& fds) {
       try {
         p.sock.setNonBlocking(false);
         served = serve_(p.hello, p.sock);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // never lets a request end this thread
         LOOM_INFO(kLogBootstrap, "%s: request from %s: %s", who_.c_str(),
                   p.sock.peer().str().c_str(), e.what());
         served = true;

@@ -19,7 +19,7 @@ Digest replyMac(const JobId& id, const RootHello& hello, const RootReplyHeader& 
 struct PeerHello {
   uint32_t magic;
   uint16_t version;
-  uint16_t kind;  // 2 = bootstrap peer, 3 = transport stream
+  uint16_t kind;  // 2 bootstrap peer, 3 socket stream, 4 net stream, 5 UCX control, 6 verbs control, 7 status query
   int32_t fromRank;
   int32_t toRank;
   uint64_t connId;  // transport: which connection/stream this socket carries

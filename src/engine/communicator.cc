@@ -132,13 +132,17 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   oversubscribed_ = localRanks() > hostCpus();
   if (nranks > 1) connect({{ring().next(), 0}}, {{ring().prev(), 0}});
   startMetricsExporter(planCtx_.layout.local);
-  bootstrap_->setStatusSource([this](uint64_t detail) { return statusPayload(*this, detail != 0); });
+  bootstrap_->setStatusSource([this](uint64_t detail) { return statusPayload(*this, detail); });
   publishStatusAddress(*this);
 } catch (...) {
   ShmSegment::sweepDead();
 }
 
 Communicator::~Communicator() {
+  if (bootstrap_) {
+    bootstrap_->setStatusSource(nullptr);  // status queries stop reaching this object
+    unpublishStatusAddress(*this);
+  }
   executor_.reset();  // its worker may still be running tasks over the transports
   transports_.reset();
   for (int fd : pidfds_)

@@ -239,7 +239,7 @@ struct CommQueue {
                    t->rank, t->name, static_cast<unsigned long long>(t->seq), t->plan->scratchBytes);
       for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
         runs.emplace_back(*t, ch);
-      if (t->rec) t->rec->start();
+      if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->start();
     }
     bool all = true;
     for (auto& r : runs) {
@@ -254,7 +254,7 @@ struct CommQueue {
       for (Connection* c : t->transports->buffered())
         if (!c->fifo().drained()) return any;
       draining = false;
-      if (t->rec) t->recorder->complete(t->rec);
+      if (t->recorder) t->recorder->complete(t->rec, t->seq);
       ++next;
       any = true;
     }
@@ -276,14 +276,16 @@ struct CommQueue {
       bool send = false;
       if (Connection* c = r.waitingOn(&send)) {
         waits.push_back(c);
-        if (t->rec && waits.size() == 1) t->rec->noteWaiting(c->peer(), send);
+        if (waits.size() == 1)
+          if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->noteWaiting(c->peer(), send);
       }
     }
     // Socket data still leaving after the steps are done.
     if (draining)
       for (Connection* c : t->transports->buffered())
         if (!c->fifo().drained()) {
-          if (t->rec && waits.empty()) t->rec->noteWaiting(c->peer(), true);
+          if (waits.empty())
+            if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->noteWaiting(c->peer(), true);
           waits.push_back(c);
         }
     for (Connection* c : waits) {
@@ -365,9 +367,10 @@ void runTasks(std::span<Task* const> tasks) {
         // than an 8-byte all-reduce can spare, and skews that matter are far longer.
         uint64_t now = nowNs();
         for (auto& q : queues)
-          if (q.idleTask && q.idleTask->rec) {
-            q.idleTask->rec->addWait(now - idleSince);
-            q.idleTask->rec->noteActive(now);
+          if (FlightEntry* e = q.idleTask ? FlightRecorder::held(q.idleTask->rec, q.idleTask->seq) : nullptr) {
+            e->addWait(now - idleSince);
+            e->noteActive(now);
+            e->noteWaiting(-1, false);  // no longer waiting on that peer
           }
       }
       if (all) return;
@@ -380,7 +383,8 @@ void runTasks(std::span<Task* const> tasks) {
         if (lastCheck == 0) lastCheck = idleSince;
         for (auto& q : queues) {
           q.idleTask = q.current();
-          if (q.idleTask && q.idleTask->rec) q.idleTask->rec->noteActive(idleSince);
+          if (FlightEntry* e = q.idleTask ? FlightRecorder::held(q.idleTask->rec, q.idleTask->seq) : nullptr)
+            e->noteActive(idleSince);
         }
       }
       // Back off: spin, then yield, then sleep in growing steps up to 50 us.
@@ -403,7 +407,7 @@ void runTasks(std::span<Task* const> tasks) {
     }
   } catch (const Error& e) {
     for (auto& q : queues)
-      if (Task* t = q.current(); t && t->recorder) t->recorder->fail(t->rec);
+      if (Task* t = q.current(); t && t->recorder) t->recorder->fail(t->rec, t->seq);
     throw;
   }
 }

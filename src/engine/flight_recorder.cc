@@ -5,8 +5,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -123,6 +124,7 @@ FlightEntry* FlightRecorder::record(uint64_t seq, Collective coll, Algorithm alg
   if (!ring_) return nullptr;
   FlightEntry& e = ring_[seq & mask_];
   e.seq.store(0, kRelaxed);  // readers skip it while it changes
+  std::atomic_thread_fence(std::memory_order_release);  // ... and never see new fields first
   e.bytes.store(bytes, kRelaxed);
   e.startNs.store(0, kRelaxed);
   e.endNs.store(0, kRelaxed);
@@ -154,15 +156,17 @@ void FlightRecorder::add(FlightEntry* e, uint64_t start, uint64_t end) {
   }
 }
 
-void FlightRecorder::complete(FlightEntry* e) {
-  if (!e) return;
-  // See FlightEntry: untimed operations end at their last activity the executor noted.
-  uint64_t start = e->startNs.load(kRelaxed);
-  uint64_t end = e->timed() ? nowNs() : e->endNs.load(kRelaxed);
-  if (start == 0 && end != 0) e->startNs.store(start = end, kRelaxed);
-  add(e, start, end);
-  e->setState(OpState::kCompleted);
-  uint64_t seq = e->seq.load(kRelaxed);
+void FlightRecorder::complete(FlightEntry* e, uint64_t seq) {
+  if ((e = held(e, seq))) {
+    // See FlightEntry: untimed operations end at their last activity the executor noted;
+    // one that never waited is stamped now, coarsely ("ended N s ago" needs it).
+    uint64_t start = e->startNs.load(kRelaxed);
+    uint64_t end = e->timed() ? nowNs() : e->endNs.load(kRelaxed);
+    if (end == 0) end = coarseNowNs();
+    if (start == 0) e->startNs.store(start = end, kRelaxed);
+    add(e, start, end);
+    e->setState(OpState::kCompleted);
+  }
   if (seq > lastCompleted_.load(kRelaxed)) lastCompleted_.store(seq, kRelaxed);
   if (summaryEvery_ && ++summaryOps_ >= summaryEvery_) summarise(seq);
 }
@@ -191,9 +195,9 @@ void FlightRecorder::summarise(uint64_t seq) {
             waitNs / 1e3 / n, maxNs / 1e3);
 }
 
-void FlightRecorder::fail(FlightEntry* e) {
+void FlightRecorder::fail(FlightEntry* e, uint64_t seq) {
   failures_.fetch_add(1, kRelaxed);
-  if (!e) return;
+  if (!(e = held(e, seq))) return;
   e->endNs.store(nowNs(), kRelaxed);
   e->setState(OpState::kFailed);
 }
@@ -311,15 +315,12 @@ std::string FlightRecorder::dump(const char* reason) const {
   return out;
 }
 
-std::string FlightRecorder::writeDump(const std::string& dir, const char* reason) const {
-  std::string path = strprintf("%s/loom-%016llx-r%d.jsonl", dir.c_str(),
-                               static_cast<unsigned long long>(commHash_), rank_);
-  std::string tmp = strprintf("%s.%d.tmp", path.c_str(), static_cast<int>(getpid()));
-  std::string text = dump(reason);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    LOOM_THROW(kSystemError, "cannot write the flight recorder to %s: %s", tmp.c_str(),
-               strerror(errno));
+void writeFileAtomically(const std::string& path, const std::string& text, int mode) {
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = strprintf("%s.%d.%llu.tmp", path.c_str(), static_cast<int>(getpid()),
+                              static_cast<unsigned long long>(counter.fetch_add(1)));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) LOOM_THROW(kSystemError, "cannot create %s: %s", tmp.c_str(), strerror(errno));
   size_t done = 0;
   while (done < text.size()) {
     ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -328,8 +329,7 @@ std::string FlightRecorder::writeDump(const std::string& dir, const char* reason
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      LOOM_THROW(kSystemError, "cannot write the flight recorder to %s: %s", tmp.c_str(),
-                 strerror(err));
+      LOOM_THROW(kSystemError, "cannot write %s: %s", tmp.c_str(), strerror(err));
     }
     done += static_cast<size_t>(n);
   }
@@ -337,9 +337,15 @@ std::string FlightRecorder::writeDump(const std::string& dir, const char* reason
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    LOOM_THROW(kSystemError, "cannot rename %s to %s: %s", tmp.c_str(), path.c_str(),
-               strerror(err));
+    LOOM_THROW(kSystemError, "cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), strerror(err));
   }
+}
+
+std::string FlightRecorder::writeDump(const std::string& dir, const char* reason) const {
+  std::string path = strprintf("%s/loom-%016llx-r%d.jsonl", dir.c_str(),
+                               static_cast<unsigned long long>(commHash_), rank_);
+  std::lock_guard<std::mutex> lock(dumpMu_);
+  writeFileAtomically(path, dump(reason), 0644);
   return path;
 }
 

@@ -104,6 +104,7 @@ struct alignas(64) FlightEntry {
   void addWait(uint64_t ns) {
     waitNs.store(waitNs.load(std::memory_order_relaxed) + ns, std::memory_order_relaxed);
   }
+  // peer -1: waits on nobody (any more).
   void noteWaiting(int peer, bool send) {
     ranks.store(pack(low(ranks.load(std::memory_order_relaxed)), peer), std::memory_order_relaxed);
     Meta m = getMeta();
@@ -134,6 +135,10 @@ struct CollTotals {
   uint64_t ops = 0, bytes = 0, ns = 0;
 };
 
+// Writes `text` to `path` through a uniquely named temporary file in the same directory
+// (created exclusively, never through a symbolic link) renamed over it. Throws loom::Error.
+void writeFileAtomically(const std::string& path, const std::string& text, int mode);
+
 class FlightRecorder {
  public:
   // capacity 0: the recorder is off (record() returns nullptr); else rounded up to a power
@@ -158,9 +163,15 @@ class FlightRecorder {
   // element count is bytes / the type's size (SendRecv groups: bytes, mixed types).
   FlightEntry* record(uint64_t seq, Collective coll, Algorithm algo, uint64_t bytes, int dtype,
                       int redop, int root, const int* peers, int npeers);
-  // The executor's transitions (e may be nullptr: recorder off).
-  void complete(FlightEntry* e);
-  void fail(FlightEntry* e);
+  // The executor's transitions of operation `seq`; e is its entry, nullptr when the
+  // recorder is off, and is left alone when a later operation has taken it over (a group
+  // of more operations than the ring holds).
+  void complete(FlightEntry* e, uint64_t seq);
+  void fail(FlightEntry* e, uint64_t seq);
+  // e if it still holds operation `seq`.
+  static FlightEntry* held(FlightEntry* e, uint64_t seq) {
+    return e && e->seq.load(std::memory_order_relaxed) == seq ? e : nullptr;
+  }
   void noteError(const std::string& what);  // the first failure's message, for dumps
 
   uint64_t lastQueued() const { return lastQueued_.load(std::memory_order_relaxed); }
@@ -203,6 +214,7 @@ class FlightRecorder {
   // entries still held.
   uint64_t summaryEvery_ = 0, summaryOps_ = 0;
   void summarise(uint64_t seq);
+  mutable std::mutex dumpMu_;  // one dump of this recorder at a time
   mutable std::mutex errMu_;
   std::string error_;
 };

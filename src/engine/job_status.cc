@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -78,16 +79,17 @@ std::string rankList(const std::vector<int>& v) {
 }
 
 const char* collName(int c) {
-  return c >= 0 && c < kCollectiveCount ? collectiveName(static_cast<Collective>(c)) : "?";
+  return c >= 0 && c < kCollectiveCount ? collectiveName(static_cast<Collective>(c)) : "operation";
 }
 
 }  // namespace
 
-std::string statusPayload(Communicator& c, bool full) {
+std::string statusPayload(Communicator& c, uint64_t detail) {
   StatusWire w = localStatus(c.recorder());
   std::string out(reinterpret_cast<const char*>(&w), sizeof(w));
-  if (!full) return out;
+  if (detail == 0) return out;
   std::string json = c.recorder().statusJson();
+  if (detail != 1) return out + json;
   json.pop_back();  // the closing brace: the addresses of every rank follow
   json += ",\"listen\":[";
   for (int r = 0; r < c.nranks(); ++r)
@@ -95,29 +97,37 @@ std::string statusPayload(Communicator& c, bool full) {
   return out + json + "]}";
 }
 
+std::string statusFilePath(Communicator& c) {
+  std::string dir = FlightRecorder::dumpDir();
+  if (dir.empty()) return "";
+  return strprintf("%s/loom-%016llx.status", dir.c_str(),
+                   static_cast<unsigned long long>(c.commHash()));
+}
+
 void publishStatusAddress(Communicator& c) {
   if (c.rank() != 0) return;
   std::string addr = c.bootstrap().peerAddr(0).str();
   LOOM_INFO(kLogInit, "comm %016llx: job status at %s (loom-status)",
             static_cast<unsigned long long>(c.commHash()), addr.c_str());
-  std::string dir = FlightRecorder::dumpDir();
-  if (dir.empty()) return;
+  std::string path = statusFilePath(c);
+  if (path.empty()) return;
   auto key = Bootstrap::statusKey(c.bootstrap().job());
   std::string hex;
   for (uint8_t b : key) hex += strprintf("%02x", b);
-  std::string path = strprintf("%s/loom-%016llx.status", dir.c_str(),
-                               static_cast<unsigned long long>(c.commHash()));
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    LOOM_WARN("cannot write %s: %s", path.c_str(), strerror(errno));
-    return;
-  }
   std::string text = strprintf("{\"comm\":\"%016llx\",\"nranks\":%d,\"address\":%s,\"key\":\"%s\"}\n",
                                static_cast<unsigned long long>(c.commHash()), c.nranks(),
                                jsonString(addr).c_str(), hex.c_str());
-  ssize_t n = ::write(fd, text.data(), text.size());
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) LOOM_WARN("cannot write %s", path.c_str());
+  try {
+    writeFileAtomically(path, text, 0600);
+  } catch (const Error& e) {
+    LOOM_WARN("%s", e.what());
+  }
+}
+
+void unpublishStatusAddress(Communicator& c) {
+  if (c.rank() != 0) return;
+  std::string path = statusFilePath(c);
+  if (!path.empty()) ::unlink(path.c_str());
 }
 
 std::string describeStall(Communicator& c, int waitedPeer) {
@@ -130,40 +140,79 @@ std::string describeStall(Communicator& c, int waitedPeer) {
     if (r != me && (n <= 256 || r == waitedPeer)) ask.push_back(r);
   {
     std::vector<std::thread> threads;
-    for (int r : ask)
-      threads.emplace_back([&, r] {
-        std::string p = c.bootstrap().queryStatus(r, 1.0);
-        StatusWire w;
-        if (p.size() < sizeof(w)) return;
-        memcpy(&w, p.data(), sizeof(w));
-        if (w.magic == kStatusMagic && w.rank == r) st[r] = w;
-      });
+    threads.reserve(ask.size());
+    for (int r : ask) {
+      try {
+        threads.emplace_back([&, r] {
+          std::string p = c.bootstrap().queryStatus(r, 1.0);
+          StatusWire w;
+          if (p.size() < sizeof(w)) return;
+          memcpy(&w, p.data(), sizeof(w));
+          if (w.magic == kStatusMagic && w.rank == r) st[r] = w;
+        });
+      } catch (const std::system_error&) {  // out of threads: ask fewer
+        break;
+      }
+    }
     for (auto& t : threads) t.join();
   }
-  // Follow who waits on whom from the peer we wait on to a rank that waits on nobody.
+  std::vector<bool> asked(n);
+  for (int r : ask) asked[r] = true;
+  const StatusWire& mine = *st[me];
+  std::string what = strprintf("%s #%llu", collName(mine.currentColl),
+                               static_cast<unsigned long long>(mine.currentSeq));
+  // Ranks at the same sequence number in different collectives: the classic hang (a rank
+  // that took another branch of the program).
+  std::string mismatch;
+  for (int r = 0; r < n; ++r)
+    if (st[r] && r != me && st[r]->currentSeq == mine.currentSeq && st[r]->currentColl >= 0 &&
+        mine.currentColl >= 0 && st[r]->currentColl != mine.currentColl)
+      mismatch += strprintf("%s rank %d is in %s", mismatch.empty() ? "" : ",", r,
+                            collName(st[r]->currentColl));
+  if (!mismatch.empty())
+    mismatch = strprintf("; the ranks disagree on operation #%llu: this rank is in %s,%s",
+                         static_cast<unsigned long long>(mine.currentSeq),
+                         collName(mine.currentColl), mismatch.c_str());
+  // Follow who waits on whom from the peer we wait on to a rank that waits on nobody (or
+  // back to a rank already passed: ranks waiting on each other).
   std::vector<bool> seen(n);
   seen[me] = true;
+  std::vector<int> chain{me};
   int p = waitedPeer;
-  while (!seen[p] && st[p] && st[p]->currentSeq && st[p]->waitingOn >= 0 &&
-         st[p]->waitingOn < n) {
+  bool cycle = false;
+  for (;;) {
+    chain.push_back(p);
+    if (seen[p]) {
+      cycle = true;
+      break;
+    }
     seen[p] = true;
+    if (!st[p] || !st[p]->currentSeq || st[p]->waitingOn < 0 || st[p]->waitingOn >= n) break;
     p = st[p]->waitingOn;
+  }
+  if (cycle) {
+    std::string ring;
+    for (size_t i = std::find(chain.begin(), chain.end() - 1, p) - chain.begin(); i < chain.size(); ++i)
+      ring += strprintf("%s%d", ring.empty() ? "" : " -> ", chain[i]);
+    return strprintf("; job view: ranks %s wait on each other in %s%s", ring.c_str(), what.c_str(),
+                     mismatch.c_str());
   }
   std::vector<int> waiters, silent;
   for (int r = 0; r < n; ++r) {
     if (r == p) continue;
     if (!st[r]) {
-      if (r != me && std::find(ask.begin(), ask.end(), r) != ask.end()) silent.push_back(r);
+      if (asked[r]) silent.push_back(r);
     } else if (st[r]->waitingOn == p && st[r]->currentSeq) {
       waiters.push_back(r);
     }
   }
-  const StatusWire& mine = *st[me];
-  std::string what = strprintf("%s #%llu", collName(mine.currentColl),
-                               static_cast<unsigned long long>(mine.currentSeq));
   std::string s = strprintf("; job view: rank %d", p);
   const PeerInfo& info = c.peers()[p];
-  if (!st[p]) {
+  if (!st[p] && !asked[p]) {
+    s += strprintf(" (reached through rank %d) was not asked (only the peer waited on is, in "
+                   "communicators of more than 256 ranks)",
+                   chain[chain.size() - 2]);
+  } else if (!st[p]) {
     s += " does not answer status queries";
     bool local = info.hostHash == c.peers()[me].hostHash && info.pidNs == c.peers()[me].pidNs;
     std::string ps = local ? processState(info.pid) : "";
@@ -186,7 +235,7 @@ std::string describeStall(Communicator& c, int waitedPeer) {
                                        rankList(waiters).c_str());
   if (!silent.empty()) s += strprintf("; not answering either: rank%s %s", silent.size() > 1 ? "s" : "",
                                       rankList(silent).c_str());
-  return s;
+  return s + mismatch;
 }
 
 }  // namespace loom

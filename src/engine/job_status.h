@@ -31,12 +31,15 @@ struct StatusWire {
 static_assert(sizeof(StatusWire) == 80, "loom-status unpacks this layout");
 constexpr uint32_t kStatusMagic = 0x4c535431;  // "LST1"
 
-// What this rank answers: StatusWire, then (full) the JSON line with every rank's address.
-std::string statusPayload(Communicator& c, bool full);
+// What this rank answers: StatusWire, then for detail 1 the JSON line with every rank's
+// address (what loom-status asks rank 0), for detail 2 the JSON line alone (other ranks).
+std::string statusPayload(Communicator& c, uint64_t detail);
 
 // Rank 0 logs where loom-status can reach the job and, when LOOM_DUMP_DIR is set, writes
 // <dir>/loom-<comm>.status (mode 0600: the address and the status key) for loom-status.
 void publishStatusAddress(Communicator& c);
+// Rank 0 removes that file when the communicator goes.
+void unpublishStatusAddress(Communicator& c);
 
 // Asks the other ranks where they are and says who holds the job up, e.g.
 // "rank 1 does not answer (pid 4242 on this host is stopped): ranks 0, 2, 3 wait for it in

@@ -1,10 +1,12 @@
 #include "engine/recorder_registry.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <mutex>
 #include <thread>
@@ -22,24 +24,48 @@ BoolKnob kDumpOnSignal("LOOM_DUMP_ON_SIGNAL", "", true,
                        "(only when LOOM_DUMP_DIR is set and the program has no SIGUSR1 "
                        "handler of its own)");
 
-std::mutex& registryMu() {
-  static auto* mu = new std::mutex;  // never destroyed: recorders may outlive static teardown
-  return *mu;
-}
-std::vector<FlightRecorder*>& registry() {
-  static auto* r = new std::vector<FlightRecorder*>;
-  return *r;
+struct Registry {
+  std::mutex mu;
+  std::vector<FlightRecorder*> recorders;
+};
+
+// Never destroyed (recorders may outlive static teardown). A forked child starts with a new
+// one: the parent's recorders are not its own, and the parent's lock may have been held by
+// one of its threads at the fork.
+std::atomic<Registry*> gRegistry{nullptr};
+
+void resetInChild();
+
+Registry& registry() {
+  Registry* r = gRegistry.load(std::memory_order_acquire);
+  if (r) return *r;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    gRegistry.store(new Registry, std::memory_order_release);
+    pthread_atfork(nullptr, nullptr, resetInChild);
+  });
+  return *gRegistry.load(std::memory_order_acquire);
 }
 
-// The handler only writes to an eventfd; a thread of ours does the dumping.
-int gSignalFd = -1;
-pid_t gSignalPid = 0;  // a forked child's signals are not its parent's business
+// The handler only writes to an eventfd; a thread of ours does the dumping. Lock-free
+// atomics are safe to read in a signal handler.
+std::atomic<int> gSignalFd{-1};
+std::atomic<pid_t> gSignalPid{0};  // a forked child's signals are not its parent's business
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<pid_t>::is_always_lock_free);
+
+void resetInChild() {
+  gRegistry.store(new Registry, std::memory_order_release);  // the parent's is left behind
+  int fd = gSignalFd.exchange(-1);
+  if (fd >= 0) close(fd);
+  gSignalPid.store(0);
+}
 
 void onSignal(int) {
-  if (gSignalFd < 0 || getpid() != gSignalPid) return;
+  int fd = gSignalFd.load();
+  if (fd < 0 || getpid() != gSignalPid.load()) return;
   int saved = errno;
   uint64_t one = 1;
-  ssize_t n = write(gSignalFd, &one, sizeof(one));
+  ssize_t n = write(fd, &one, sizeof(one));
   (void)n;
   errno = saved;
 }
@@ -59,7 +85,8 @@ void dumpThread(int fd) {
 // Under the registry's lock, at each registration until it is installed in this process
 // (LOOM_DUMP_DIR may be set later; a forked child needs a thread of its own).
 void installSignalHandler() {
-  if (gSignalPid == getpid() || !kDumpOnSignal.get() || FlightRecorder::dumpDir().empty()) return;
+  if (gSignalPid.load() == getpid() || !kDumpOnSignal.get() || FlightRecorder::dumpDir().empty())
+    return;
   struct sigaction old{};
   if (sigaction(SIGUSR1, nullptr, &old) != 0) return;
   bool ours = !(old.sa_flags & SA_SIGINFO) && old.sa_handler == onSignal;
@@ -70,9 +97,8 @@ void installSignalHandler() {
   }
   int fd = eventfd(0, EFD_CLOEXEC);
   if (fd < 0) return;
-  if (gSignalFd >= 0) close(gSignalFd);  // the parent's, inherited across fork
-  gSignalFd = fd;
-  gSignalPid = getpid();
+  gSignalFd.store(fd);
+  gSignalPid.store(getpid());
   std::thread(dumpThread, fd).detach();
   struct sigaction sa{};
   sa.sa_handler = onSignal;
@@ -85,20 +111,22 @@ void installSignalHandler() {
 }  // namespace
 
 void registerRecorder(FlightRecorder* r) {
-  std::lock_guard<std::mutex> lock(registryMu());
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
   installSignalHandler();
-  registry().push_back(r);
+  reg.recorders.push_back(r);
 }
 
 void unregisterRecorder(FlightRecorder* r) {
-  std::lock_guard<std::mutex> lock(registryMu());
-  auto& v = registry();
-  v.erase(std::remove(v.begin(), v.end(), r), v.end());
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  std::erase(reg.recorders, r);
 }
 
 void forEachRecorder(const std::function<void(const FlightRecorder&)>& fn) {
-  std::lock_guard<std::mutex> lock(registryMu());
-  for (FlightRecorder* r : registry()) fn(*r);
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  for (FlightRecorder* r : reg.recorders) fn(*r);
 }
 
 }  // namespace loom

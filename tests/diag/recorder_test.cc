@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/comm.h"
+#include "bootstrap/bootstrap.h"
 #include "core/core_util.h"
 #include "engine/flight_recorder.h"
 #include "engine/job_status.h"
@@ -49,7 +50,7 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithTheirStatesAndTotals) {
                                       Algorithm::kRing, 400 * s, 7, 0, 0, peers, 2);
     ASSERT_NE(e, nullptr);
     e->start();
-    if (s < 10) rec.complete(e);
+    if (s < 10) rec.complete(e, s);
   }
   FlightRecord r;
   EXPECT_FALSE(rec.read(6, &r));  // overwritten
@@ -81,18 +82,49 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithTheirStatesAndTotals) {
             std::string::npos) << d;
   EXPECT_NE(d.find("\"state\":\"started\""), std::string::npos);
   EXPECT_EQ(d.find("\"seq\":6,"), std::string::npos);
-  rec.fail(rec.record(11, Collective::kAllGather, Algorithm::kRing, 4, 7, 0, 0, peers, 2));
+  rec.fail(rec.record(11, Collective::kAllGather, Algorithm::kRing, 4, 7, 0, 0, peers, 2), 11);
   EXPECT_EQ(rec.failures(), 1u);
   rec.noteError("first");
   rec.noteError("second");
   EXPECT_EQ(rec.error(), "first");
 }
 
+// A group of more operations than the ring holds: each operation's entry is taken over by
+// a later one before it runs; completing the earlier ones must not touch the later entries,
+// and the completed sequence number still advances one by one.
+TEST(FlightRecorder, GroupLongerThanTheRing) {
+  FlightRecorder rec(7, 0, 2, 4);
+  int peer = 1;
+  std::vector<loom::FlightEntry*> entries;
+  for (uint64_t s = 1; s <= 8; ++s)
+    entries.push_back(rec.record(s, Collective::kAllReduce, Algorithm::kRing, 8, 7, 0, 0, &peer, 1));
+  for (uint64_t s = 1; s <= 4; ++s) {
+    EXPECT_EQ(FlightRecorder::held(entries[s - 1], s), nullptr);
+    rec.complete(entries[s - 1], s);
+    EXPECT_EQ(rec.lastCompleted(), s);
+  }
+  FlightRecord r;
+  ASSERT_TRUE(rec.read(5, &r));
+  EXPECT_EQ(r.state, OpState::kQueued);  // untouched by #1's completion
+  for (uint64_t s = 5; s <= 8; ++s) {
+    ASSERT_NE(FlightRecorder::held(entries[s - 1], s), nullptr);
+    entries[s - 1]->start();
+    rec.complete(entries[s - 1], s);
+  }
+  ASSERT_TRUE(rec.read(5, &r));
+  EXPECT_EQ(r.state, OpState::kCompleted);
+  EXPECT_EQ(rec.totals(Collective::kAllReduce).ops, 4u);  // the four whose entries were held
+  EXPECT_EQ(rec.lastCompleted(), 8u);
+}
+
+// Off: no entries, but the sequence numbers a status query reports still advance.
 TEST(FlightRecorder, OffRecordsNothingButSequenceNumbers) {
   FlightRecorder rec(1, 0, 2, 0);
   EXPECT_FALSE(rec.enabled());
   EXPECT_EQ(rec.record(1, Collective::kAllReduce, Algorithm::kRing, 4, 7, 0, 0, nullptr, 0), nullptr);
   EXPECT_EQ(rec.lastQueued(), 1u);
+  rec.complete(nullptr, 1);
+  EXPECT_EQ(rec.lastCompleted(), 1u);
   EXPECT_EQ(lines(rec.dump("off")), 1u);
 }
 
@@ -143,6 +175,18 @@ TEST(FlightRecorder, DumpStateAndStatusQueriesOnLiveRanks) {
   EXPECT_NE(json.find("\"rank\":1,\"nranks\":2"), std::string::npos) << json;
   EXPECT_NE(json.find("\"last_completed\":3"), std::string::npos) << json;
   EXPECT_NE(json.find("\"listen\":[\""), std::string::npos) << json;
+  // The status key is derived from the job's secret, not the secret itself, and a query
+  // signed with the secret instead gets no answer.
+  auto key = loom::Bootstrap::statusKey(comms[0]->job);
+  EXPECT_NE(memcmp(key.data(), comms[0]->job.secret, key.size()), 0);
+  std::string secretHex;
+  for (uint8_t b : comms[0]->job.secret) secretHex += loom::strprintf("%02x", b);
+  std::string keyHex;
+  for (uint8_t b : key) keyHex += loom::strprintf("%02x", b);
+  const std::string tool = std::string("python3 ") + LOOM_SOURCE_DIR + "/tools/loom-status/loom-status ";
+  std::string addr = comms[0]->core->bootstrap().peerAddr(0).str();
+  EXPECT_EQ(system((tool + addr + " --timeout 1 --key " + secretHex + " >/dev/null 2>&1").c_str()) >> 8, 1);
+  EXPECT_EQ(system((tool + addr + " --timeout 2 --key " + keyHex + " >/dev/null 2>&1").c_str()) >> 8, 0);
   for (ncclComm_t c : comms) ncclCommDestroy(c);
 }
 
@@ -160,7 +204,7 @@ TEST(FlightRecorder, Sigusr1DumpsEveryCommunicator) {
     raise(SIGUSR1);
     bool both = fault::waitFor([&] {
       int n = 0;
-      for (const std::string& f : fault::dirEntries(dir)) n += f.find(".jsonl") != std::string::npos;
+      for (const std::string& f : fault::dirEntries(dir)) n += f.ends_with(".jsonl");
       return n == 2;
     }, 10000);
     for (ncclComm_t c : comms) ncclCommDestroy(c);
@@ -169,7 +213,7 @@ TEST(FlightRecorder, Sigusr1DumpsEveryCommunicator) {
   EXPECT_EQ(fault::waitChild(kid, 60), "");
   int dumps = 0;
   for (const std::string& f : fault::dirEntries(dir)) {
-    if (f.find(".jsonl") != std::string::npos) {
+    if (f.ends_with(".jsonl")) {
       ++dumps;
       std::string text = readAll(dir + "/" + f);
       EXPECT_NE(text.find("\"reason\":\"SIGUSR1\""), std::string::npos) << text;

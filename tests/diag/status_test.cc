@@ -40,6 +40,15 @@ TEST(DiagStatus, LoomStatusNamesTheRankThatHasNotCalled) {
   std::atomic<int> ready{0}, done{0};
   std::vector<float> results(kRanks, 0);
   std::vector<std::thread> ranks;
+  struct Release {  // a failed ASSERT still lets rank 1 go and joins every rank
+    std::atomic<bool>& release;
+    std::vector<std::thread>& ranks;
+    ~Release() {
+      release.store(true);
+      for (auto& t : ranks)
+        if (t.joinable()) t.join();
+    }
+  } guard{release, ranks};
   for (int r = 0; r < kRanks; ++r)
     ranks.emplace_back([&, r] {
       ncclComm_t comm;
@@ -63,8 +72,13 @@ TEST(DiagStatus, LoomStatusNamesTheRankThatHasNotCalled) {
   printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find(": 3 ranks"), std::string::npos) << out;
-  // Rank 1: queued, started and completed #3, nothing in flight.
-  EXPECT_NE(out.find("    1 "), std::string::npos) << out;
+  // Each rank's row, from the JSON: rank 1 completed #3 and is in nothing; 0 and 2 are in
+  // #4 waiting to receive from rank 1.
+  std::string rows = run(tool + dir + " --json | python3 -c 'import json,sys\n"
+                         "for r in json.load(sys.stdin)[0][\"ranks\"]:\n"
+                         " print(r[\"rank\"], r[\"last_queued\"], r[\"last_completed\"], r[\"current_seq\"],"
+                         " r[\"waiting_on\"] if r[\"current_seq\"] else \"-\", r[\"idle_s\"] > 0.2)'");
+  EXPECT_EQ(rows, "0 4 3 4 1 True\n1 3 3 0 - True\n2 4 3 4 1 True\n") << rows;
   EXPECT_NE(out.find("verdict: rank 1 has not called AllReduce #4: its last operation is #3"),
             std::string::npos) << out;
   EXPECT_NE(out.find("AllReduce #4 started"), std::string::npos) << out;
