@@ -158,4 +158,16 @@ void logReset() {
 void setLogRank(int rank) { tlsRank = rank; }
 int logRank() { return tlsRank; }
 
+FILE* takeStdoutForReport() {
+  fflush(stdout);
+  int fd = dup(STDOUT_FILENO);
+  FILE* out = fd >= 0 ? fdopen(fd, "w") : nullptr;
+  if (!out) {
+    if (fd >= 0) close(fd);
+    return stdout;
+  }
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  return out;
+}
+
 }  // namespace loom

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 
 namespace loom {
 
@@ -31,6 +32,11 @@ void logMessage(LogLevel level, uint64_t subsys, const char* file, int line, con
     __attribute__((format(printf, 5, 6)));
 // Re-reads NCCL_DEBUG* (ncclResetDebugInit).
 void logReset();
+
+// For tools whose report goes to stdout while the library logs there too (its default, as
+// NCCL's): returns a private stream on the original stdout and points fd 1 at stderr for
+// everything else in the process. Falls back to stdout if it cannot separate them.
+FILE* takeStdoutForReport();
 
 // The rank printed in "[rank]"; set per thread while it works for a communicator.
 void setLogRank(int rank);

@@ -13,6 +13,7 @@
 #include "api/comm.h"
 #include "bootstrap/bootstrap.h"
 #include "core/core_util.h"
+#include "diag/diag_util.h"
 #include "engine/flight_recorder.h"
 #include "engine/job_status.h"
 #include "fault/fault_util.h"
@@ -183,7 +184,7 @@ TEST(FlightRecorder, DumpStateAndStatusQueriesOnLiveRanks) {
   for (uint8_t b : comms[0]->job.secret) secretHex += loom::strprintf("%02x", b);
   std::string keyHex;
   for (uint8_t b : key) keyHex += loom::strprintf("%02x", b);
-  const std::string tool = std::string("python3 ") + LOOM_SOURCE_DIR + "/tools/loom-status/loom-status ";
+  const std::string tool = pythonTool("tools/loom-status/loom-status");
   std::string addr = comms[0]->core->bootstrap().peerAddr(0).str();
   EXPECT_EQ(system((tool + addr + " --timeout 1 --key " + secretHex + " >/dev/null 2>&1").c_str()) >> 8, 1);
   EXPECT_EQ(system((tool + addr + " --timeout 2 --key " + keyHex + " >/dev/null 2>&1").c_str()) >> 8, 0);

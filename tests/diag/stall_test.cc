@@ -13,6 +13,7 @@
 
 #include "core/core_util.h"
 #include "core/late_id.h"
+#include "diag/diag_util.h"
 #include "fault/fault_util.h"
 
 namespace loomtest {
@@ -70,17 +71,6 @@ std::string stallRank(const ncclUniqueId& id, int rank, Board* b) {
   return "";
 }
 
-std::string runTool(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return "popen failed";
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
 void stallAndDiagnose(bool tcp) {
   TempDir dumps;
   EnvGuard timeout("LOOM_TIMEOUT", "3");
@@ -123,8 +113,7 @@ void stallAndDiagnose(bool tcp) {
   for (const std::string& f : dirEntries(dumps.path()))
     if (f.find(".jsonl") != std::string::npos) files.push_back(f);
   EXPECT_EQ(files.size(), static_cast<size_t>(kRanks - 1));
-  std::string report = runTool(std::string("python3 ") + LOOM_SOURCE_DIR +
-                               "/tools/loom-postmortem/loom-postmortem " + dumps.path());
+  std::string report = runTool(pythonTool("tools/loom-postmortem/loom-postmortem") + dumps.path());
   printf("loom-postmortem:\n%s", report.c_str());
   EXPECT_NE(report.find("no dump from rank(s) 2"), std::string::npos) << report;
   EXPECT_NE(report.find("verdict: rank 2 holds the job up in AllReduce #6 (134217728 bytes"),

@@ -12,22 +12,11 @@
 #include <vector>
 
 #include "core/core_util.h"
+#include "diag/diag_util.h"
 #include "fault/fault_util.h"
 
 namespace loomtest {
 namespace {
-
-std::string run(const std::string& cmd, int* rc = nullptr) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return "popen failed";
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int st = pclose(p);
-  if (rc) *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
 
 TEST(DiagStatus, LoomStatusNamesTheRankThatHasNotCalled) {
   char tmpl[] = "/tmp/loom-status-XXXXXX";
@@ -66,15 +55,15 @@ TEST(DiagStatus, LoomStatusNamesTheRankThatHasNotCalled) {
     });
   ASSERT_TRUE(fault::waitFor([&] { return ready.load() == kRanks; }, 30000));
   fault::sleepMs(300);  // ranks 0 and 2 are waiting in #4 and have noted on whom
-  const std::string tool = std::string("python3 ") + LOOM_SOURCE_DIR + "/tools/loom-status/loom-status ";
+  const std::string tool = pythonTool("tools/loom-status/loom-status");
   int rc = -1;
-  std::string out = run(tool + dir, &rc);
+  std::string out = runTool(tool + dir, &rc);
   printf("%s", out.c_str());
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find(": 3 ranks"), std::string::npos) << out;
   // Each rank's row, from the JSON: rank 1 completed #3 and is in nothing; 0 and 2 are in
   // #4 waiting to receive from rank 1.
-  std::string rows = run(tool + dir + " --json | python3 -c 'import json,sys\n"
+  std::string rows = runTool(tool + dir + " --json | python3 -c 'import json,sys\n"
                          "for r in json.load(sys.stdin)[0][\"ranks\"]:\n"
                          " print(r[\"rank\"], r[\"last_queued\"], r[\"last_completed\"], r[\"current_seq\"],"
                          " r[\"waiting_on\"] if r[\"current_seq\"] else \"-\", r[\"idle_s\"] > 0.2)'");
@@ -82,24 +71,24 @@ TEST(DiagStatus, LoomStatusNamesTheRankThatHasNotCalled) {
   EXPECT_NE(out.find("verdict: rank 1 has not called AllReduce #4: its last operation is #3"),
             std::string::npos) << out;
   EXPECT_NE(out.find("AllReduce #4 started"), std::string::npos) << out;
-  std::string json = run(tool + dir + " --json");
+  std::string json = runTool(tool + dir + " --json");
   EXPECT_NE(json.find("\"last_completed\": 3"), std::string::npos) << json;
   EXPECT_NE(json.find("\"current_seq\": 4"), std::string::npos) << json;
   // A wrong key opens nothing.
-  std::string status = run("cat " + dir + "/loom-*.status");
+  std::string status = runTool("cat " + dir + "/loom-*.status");
   size_t at = status.find("\"address\":\"");
   ASSERT_NE(at, std::string::npos) << status;
   std::string addr = status.substr(at + 11, status.find('"', at + 11) - at - 11);
-  std::string bad = run(tool + addr + " --timeout 1 --key " + std::string(64, '0'), &rc);
+  std::string bad = runTool(tool + addr + " --timeout 1 --key " + std::string(64, '0'), &rc);
   EXPECT_EQ(rc, 1) << bad;
   EXPECT_NE(bad.find("does not answer"), std::string::npos) << bad;
-  EXPECT_EQ(run(tool + "--bogus", &rc).empty(), false);
+  EXPECT_EQ(runTool(tool + "--bogus", &rc).empty(), false);
   EXPECT_EQ(rc, 2);
   release.store(true);
   for (auto& t : ranks) t.join();
   EXPECT_EQ(done.load(), kRanks);
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(results[r], 81.0f) << r;  // 3^4
-  run("rm -rf " + dir);
+  runTool("rm -rf " + dir);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/host.h"
+#include "base/log.h"
 #include "doctor.h"
 
 namespace {
@@ -45,20 +46,6 @@ void usage(FILE* out) {
           "Exit status: 0 when no check fails, 1 when one does, 2 on bad usage.\n"
           "The environment is read as a job reads it (NCCL_SOCKET_IFNAME, NCCL_COMM_ID, NCCL_TOPO_FILE, ...).\n"
           "Library log lines (NCCL_DEBUG) go to stderr so that stdout stays parseable.\n");
-}
-
-// The library logs to stdout by default (as NCCL does), and the sweep runs communicators:
-// the report gets a private copy of fd 1, and fd 1 becomes stderr for everything else.
-FILE* takeStdout() {
-  fflush(stdout);
-  int fd = dup(STDOUT_FILENO);
-  FILE* out = fd >= 0 ? fdopen(fd, "w") : nullptr;
-  if (!out) {
-    if (fd >= 0) close(fd);
-    return stdout;  // cannot separate them; still print the report
-  }
-  dup2(STDERR_FILENO, STDOUT_FILENO);
-  return out;
 }
 
 // Throws kInvalidArgument naming the option.
@@ -127,7 +114,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  FILE* out = takeStdout();
+  FILE* out = loom::takeStdoutForReport();
   std::vector<Check> checks;
   try {
     Host host = loadHost();

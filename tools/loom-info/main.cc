@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "info.h"
 
 namespace {
@@ -25,21 +26,6 @@ void usage(FILE* out) {
           "Exit status: 0; 1 when a knob shown has a malformed value (marked INVALID);\n"
           "2 for a usage error or an unknown knob.\n"
           "Library log lines (NCCL_DEBUG) go to stderr so that stdout stays parseable.\n");
-}
-
-// The library logs to stdout by default (as NCCL does). Keep the report alone on stdout:
-// the report gets a private copy of fd 1, and fd 1 itself becomes stderr for everything
-// else in the process.
-FILE* takeStdout() {
-  fflush(stdout);
-  int fd = dup(STDOUT_FILENO);
-  FILE* out = fd >= 0 ? fdopen(fd, "w") : nullptr;
-  if (!out) {
-    if (fd >= 0) close(fd);
-    return stdout;  // cannot separate them; still print the report
-  }
-  dup2(STDERR_FILENO, STDOUT_FILENO);
-  return out;
 }
 
 int showKnob(FILE* out, const std::string& name, bool json) {
@@ -80,7 +66,7 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
-  FILE* out = takeStdout();
+  FILE* out = loom::takeStdoutForReport();
   int rc = 0;
   try {
     if (wantKnob) {
