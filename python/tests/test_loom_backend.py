@@ -298,5 +298,54 @@ class LoomDdpTest(LoomTestBase):
         self.assertFalse(torch.equal(loom[0], torch.nn.Linear(16, 32).weight), "nothing trained")
 
 
+def _fully_shard():
+    """FSDP2's fully_shard, where this torch has it (2.6+: torch.distributed.fsdp)."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+        return fully_shard
+    except ImportError:
+        return None
+
+
+class LoomFsdpTest(LoomTestBase):
+    @property
+    def world_size(self):
+        return 2
+
+    def _train(self, backend, suffix):
+        from torch.distributed.device_mesh import init_device_mesh
+        self.init(backend, suffix)
+        fully_shard = _fully_shard()
+        mesh = init_device_mesh("cpu", (self.world_size,))
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(100 + self.rank)
+        for _ in range(50):
+            x = torch.randn(8, 16, generator=g)
+            y = torch.randn(8, 4, generator=g)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        # Each rank holds a shard: gather the full parameters (an all-gather over the backend).
+        params = [p.full_tensor().detach().clone() for p in model.parameters()]
+        self.fini()
+        return params
+
+    def test_fsdp_matches_gloo(self):
+        if _fully_shard() is None:
+            self.skipTest("this torch has no torch.distributed.fsdp.fully_shard (FSDP2)")
+        loom = self._train("loom", "_loom")
+        gloo = self._train("gloo", "_gloo")
+        for a, b in zip(loom, gloo):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.manual_seed(0)
+        self.assertFalse(torch.equal(loom[0], torch.nn.Linear(16, 32).weight), "nothing trained")
+
+
 if __name__ == "__main__":
     run_tests()
