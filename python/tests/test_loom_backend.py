@@ -54,6 +54,17 @@ class LoomTestBase(MultiProcessTestCase):
     def fini(self):
         dist.destroy_process_group()
 
+    def sgd_steps(self, model, steps):
+        """SGD on random batches, different per rank but the same for every backend."""
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(100 + self.rank)
+        for _ in range(steps):
+            x = torch.randn(8, 16, generator=g)
+            y = torch.randn(8, 4, generator=g)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
 
 class LoomCollectivesTest(LoomTestBase):
     def test_all_reduce_every_op_and_dtype(self):
@@ -278,14 +289,7 @@ class LoomDdpTest(LoomTestBase):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
         ddp = torch.nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-        g = torch.Generator().manual_seed(100 + self.rank)
-        for _ in range(60):
-            x = torch.randn(8, 16, generator=g)
-            y = torch.randn(8, 4, generator=g)
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(ddp(x), y).backward()
-            opt.step()
+        self.sgd_steps(ddp, 60)
         params = [p.detach().clone() for p in model.parameters()]
         self.fini()
         return params
@@ -323,14 +327,7 @@ class LoomFsdpTest(LoomTestBase):
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        g = torch.Generator().manual_seed(100 + self.rank)
-        for _ in range(50):
-            x = torch.randn(8, 16, generator=g)
-            y = torch.randn(8, 4, generator=g)
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
+        self.sgd_steps(model, 50)
         # Each rank holds a shard: gather the full parameters (an all-gather over the backend).
         params = [p.full_tensor().detach().clone() for p in model.parameters()]
         self.fini()

@@ -16,6 +16,8 @@ import socket
 import subprocess
 import sys
 
+from tool_test_util import expect, fail, run_tool  # noqa: F401
+
 BIN, SRC, CASE, TOPO = sys.argv[1:5]
 FIXTURES = os.path.join(SRC, "tests", "topo", "fixtures")
 NAMES = ["knobs", "interface", "rendezvous", "rdma", "shm", "memlock", "open-files", "affinity",
@@ -24,24 +26,7 @@ LINE = re.compile(r"^(PASS|WARN|FAIL|SKIP)  (\S+) +(.*?)(?:  => fix: (.*))?$")
 
 
 def run(*args, env=None, rc=None, preexec=None, timeout=25):
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LOOM_", "NCCL_"))}
-    clean.update(env or {})
-    p = subprocess.run([BIN, *args], env=clean, capture_output=True, text=True, timeout=timeout,
-                       preexec_fn=preexec)
-    if rc is not None and p.returncode != rc:
-        fail(f"loom-doctor {' '.join(args)} with {env}: exit {p.returncode}, expected {rc}\n"
-             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
-
-
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
-def expect(cond, msg):
-    if not cond:
-        fail(msg)
+    return run_tool(BIN, args, env=env, rc=rc, timeout=timeout, preexec=preexec)
 
 
 def checks(out):

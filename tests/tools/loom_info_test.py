@@ -12,27 +12,14 @@ import re
 import subprocess
 import sys
 
+from tool_test_util import expect, fail, run_tool  # noqa: F401
+
 BIN, SRC, VERSION, CASE = sys.argv[1:5]
 
 
 def run(*args, env=None, rc=0):
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("LOOM_", "NCCL_"))}
-    clean.update(env or {})
-    p = subprocess.run([BIN, *args], env=clean, capture_output=True, text=True, timeout=60)
-    if p.returncode != rc:
-        fail(f"loom-info {' '.join(args)} with {env}: exit {p.returncode}, expected {rc}\n"
-             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    p = run_tool(BIN, args, env=env, rc=rc, timeout=60)
     return p.stdout, p.stderr
-
-
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
-def expect(cond, msg):
-    if not cond:
-        fail(msg)
 
 
 def knob_row(text, name):
