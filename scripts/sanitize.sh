@@ -28,9 +28,10 @@ kind="${LOOM_SANITIZER:-address}"
 subset="${LOOM_SANITIZE_SUBSET:-ci}"
 case "$kind" in
   address) flags=address,undefined; name="asan+ubsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-asan}"
-    targets=(core_test chaos_test fault_test hier_test diag_test) ;;
+    targets=(core_test chaos_test fault_test hier_test diag_test engine_staged_stand_in_test) ;;
   thread) flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
-    targets=(core_test transports_test kernels_test diag_test engine_metrics_test) ;;
+    targets=(core_test transports_test kernels_test diag_test engine_metrics_test
+             engine_staged_stand_in_test engine_stand_in_stream_test) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
 esac
 jobs="${LOOM_JOBS:-$(nproc)}"
@@ -74,6 +75,9 @@ if [ "$kind" = address ]; then
   # The flight recorder, status queries, loom-status and a SIGSTOPped rank (issue 14).
   diag_filter='*'
   metrics_filter=''
+  # Device buffers through the staged path (stand-in driver: streams, host functions).
+  staged_filter='*'
+  stream_filter=''
 else
   # TSan follows threads, not fork(): ranks run as threads of one process. Reports go to
   # the log and the test goes on (halt_on_error=0) so one run lists every race.
@@ -92,6 +96,10 @@ else
   # both reading flight recorders the ranks' threads are writing.
   diag_filter='FlightRecorder.KeepsTheLastEntriesWithTheirStatesAndTotals:FlightRecorder.DumpStateAndStatusQueriesOnLiveRanks:DiagStatus.*'
   metrics_filter='Metrics.HttpScrapeDuringRun:Metrics.FileExport:Metrics.RenderPerCollective'
+  # The staged path's proxies, CUDA's host-function thread and the streams' threads (of the
+  # stand-in driver) sharing records, flags and the staging pool; ranks as threads.
+  staged_filter='*Threads*:*Group*:*CallsReturn*:*Abort*:*Capture*'
+  stream_filter='*:-*Fork*'
   chaos_trials=0
   fault_chaos_trials=0
 fi
@@ -158,6 +166,15 @@ if [ -n "${diag_filter:-}" ]; then
 fi
 if [ -n "${metrics_filter:-}" ]; then
   run engine_metrics_test "$build/tests/engine/engine_metrics_test" --gtest_filter="$metrics_filter"
+fi
+
+if [ -n "${staged_filter:-}" ]; then
+  run engine_staged_stand_in_test "$build/tests/engine/engine_staged_stand_in_test" \
+    --gtest_filter="$staged_filter"
+fi
+if [ -n "${stream_filter:-}" ]; then
+  run engine_stand_in_stream_test "$build/tests/engine/engine_stand_in_stream_test" \
+    --gtest_filter="$stream_filter"
 fi
 
 if [ ${#failed[@]} -ne 0 ]; then

@@ -49,12 +49,13 @@ MemKind checkBuffersWithDriver(ncclComm_t comm, const char* fn,
                    "uses CUDA device %d",
                    fn, seen[i].buf->name, seen[i].buf->ptr, seen[i].info.device, comm->rank,
                    comm->cudaDev);
-  // Served by stock NCCL through the communicator's shadow (LOOM_NCCL_FALLBACK).
-  if (comm->shadow) return MemKind::kDevice;
+  // Served by stock NCCL through the communicator's shadow (LOOM_NCCL_FALLBACK), or by
+  // Loom's staged path (engine/staged.h).
+  if (comm->shadow || comm->staged) return MemKind::kDevice;
   LOOM_THROW(kInvalidUsage,
              "%s: %s at %p is CUDA device memory (device %d), which is not supported on this "
-             "communicator: Loom has no CUDA executor yet, and the fallback to stock NCCL does "
-             "not serve it (%s). Host buffers (pageable or pinned) work",
+             "communicator: device buffers are served by %s. Host buffers (pageable or pinned) "
+             "work",
              fn, seen[0].buf->name, seen[0].buf->ptr, seen[0].info.device,
              comm->deviceServer.c_str());
 }

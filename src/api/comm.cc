@@ -8,6 +8,7 @@
 
 #include "api/guard.h"
 #include "base/log.h"
+#include "engine/staged.h"
 
 namespace loom::api {
 namespace {
@@ -100,6 +101,8 @@ void destroyComm(ncclComm_t comm) {
   // Stock NCCL's abort for an aborted communicator; its destroy (with the object) otherwise.
   if (comm->shadow && comm->abortFlag.load()) comm->shadow->abort();
   if (comm->core && comm->abortFlag.load()) comm->core->recorder().dumpOnEvent("abort");
+  // Staged work reports its failures to this object: it ends before the object goes.
+  if (comm->core) comm->core->stopStaged();
   delete comm;
 }
 
@@ -114,9 +117,18 @@ void ncclComm::runInit() noexcept {
     loom::dispatch::FallbackSetup fb = loom::dispatch::setUpFallback(
         c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag, &revoked);
     shadow = std::move(fb.shadow);
-    deviceServer = shadow ? loom::strprintf("stock NCCL %d (%s): %s", shadow->lib().version(),
-                                            shadow->lib().path().c_str(), fb.decision.why.c_str())
-                          : "Loom: " + fb.decision.why;
+    std::string noStaging = shadow || cudaDev < 0 ? "" : loom::stagedUnavailableReason();
+    staged = !shadow && cudaDev >= 0 && noStaging.empty();
+    if (shadow)
+      deviceServer = loom::strprintf("stock NCCL %d (%s): %s", shadow->lib().version(),
+                                     shadow->lib().path().c_str(), fb.decision.why.c_str());
+    else if (staged)
+      deviceServer = "Loom's staged path (through pinned host memory, on the caller's stream; "
+                     "not stock NCCL: " + fb.decision.why + ")";
+    else
+      deviceServer = "nobody: " + fb.decision.why +
+                     (cudaDev < 0 ? "; the communicator has no CUDA device"
+                                  : "; Loom's staged path is unavailable: " + noStaging);
     LOOM_INFO(loom::kLogInit, "comm %p rank %d device %d: device buffers served by %s",
               static_cast<void*>(this), rank, cudaDev, deviceServer.c_str());
     LOOM_INFO(loom::kLogInit, "comm %p %s - Init COMPLETE", static_cast<void*>(this),

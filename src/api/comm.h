@@ -30,6 +30,7 @@ struct ncclComm {
   // device-memory calls (LOOM_NCCL_FALLBACK); `deviceServer` says who serves them and why.
   std::unique_ptr<loom::dispatch::Shadow> shadow;
   std::string deviceServer;
+  bool staged = false;  // no shadow: Loom's staged path serves device memory (engine/staged.h)
   std::atomic<bool> abortFlag{false};
   std::atomic<bool> revoked{false};
   std::atomic<int> asyncError{ncclSuccess};  // ncclInProgress while initializing

@@ -54,14 +54,15 @@ Op toOp(const OpArgs& a) {
   op.isRecv = a.isRecv;
   op.mem = a.mem;
   op.stream = a.stream;
+  op.device = a.comm->cudaDev;
   op.comm = {a.comm->core.get(), &a.comm->abortFlag, &a.comm->revoked, &onFailure, a.comm};
   return op;
 }
 
-// ---- calls served by stock NCCL (device memory on a communicator with a shadow; the
-// entry point's checkBuffers refused device memory on any other)
+// ---- calls served by stock NCCL (device memory on a communicator with a shadow; on any
+// other, device memory takes Loom's staged path, or the entry point refused it)
 
-bool onStock(const OpArgs& a) { return a.mem == MemKind::kDevice; }
+bool onStock(const OpArgs& a) { return a.mem == MemKind::kDevice && a.comm->shadow; }
 
 const char* opName(const OpArgs& a) {
   return a.isSend ? "Send" : a.isRecv ? "Recv" : collectiveName(a.coll);

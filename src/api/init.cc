@@ -332,8 +332,9 @@ LOOM_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", comm, [&] {
     loom::api::checkComm(comm, "ncclCommFinalize");
     loom::api::CallScope scope(comm);  // an abort from another thread waits for it
-    // Host operations complete before their call returns: nothing is left to flush but
-    // the calls stock NCCL serves.
+    // Host operations complete before their call returns: what is left to flush are the
+    // staged device calls (their streams must reach them) and the calls stock NCCL serves.
+    comm->core->drainStaged();
     if (comm->shadow) {
       std::string msg;
       ncclResult_t rc = comm->shadow->finalize(&msg);

@@ -46,6 +46,18 @@ Driver* probe(std::string* why) {
   d->lib.bind(d->api.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
   d->lib.bind(d->api.ctxSetCurrent, "cuCtxSetCurrent");
   d->lib.bind(d->api.ctxGetCurrent, "cuCtxGetCurrent");
+  StreamApi& st = d->streams;
+  d->hasStreams = d->lib.bind(st.memcpyAsync, "cuMemcpyAsync") &&
+                  d->lib.bind(st.launchHostFunc, "cuLaunchHostFunc") &&
+                  d->lib.bind(st.streamWaitValue32, "cuStreamWaitValue32_v2") &&
+                  d->lib.bind(st.memHostAlloc, "cuMemHostAlloc") &&
+                  d->lib.bind(st.memFreeHost, "cuMemFreeHost") &&
+                  d->lib.bind(st.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2") &&
+                  d->lib.bind(st.eventCreate, "cuEventCreate") &&
+                  d->lib.bind(st.eventRecord, "cuEventRecord") &&
+                  d->lib.bind(st.streamWaitEvent, "cuStreamWaitEvent") &&
+                  d->lib.bind(st.streamIsCapturing, "cuStreamIsCapturing") &&
+                  d->api.primaryCtxRetain && d->api.ctxSetCurrent && d->api.ctxGetCurrent;
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;

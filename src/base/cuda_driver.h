@@ -49,11 +49,38 @@ struct DriverApi {
   CuResult (*ctxGetCurrent)(void** ctx) = nullptr;
 };
 
+// The stream API of the staged path (engine/staged.h): copies, host functions and waits
+// queued on the caller's stream. Bound together: a driver lacking any of them has none.
+using CuStream = void*;   // CUstream
+using CuEvent = void*;    // CUevent
+using CuHostFn = void (*)(void* userData);
+constexpr unsigned kMemHostAllocPortable = 0x01;   // CU_MEMHOSTALLOC_PORTABLE
+constexpr unsigned kMemHostAllocDeviceMap = 0x02;  // CU_MEMHOSTALLOC_DEVICEMAP
+constexpr unsigned kStreamWaitValueEq = 0x1;       // CU_STREAM_WAIT_VALUE_EQ
+constexpr unsigned kEventDisableTiming = 0x2;      // CU_EVENT_DISABLE_TIMING
+constexpr int kStreamCaptureStatusNone = 0;        // CU_STREAM_CAPTURE_STATUS_NONE
+
+struct StreamApi {
+  CuResult (*memcpyAsync)(CuDevicePtr dst, CuDevicePtr src, size_t bytes, CuStream s) = nullptr;
+  CuResult (*launchHostFunc)(CuStream s, CuHostFn fn, void* userData) = nullptr;
+  CuResult (*streamWaitValue32)(CuStream s, CuDevicePtr addr, uint32_t value,
+                                unsigned flags) = nullptr;
+  CuResult (*memHostAlloc)(void** p, size_t bytes, unsigned flags) = nullptr;
+  CuResult (*memFreeHost)(void* p) = nullptr;
+  CuResult (*memHostGetDevicePointer)(CuDevicePtr* d, void* p, unsigned flags) = nullptr;
+  CuResult (*eventCreate)(CuEvent* e, unsigned flags) = nullptr;
+  CuResult (*eventRecord)(CuEvent e, CuStream s) = nullptr;
+  CuResult (*streamWaitEvent)(CuStream s, CuEvent e, unsigned flags) = nullptr;
+  CuResult (*streamIsCapturing)(CuStream s, int* status) = nullptr;
+};
+
 // Plain data, created once and never freed (a driver must outlive every static
 // destructor that might still classify a buffer during exit).
 struct Driver {
   DynLib lib;
   DriverApi api;
+  StreamApi streams;
+  bool hasStreams = false;  // every StreamApi entry is bound
   int version = 0;  // 1000 * major + 10 * minor, as cuDriverGetVersion reports it
   // "CUDA error text (code)", for messages.
   std::string errorText(CuResult r) const;

@@ -86,7 +86,7 @@ FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks) {
     d.why = strprintf("LOOM_NCCL_FALLBACK=%s, every rank has stock NCCL %d and a CUDA device "
                       "of its own%s",
                       fallbackModeName(mode), ranks[0].stockVersion,
-                      mode == FallbackMode::kAuto ? " (Loom has no CUDA executor yet)" : "");
+                      mode == FallbackMode::kAuto ? " (stock NCCL runs device buffers on the GPU; Loom's own path stages them through host memory)" : "");
     return d;
   }
   d.fail = mode == FallbackMode::kForce;

@@ -143,6 +143,7 @@ Communicator::~Communicator() {
     bootstrap_->setStatusSource(nullptr);  // status queries stop reaching this object
     unpublishStatusAddress(*this);
   }
+  stopStaged();
   executor_.reset();  // its worker may still be running tasks over the transports
   transports_.reset();
   for (int fd : pidfds_)
@@ -150,6 +151,13 @@ Communicator::~Communicator() {
   // A peer killed while connecting may have left a name behind; we may be the last local
   // process of the job to notice.
   ShmSegment::sweepDead();
+}
+
+StagedProxy& Communicator::staged() {
+  if (StagedProxy* p = staged_.load(std::memory_order_acquire)) return *p;
+  std::lock_guard<std::mutex> lock(stagedMu_);
+  if (!staged_.load()) staged_.store(new StagedProxy(abort_), std::memory_order_release);
+  return *staged_.load();
 }
 
 int Communicator::localRanks() const {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "algo/cost_model.h"
@@ -14,6 +15,7 @@
 #include "engine/cpu_executor.h"
 #include "engine/flight_recorder.h"
 #include "engine/plan_cache.h"
+#include "engine/staged.h"
 #include "transports/transport.h"
 
 namespace loom {
@@ -48,6 +50,15 @@ class Communicator {
   FlightRecorder& recorder() { return *recorder_; }
   // Runs this communicator's host-memory work; asynchronous launches queue here in order.
   CpuExecutor& executor() { return *executor_; }
+  // Device-memory work of the staged path (engine/staged.h); its thread starts on first use.
+  StagedProxy& staged();
+  // Waits for the staged work (released at once when aborted) and stops its thread.
+  void stopStaged() { delete staged_.exchange(nullptr); }
+  // A host-memory call waits for the staged work issued before it (not on a proxy).
+  void drainStaged() {
+    StagedProxy* p = staged_.load(std::memory_order_acquire);
+    if (__builtin_expect(p != nullptr, 0) && p->busy() && !onStagingProxy()) p->drain();
+  }
   // Working space for plans (scratchBytes), kept between calls: a fresh buffer per call
   // would be zeroed and page-faulted in every time. Grows to the largest request; the
   // tasks of one communicator run one after another, so they can all use it.
@@ -73,6 +84,8 @@ class Communicator {
   PlanCache planCache_;
   // Last: its worker thread stops (and its queued work ends) before anything above goes.
   std::unique_ptr<CpuExecutor> executor_ = std::make_unique<CpuExecutor>();
+  std::mutex stagedMu_;
+  std::atomic<StagedProxy*> staged_{nullptr};  // owned; stopped first in the destructor
 
   algo::NodeModel tuningModel();
 };

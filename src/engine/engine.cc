@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "engine/communicator.h"
 #include "engine/cpu_executor.h"
+#include "engine/staged.h"
 
 namespace loom {
 namespace {
@@ -168,6 +169,17 @@ void failBatch(const Batch& batch, const Error& e) { failAll(batch.comms, e); }
 
 std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
   if (ops.empty()) return completedWork();
+  bool device = false;
+  for (const Op& op : ops) device |= op.mem != MemKind::kHost;
+  if (device) {
+    LOOM_CHECK_USAGE(completion == Completion::kBeforeReturn,
+                     "rank %d: an asynchronous launch on device memory: device work is ordered "
+                     "by its stream, not by a work handle",
+                     ops[0].comm.core->rank());
+    launchStaged(ops);
+    return completedWork();
+  }
+  for (const Op& op : ops) op.comm.core->drainStaged();  // issue order across memory kinds
   std::shared_ptr<CachedPlan> first;  // ops[0]'s plan, when the fast path looked it up
   if (ops.size() == 1 && completion == Completion::kBeforeReturn && !ops[0].isP2p() &&
       ops[0].mem == MemKind::kHost) {
@@ -176,11 +188,6 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
     first = core.planCache().get({op.coll, op.count, op.eltSize, op.root}, core.planContext());
     if (runReady(op, *first)) return completedWork();
   }
-  for (const Op& op : ops)
-    if (op.mem != MemKind::kHost)
-      LOOM_THROW(kInvalidUsage,
-                 "rank %d: %s on device memory: this build of Loom has no CUDA executor",
-                 op.comm.core->rank(), collectiveName(op.coll));
   // Per communicator, in issue order.
   std::vector<CommWork> comms;
   for (const Op& op : ops) {

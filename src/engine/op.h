@@ -41,6 +41,7 @@ struct Op {
   bool isRecv = false;
   MemKind mem = MemKind::kHost;  // where the buffers live (one kind per call)
   void* stream = nullptr;        // the caller's cudaStream_t; host work completes before return
+  int device = -1;               // the communicator's CUDA device (device memory)
   OpComm comm;
 
   bool isP2p() const { return isSend || isRecv; }

@@ -32,6 +32,9 @@ const bool kEnvSet = [] {
   setenv("LOOM_NCCL_LIBRARY", LOOM_STAND_IN_NCCL_PATH, 1);
 #endif
   unsetenv("LOOM_NCCL_FALLBACK");
+  // Device buffers that stock NCCL does not serve are refused, not staged (staged_test.cc
+  // covers Loom's staged path).
+  setenv("LOOM_STAGED_PATH", "0", 1);
   return true;
 }();
 

@@ -15,6 +15,7 @@ namespace {
 using CUresult = int;
 using CUcontext = void*;
 using CUdeviceptr = unsigned long long;
+using CUstream = void*;
 constexpr unsigned kAttachGlobal = 1;  // CU_MEM_ATTACH_GLOBAL
 
 struct Api {
@@ -29,6 +30,10 @@ struct Api {
   CUresult (*memFreeHost)(void*);
   CUresult (*memsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*memcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*memcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*streamCreate)(CUstream*, unsigned);
+  CUresult (*streamSynchronize)(CUstream);
+  CUresult (*streamDestroy)(CUstream);
 };
 
 class CudaMemory : public DeviceMemory {
@@ -46,7 +51,11 @@ class CudaMemory : public DeviceMemory {
               bind(api_.memAllocManaged, "cuMemAllocManaged") &&
               bind(api_.memAllocHost, "cuMemAllocHost_v2") &&
               bind(api_.memFreeHost, "cuMemFreeHost") && bind(api_.memsetD8, "cuMemsetD8_v2") &&
-              bind(api_.memcpyDtoH, "cuMemcpyDtoH_v2");
+              bind(api_.memcpyDtoH, "cuMemcpyDtoH_v2") &&
+              bind(api_.memcpyHtoD, "cuMemcpyHtoD_v2") &&
+              bind(api_.streamCreate, "cuStreamCreate") &&
+              bind(api_.streamSynchronize, "cuStreamSynchronize") &&
+              bind(api_.streamDestroy, "cuStreamDestroy_v2");
     if (!ok) {
       why_ = "libcuda.so.1 lacks a driver function the test needs";
       return;
@@ -69,6 +78,12 @@ class CudaMemory : public DeviceMemory {
   }
   ~CudaMemory() override {
     if (!why_.empty()) return;
+    // Streams first, their work done: it may use the memory freed next, and
+    // cuStreamDestroy alone returns before that work has finished.
+    for (CUstream s : streams_) {
+      api_.streamSynchronize(s);
+      api_.streamDestroy(s);
+    }
     for (CUdeviceptr p : dev_) api_.memFree(p);
     for (void* p : host_) api_.memFreeHost(p);
     api_.ctxSetCurrent(nullptr);
@@ -109,6 +124,22 @@ class CudaMemory : public DeviceMemory {
       if (b != fill) return false;
     return true;
   }
+  void* createStream(bool blocking) override {
+    CUstream s = nullptr;
+    // CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING
+    check(api_.streamCreate(&s, blocking ? 0 : 1), "cuStreamCreate");
+    streams_.push_back(s);
+    return s;
+  }
+  void syncStream(void* stream) override {
+    check(api_.streamSynchronize(static_cast<CUstream>(stream)), "cuStreamSynchronize");
+  }
+  void toDevice(void* dst, const void* src, size_t bytes) override {
+    check(api_.memcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  }
+  void fromDevice(void* dst, const void* src, size_t bytes) override {
+    check(api_.memcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
+  }
 
  private:
   template <typename Fn>
@@ -127,6 +158,7 @@ class CudaMemory : public DeviceMemory {
   std::vector<CUcontext> ctx_;
   std::vector<CUdeviceptr> dev_;
   std::vector<void*> host_;
+  std::vector<CUstream> streams_;
 };
 
 }  // namespace

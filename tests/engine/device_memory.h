@@ -26,6 +26,25 @@ class DeviceMemory {
   virtual void* allocPinned(size_t bytes) = 0;
   // Whether device memory from allocDevice still holds `fill` in every byte.
   virtual bool holds(const void* p, size_t bytes, uint8_t fill) = 0;
+
+  // Streams and copies, for the tests of device-buffer collectives (staged_test.cc).
+  // A new stream of the calling thread's current device, destroyed with the DeviceMemory;
+  // returned as the cudaStream_t NCCL calls take. Non-blocking (CU_STREAM_NON_BLOCKING)
+  // unless asked: a blocking stream and the legacy default stream, on which toDevice and
+  // fromDevice copy, wait for each other, so a rank thread's copy would wait for another
+  // rank's stream that waits for the copying rank's collective.
+  virtual void* createStream(bool blocking = false) = 0;
+  // Blocks until every operation queued on `stream` has completed (cuStreamSynchronize).
+  virtual void syncStream(void* stream) = 0;
+  // Synchronous copies between host memory and device memory from allocDevice (cuMemcpy).
+  virtual void toDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fromDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Only the stand-in can hold a stream still: a paused stream starts no further operation
+  // until resumed, so a test can see that a call returned before its work ran. The real
+  // driver returns false from canPause and the tests that need it skip.
+  virtual bool canPause() const { return false; }
+  virtual void pauseStream(void* /*stream*/) {}
+  virtual void resumeStream(void* /*stream*/) {}
 };
 
 // Defined by stand_in_memory.cc or cuda_memory.cc; frees everything on destruction.

@@ -1,7 +1,7 @@
 // Memory kinds at the C API: every collective and point-to-point call classifies its
-// buffers and refuses CUDA memory (no CUDA executor yet) without touching a byte of it,
-// when nothing else serves it (LOOM_NCCL_FALLBACK=off here; tests/dispatch covers the
-// fallback serving device buffers through stock NCCL).
+// buffers and refuses CUDA memory without touching a byte of it when nothing serves it
+// (LOOM_NCCL_FALLBACK=off and LOOM_STAGED_PATH=0 here; tests/dispatch covers the fallback
+// serving device buffers through stock NCCL, staged_test.cc Loom's staged path).
 // The same tests run against the stand-in driver (engine_mem_kind_stand_in_test) and the
 // real one (engine_mem_kind_cuda_test, skipped where there is no GPU).
 #include <gtest/gtest.h>
@@ -98,6 +98,7 @@ class MEM_KINDS_SUITE : public testing::Test {
  protected:
   void SetUp() override {
     setenv("LOOM_NCCL_FALLBACK", "off", 1);  // read at each communicator's init
+    setenv("LOOM_STAGED_PATH", "0", 1);
     mem_ = makeDeviceMemory();
     if (std::string why = mem_->unavailable(); !why.empty()) {
 #ifdef LOOM_STAND_IN_CUDA_PATH
@@ -249,6 +250,7 @@ TEST_F(MEM_KINDS_SUITE, CommunicatorTakesTheCurrentDevice) {
 TEST(MEM_KINDS_HOST_SUITE, HostBuffersGiveExactResults) {
   constexpr int kRanks = 3;
   constexpr size_t kN = 100000;
+  setenv("LOOM_STAGED_PATH", "0", 1);  // device calls are refused (read at init)
   std::unique_ptr<DeviceMemory> mem = makeDeviceMemory();
   bool gpu = mem->unavailable().empty();
   std::vector<int32_t*> pinned(kRanks, nullptr);

@@ -3,10 +3,34 @@
 // reports address ranges that a test registers as device, managed or pinned host memory;
 // every other address is unregistered host memory, as the real driver reports it. Tests
 // reach its hooks (loomStandIn*) with dlopen(path, RTLD_NOLOAD) and dlsym.
+//
+// It also emulates streams, so that work Loom queues on a caller's stream can be tested
+// without a GPU: every stream is a FIFO of operations (copies, host functions, 32-bit waits
+// and writes, event waits) that a worker thread of its own runs in order. Device memory is
+// host pages kept PROT_NONE, so that a direct host access by Loom faults; the workers reach
+// it through /proc/self/mem, whose writes and reads ignore page protection. Events, the
+// legacy stream's implicit ordering and stream capture into linear graphs follow cuda.h.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -14,9 +38,24 @@ namespace {
 using CUresult = int;
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kInvalidValue = 1;
+constexpr CUresult kOutOfMemory = 2;
 constexpr CUresult kInvalidContext = 201;
+constexpr CUresult kInvalidHandle = 400;
+constexpr CUresult kIllegalState = 401;
+constexpr CUresult kNotReady = 600;
+constexpr CUresult kCaptureUnsupported = 900;
+constexpr CUresult kCaptureInvalidated = 901;
+constexpr CUresult kCaptureMerge = 902;
+constexpr CUresult kCaptureUnmatched = 903;
+constexpr CUresult kCaptureIsolation = 905;
+constexpr CUresult kCaptureImplicit = 906;
+constexpr CUresult kCapturedEvent = 907;
+constexpr CUresult kCaptureWrongThread = 908;
 constexpr int kAttrMemoryType = 2, kAttrIsManaged = 8, kAttrDeviceOrdinal = 9;
 constexpr int kNoOrdinal = -2;  // what the driver reports for memory it does not know
+
+using CUdeviceptr = unsigned long long;
+using CUhostFn = void (*)(void*);
 
 struct Range {
   uintptr_t begin, end;
@@ -26,12 +65,17 @@ struct Range {
 };
 
 struct State {
-  std::mutex mu;
-  std::vector<Range> ranges;
+  std::mutex mu;  // a leaf: nothing else is locked while it is held
+  std::vector<Range> ranges;          // registered by tests through the hooks
+  std::map<uintptr_t, Range> allocs;  // made by cuMemAlloc / cuMemHostAlloc, by begin
   int currentDevice = 0;
   std::atomic<CUresult> initResult{kSuccess};
   std::atomic<CUresult> queryResult{kSuccess};
   std::atomic<long> queries{0};
+
+  std::mutex memMu;  // guards memFd and memPid
+  int memFd = -1;    // /proc/self/mem, opened on first use
+  pid_t memPid = 0;  // the process that opened memFd
 };
 
 State& state() {
@@ -44,6 +88,473 @@ constexpr int kNoThreadContext = -100;
 // A thread that made a context current (cuCtxSetCurrent) sees its device; other threads
 // see the process-wide one the test sets.
 thread_local int tlsDevice = kNoThreadContext;
+
+// cuCtxGetDevice's answer for the calling thread; negative: no current context.
+int callerDevice() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return tlsDevice != kNoThreadContext ? tlsDevice : state().currentDevice;
+}
+
+// ---- memory
+
+bool deviceLike(const Range& r) { return r.memType == 2 || r.managed != 0; }
+
+// The range holding p: a test's registration first (the latest wins), then the driver's
+// own allocations, which loomStandInClear leaves alone. state().mu must be held.
+bool findRangeLocked(uintptr_t p, Range* out) {
+  State& s = state();
+  bool found = false;
+  for (const Range& r : s.ranges)
+    if (p >= r.begin && p < r.end) {
+      *out = r;
+      found = true;
+    }
+  if (found) return true;
+  auto it = s.allocs.upper_bound(p);
+  if (it == s.allocs.begin()) return false;
+  --it;
+  if (p >= it->second.end) return false;
+  *out = it->second;
+  return true;
+}
+
+// Whether any byte of [p, p + n) is device or managed memory, which is kept PROT_NONE.
+bool touchesDevice(uintptr_t p, size_t n) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto overlaps = [&](const Range& r) { return deviceLike(r) && r.begin < p + n && p < r.end; };
+  for (const Range& r : s.ranges)
+    if (overlaps(r)) return true;
+  for (const auto& [begin, r] : s.allocs)
+    if (overlaps(r)) return true;
+  return false;
+}
+
+[[noreturn]] void fail(const char* what, uintptr_t addr) {
+  // A worker cannot return an error to anyone: a copy that cannot be done must be loud.
+  fprintf(stderr, "stand-in CUDA driver: %s at %#llx failed: %s\n", what,
+          static_cast<unsigned long long>(addr), strerror(errno));
+  abort();
+}
+
+int procMem() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.memMu);
+  const pid_t pid = getpid();
+  if (s.memFd < 0 || s.memPid != pid) {
+    // A descriptor opened before a fork still reaches the parent's memory: reopen.
+    if (s.memFd >= 0) close(s.memFd);
+    s.memFd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    s.memPid = pid;
+    if (s.memFd < 0) fail("open(/proc/self/mem)", 0);
+  }
+  return s.memFd;
+}
+
+// Device pages are PROT_NONE; /proc/self/mem accesses them all the same (FOLL_FORCE).
+void readDevice(void* dst, uintptr_t src, size_t n) {
+  const int fd = procMem();
+  auto* d = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t r = pread(fd, d, n, static_cast<off_t>(src));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail("reading device memory through /proc/self/mem", src);
+    d += r, src += r, n -= r;
+  }
+}
+
+void writeDevice(uintptr_t dst, const void* src, size_t n) {
+  const int fd = procMem();
+  auto* s = static_cast<const char*>(src);
+  while (n > 0) {
+    ssize_t r = pwrite(fd, s, n, static_cast<off_t>(dst));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail("writing device memory through /proc/self/mem", dst);
+    s += r, dst += r, n -= r;
+  }
+}
+
+void copyBytes(uintptr_t dst, uintptr_t src, size_t n) {
+  const bool toDevice = touchesDevice(dst, n), fromDevice = touchesDevice(src, n);
+  if (!toDevice && !fromDevice) {
+    memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  } else if (!fromDevice) {
+    writeDevice(dst, reinterpret_cast<const void*>(src), n);
+  } else if (!toDevice) {
+    readDevice(reinterpret_cast<void*>(dst), src, n);
+  } else {
+    // Neither side may be touched directly; a whole-size bounce also survives overlap.
+    std::vector<char> bounce(n);
+    readDevice(bounce.data(), src, n);
+    writeDevice(dst, bounce.data(), n);
+  }
+}
+
+void fillBytes(uintptr_t dst, unsigned char value, size_t n) {
+  if (!touchesDevice(dst, n)) {
+    memset(reinterpret_cast<void*>(dst), value, n);
+    return;
+  }
+  std::vector<unsigned char> bytes(n, value);
+  writeDevice(dst, bytes.data(), n);
+}
+
+// Where cuStreamWaitValue32 / cuStreamWriteValue32 may point: an aligned word of pinned
+// host memory (which the device maps) or of device memory; *device says which.
+bool wordTarget(uintptr_t addr, bool* device) {
+  if (addr == 0 || addr % 4 != 0) return false;
+  std::lock_guard<std::mutex> lock(state().mu);
+  Range r;
+  if (!findRangeLocked(addr, &r) || addr + 4 > r.end) return false;
+  *device = deviceLike(r);
+  return *device || r.memType == 1;
+}
+
+// Host words are shared with host threads: acquire loads, release stores. Device words are
+// only ever reached through /proc/self/mem, whose system calls order them as fences would.
+uint32_t loadWord(uintptr_t addr, bool device) {
+  if (!device) return __atomic_load_n(reinterpret_cast<const uint32_t*>(addr), __ATOMIC_ACQUIRE);
+  uint32_t word;
+  readDevice(&word, addr, sizeof word);
+  return word;
+}
+
+void storeWord(uintptr_t addr, uint32_t word, bool device) {
+  if (!device) {
+    __atomic_store_n(reinterpret_cast<uint32_t*>(addr), word, __ATOMIC_RELEASE);
+    return;
+  }
+  writeDevice(addr, &word, sizeof word);
+}
+
+constexpr unsigned kWaitGeq = 0, kWaitEq = 1, kWaitAnd = 2, kWaitNor = 3;
+constexpr unsigned kWaitFlush = 1u << 30;
+
+bool waitSatisfied(uint32_t word, uint32_t value, unsigned cond) {
+  switch (cond) {
+    case kWaitGeq: return static_cast<int32_t>(word - value) >= 0;  // modulo 2^32
+    case kWaitEq: return word == value;
+    case kWaitAnd: return (word & value) != 0;
+    default: return ~(word | value) != 0;  // kWaitNor
+  }
+}
+
+void waitWord(uintptr_t addr, uint32_t value, unsigned cond, bool device) {
+  // A GPU polls memory; here a worker does, briefly hot and then every 20 µs.
+  for (unsigned polls = 0; !waitSatisfied(loadWord(addr, device), value, cond); ++polls) {
+    if (polls < 1000) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      timespec pause{0, 20000};
+      nanosleep(&pause, nullptr);
+    }
+  }
+}
+
+// ---- streams, events, capture
+
+struct Stream;
+
+// A point in a stream's order: reached once `seq` operations on it have completed.
+struct Point {
+  std::shared_ptr<Stream> stream;
+  uint64_t seq;
+};
+using Points = std::vector<Point>;
+
+// One queued operation: it starts once every point in `after` is reached (the legacy
+// stream's implicit ordering, cuStreamWaitEvent), then calls `run`, which may block (a
+// wait) or be empty.
+struct Op {
+  Points after;
+  std::function<void()> run;
+};
+
+enum class StreamKind { Created, Legacy, PerThread };
+constexpr uintptr_t kLegacyHandle = 0x1, kPerThreadHandle = 0x2;  // CU_STREAM_LEGACY, _PER_THREAD
+constexpr unsigned kStreamNonBlocking = 0x1;
+
+struct Capture;
+
+struct Stream : std::enable_shared_from_this<Stream> {
+  Stream(StreamKind k, bool b) : kind(k), blocking(b) {}
+  const StreamKind kind;
+  // Blocking streams (all but CU_STREAM_NON_BLOCKING ones) and the legacy stream wait for
+  // each other's earlier work.
+  const bool blocking;
+
+  std::mutex mu;
+  std::condition_variable cv;  // signalled on every change of the fields below
+  std::deque<Op> queue;
+  uint64_t enqueued = 0, completed = 0;
+  bool paused = false, stopping = false, started = false, exited = false;
+
+  std::shared_ptr<Capture> capture;  // guarded by the registry's mutex, not by mu
+
+  // Queues op and returns its point. The worker starts with the first operation, never
+  // earlier: the process may fork before it uses a stream.
+  uint64_t push(Op op) {
+    std::lock_guard<std::mutex> lock(mu);
+    queue.push_back(std::move(op));
+    if (!started) {
+      started = true;
+      // Detached, so that nothing must join it (the process may end while it waits), and
+      // holding the stream, which lives until its worker ends.
+      std::thread([self = shared_from_this()] { self->work(); }).detach();
+    }
+    cv.notify_all();
+    return ++enqueued;
+  }
+  bool reached(uint64_t seq) {
+    std::lock_guard<std::mutex> lock(mu);
+    return completed >= seq;
+  }
+  void waitFor(uint64_t seq) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return completed >= seq; });
+  }
+
+  void work() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return (!paused && !queue.empty()) || (stopping && queue.empty()); });
+      if (queue.empty()) break;
+      Op op = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      for (const Point& p : op.after) p.stream->waitFor(p.seq);
+      if (op.run) op.run();
+      op = Op{};  // let go of other streams before counting the operation done
+      lock.lock();
+      ++completed;
+      cv.notify_all();
+    }
+    exited = true;
+    cv.notify_all();
+  }
+};
+
+constexpr int kCaptureGlobal = 0, kCaptureThreadLocal = 1, kCaptureRelaxed = 2;
+
+// A capture sequence: what its streams queue is recorded here instead of run. The graph is
+// linear: operations in the order they were queued, which respects every dependency.
+struct Capture {
+  int mode = kCaptureGlobal;
+  std::thread::id thread;  // that began it
+  Stream* origin = nullptr;
+  std::vector<std::shared_ptr<Stream>> members;  // origin and streams that joined by event
+  std::vector<Op> ops;
+  bool invalidated = false;
+};
+
+struct Event {
+  Points points;  // the work it stands for; empty: complete
+  bool captured = false;  // last recorded in a capturing stream
+  std::weak_ptr<Capture> capturedIn;
+};
+
+struct Graph {
+  std::vector<Op> ops;
+};
+
+struct Registry {
+  // Locked before any Stream::mu (and state().mu), never after; never held while waiting.
+  std::mutex mu;
+  std::shared_ptr<Stream> legacy;
+  std::unordered_map<const void*, std::shared_ptr<Stream>> streams;  // created, per-thread
+  std::unordered_map<const void*, std::shared_ptr<Event>> events;
+  std::unordered_map<const void*, std::shared_ptr<Graph>> graphs;
+  std::unordered_map<const void*, std::shared_ptr<Graph>> execs;  // instantiated graphs
+  std::vector<std::shared_ptr<Capture>> captures;                 // in progress
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: detached workers may still run
+  return *r;
+}
+
+// A thread's CU_STREAM_PER_THREAD stream, created on first use and retired at thread exit:
+// its worker finishes what is queued, then ends.
+struct PerThreadStream {
+  std::shared_ptr<Stream> stream;
+  ~PerThreadStream();
+};
+thread_local PerThreadStream tlsStream;
+
+// Takes s out of its capture, which cannot be ended as recorded any more.
+void leaveCaptureLocked(const std::shared_ptr<Stream>& s) {
+  std::shared_ptr<Capture> c = std::move(s->capture);
+  if (!c) return;
+  c->invalidated = true;
+  std::erase(c->members, s);
+  if (c->members.empty()) std::erase(registry().captures, c);
+}
+
+PerThreadStream::~PerThreadStream() {
+  if (!stream) return;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().streams.erase(stream.get());
+    leaveCaptureLocked(stream);
+  }
+  std::lock_guard<std::mutex> lock(stream->mu);
+  stream->stopping = true;
+  stream->cv.notify_all();
+}
+
+// The stream a handle names. The default streams need a current context, as in CUDA,
+// except for the test hooks (needContext false). Registry mutex held.
+CUresult resolveLocked(void* handle, std::shared_ptr<Stream>* out, bool needContext = true) {
+  Registry& reg = registry();
+  const auto h = reinterpret_cast<uintptr_t>(handle);
+  if (h == 0 || h == kLegacyHandle || h == kPerThreadHandle) {
+    if (needContext && callerDevice() < 0) return kInvalidContext;
+    std::shared_ptr<Stream>& s = h == kPerThreadHandle ? tlsStream.stream : reg.legacy;
+    if (!s) {
+      const bool perThread = h == kPerThreadHandle;
+      s = std::make_shared<Stream>(perThread ? StreamKind::PerThread : StreamKind::Legacy, true);
+      if (perThread) reg.streams[s.get()] = s;
+    }
+    *out = s;
+    return kSuccess;
+  }
+  auto it = reg.streams.find(handle);
+  if (it == reg.streams.end() || it->second->kind != StreamKind::Created) return kInvalidHandle;
+  *out = it->second;
+  return kSuccess;
+}
+
+// Adds t's last queued point to `points` unless t has done all its work.
+void addPending(const std::shared_ptr<Stream>& t, Points& points) {
+  std::lock_guard<std::mutex> lock(t->mu);
+  if (t->completed < t->enqueued) points.push_back({t, t->enqueued});
+}
+
+// What work queued on s now must wait for besides s's own order: the legacy stream waits
+// for all earlier work of blocking streams, and they for its earlier work.
+Points implicitAfterLocked(const std::shared_ptr<Stream>& s) {
+  Registry& reg = registry();
+  Points after;
+  if (s->kind == StreamKind::Legacy) {
+    for (const auto& [h, t] : reg.streams)
+      if (t->blocking) addPending(t, after);
+  } else if (s->blocking && reg.legacy) {
+    addPending(reg.legacy, after);
+  }
+  return after;
+}
+
+// All work queued on s so far, as an event recorded now would stand for it.
+Points untilNowLocked(const std::shared_ptr<Stream>& s) {
+  Points points = implicitAfterLocked(s);
+  addPending(s, points);
+  return points;
+}
+
+void waitAll(const Points& points) {
+  for (const Point& p : points) p.stream->waitFor(p.seq);
+}
+
+bool allReached(const Points& points) {
+  for (const Point& p : points)
+    if (!p.stream->reached(p.seq)) return false;
+  return true;
+}
+
+// Whether a capture's mode forbids a potentially unsafe call (a synchronous copy, an
+// allocation) from this thread now: any capture in GLOBAL mode, one in THREAD_LOCAL mode
+// begun by this thread. As in CUDA the call fails and the capture is broken.
+bool forbiddenByCaptureLocked() {
+  bool forbidden = false;
+  for (const auto& c : registry().captures)
+    if (c->mode == kCaptureGlobal ||
+        (c->mode == kCaptureThreadLocal && c->thread == std::this_thread::get_id())) {
+      c->invalidated = true;
+      forbidden = true;
+    }
+  return forbidden;
+}
+
+// Whether using the legacy stream now would make it wait for a capturing blocking stream,
+// which CUDA refuses (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT), breaking the capture unless the
+// call only asks (cuStreamIsCapturing).
+bool legacyBlockedLocked(bool invalidate) {
+  bool blocked = false;
+  for (const auto& c : registry().captures)
+    for (const auto& m : c->members)
+      if (m->blocking) {
+        blocked = true;
+        if (invalidate) c->invalidated = true;
+        break;
+      }
+  return blocked;
+}
+
+// Queues ops on s in order, or records them while s captures.
+CUresult enqueueLocked(const std::shared_ptr<Stream>& s, std::vector<Op> ops) {
+  if (Capture* c = s->capture.get()) {
+    if (c->invalidated) return kCaptureInvalidated;
+    for (Op& op : ops) c->ops.push_back(std::move(op));
+    return kSuccess;
+  }
+  if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
+  if (ops.empty()) return kSuccess;
+  Points after = implicitAfterLocked(s);  // the first op waits; the rest follow it
+  ops.front().after.insert(ops.front().after.end(), after.begin(), after.end());
+  for (Op& op : ops) s->push(std::move(op));
+  return kSuccess;
+}
+
+CUresult enqueue(void* handle, std::vector<Op> ops) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(handle, &s)) return r;
+  return enqueueLocked(s, std::move(ops));
+}
+
+// cuMemcpy and its synchronous kin: queued on the legacy stream and waited for.
+CUresult runOnLegacy(std::function<void()> run) {
+  Point done;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    std::shared_ptr<Stream> legacy;
+    if (CUresult r = resolveLocked(nullptr, &legacy)) return r;
+    if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
+    if (legacyBlockedLocked(true)) return kCaptureImplicit;
+    done = {legacy, legacy->push(Op{implicitAfterLocked(legacy), std::move(run)})};
+  }
+  done.stream->waitFor(done.seq);
+  return kSuccess;
+}
+
+// Every stream's work so far: what cuCtxSynchronize waits for.
+Points everythingLocked() {
+  Registry& reg = registry();
+  Points points;
+  if (reg.legacy) addPending(reg.legacy, points);
+  for (const auto& [h, s] : reg.streams) addPending(s, points);
+  return points;
+}
+
+void setPaused(void* handle, bool paused) {
+  std::shared_ptr<Stream> s;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (resolveLocked(handle, &s, false) != kSuccess) return;
+  }
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->paused = paused;
+  s->cv.notify_all();
+}
+
+template <typename T>
+std::shared_ptr<T> findLocked(std::unordered_map<const void*, std::shared_ptr<T>>& map,
+                              const void* handle) {
+  auto it = map.find(handle);
+  return it == map.end() ? nullptr : it->second;
+}
 
 }  // namespace
 
@@ -65,10 +576,28 @@ __attribute__((visibility("default"))) CUresult cuGetErrorString(CUresult error,
   switch (error) {
     case 0: *text = "no error"; break;
     case 1: *text = "invalid argument"; break;
+    case 2: *text = "out of memory"; break;
     case 3: *text = "initialization error"; break;
     case 4: *text = "driver shutting down"; break;
     case 100: *text = "no CUDA-capable device is detected"; break;
     case 201: *text = "invalid device context"; break;
+    case 400: *text = "invalid resource handle"; break;
+    case 401: *text = "the operation cannot be performed in the present state"; break;
+    case 600: *text = "device not ready"; break;
+    case 900: *text = "operation not permitted when stream is capturing"; break;
+    case 901: *text = "operation failed due to a previous error during capture"; break;
+    case 902: *text = "operation would result in a merge of separate capture sequences"; break;
+    case 903: *text = "capture was not ended in the same stream as it began"; break;
+    case 905: *text = "dependency created on uncaptured work in another stream"; break;
+    case 906:
+      *text = "operation would make the legacy stream depend on a capturing blocking stream";
+      break;
+    case 907:
+      *text = "operation not permitted on an event last recorded in a capturing stream";
+      break;
+    case 908:
+      *text = "attempt to terminate a thread-local capture sequence from another thread";
+      break;
     default: *text = nullptr; return kInvalidValue;
   }
   return kSuccess;
@@ -129,8 +658,7 @@ __attribute__((visibility("default"))) CUresult cuPointerGetAttributes(
   Range found{0, 0, 0, 0, kNoOrdinal};
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    for (const Range& r : s.ranges)
-      if (ptr >= r.begin && ptr < r.end) found = r;
+    findRangeLocked(ptr, &found);
   }
   for (unsigned i = 0; i < count; ++i) {
     switch (attrs[i]) {
@@ -141,6 +669,453 @@ __attribute__((visibility("default"))) CUresult cuPointerGetAttributes(
     }
   }
   return kSuccess;
+}
+
+// ---- memory
+
+// Device memory: PROT_NONE pages of the calling thread's current device.
+__attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  if (!dptr || bytes == 0) return kInvalidValue;
+  const int device = callerDevice();
+  if (device < 0) return kInvalidContext;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
+  }
+  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return kOutOfMemory;
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().allocs[b] = Range{b, b + bytes, 2, 0, device};
+  }
+  *dptr = b;
+  return kSuccess;
+}
+
+// Like cudaFree, waits for all streams first: queued work may still use the memory.
+__attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  auto known = [&] {
+    std::lock_guard<std::mutex> lock(state().mu);
+    auto it = state().allocs.find(dptr);
+    return it != state().allocs.end() && it->second.memType == 2;
+  };
+  if (!known()) return kInvalidValue;
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
+    points = everythingLocked();
+  }
+  waitAll(points);
+  Range r;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    auto it = state().allocs.find(dptr);
+    if (it == state().allocs.end() || it->second.memType != 2) return kInvalidValue;
+    r = it->second;
+    state().allocs.erase(it);
+  }
+  munmap(reinterpret_cast<void*>(r.begin), r.end - r.begin);
+  return kSuccess;
+}
+
+// Pinned host memory: ordinary read-write pages the device maps (memory type 1).
+__attribute__((visibility("default"))) CUresult cuMemHostAlloc(void** pp, size_t bytes,
+                                                               unsigned flags) {
+  constexpr unsigned kPortable = 0x1, kDeviceMap = 0x2, kWriteCombined = 0x4;
+  if (!pp || bytes == 0 || (flags & ~(kPortable | kDeviceMap | kWriteCombined)))
+    return kInvalidValue;
+  const int device = callerDevice();
+  if (device < 0) return kInvalidContext;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return kOutOfMemory;
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().allocs[b] = Range{b, b + bytes, 1, 0, device};
+  }
+  *pp = p;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
+  return cuMemHostAlloc(pp, bytes, 0);
+}
+
+__attribute__((visibility("default"))) CUresult cuMemFreeHost(void* p) {
+  Range r;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    auto it = state().allocs.find(reinterpret_cast<uintptr_t>(p));
+    if (!p || it == state().allocs.end() || it->second.memType != 1) return kInvalidValue;
+    r = it->second;
+    state().allocs.erase(it);
+  }
+  munmap(reinterpret_cast<void*>(r.begin), r.end - r.begin);
+  return kSuccess;
+}
+
+// With unified addressing the device sees pinned memory at its host address. A range a
+// test registered as pinned host memory (cuMemAllocHost's, in effect) counts as well.
+__attribute__((visibility("default"))) CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr,
+                                                                             void* p,
+                                                                             unsigned flags) {
+  if (!pdptr || !p || flags != 0) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(state().mu);
+  Range r;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (!findRangeLocked(a, &r) || r.memType != 1 || r.managed) return kInvalidValue;
+  *pdptr = a;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src,
+                                                              size_t bytes, void* stream) {
+  if (bytes > 0 && (!dst || !src)) return kInvalidValue;
+  std::vector<Op> ops;
+  if (bytes > 0) ops.push_back(Op{{}, [dst, src, bytes] { copyBytes(dst, src, bytes); }});
+  return enqueue(stream, std::move(ops));
+}
+
+__attribute__((visibility("default"))) CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src,
+                                                         size_t bytes) {
+  if (bytes > 0 && (!dst || !src)) return kInvalidValue;
+  return runOnLegacy([dst, src, bytes] {
+    if (bytes > 0) copyBytes(dst, src, bytes);
+  });
+}
+
+__attribute__((visibility("default"))) CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src,
+                                                                size_t bytes) {
+  return cuMemcpy(dst, reinterpret_cast<uintptr_t>(src), bytes);
+}
+
+__attribute__((visibility("default"))) CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src,
+                                                                size_t bytes) {
+  return cuMemcpy(reinterpret_cast<uintptr_t>(dst), src, bytes);
+}
+
+__attribute__((visibility("default"))) CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value,
+                                                              size_t count) {
+  if (count > 0 && !dst) return kInvalidValue;
+  return runOnLegacy([dst, value, count] {
+    if (count > 0) fillBytes(dst, value, count);
+  });
+}
+
+// ---- streams
+
+__attribute__((visibility("default"))) CUresult cuStreamCreate(void** phStream, unsigned flags) {
+  if (!phStream || (flags & ~kStreamNonBlocking)) return kInvalidValue;
+  if (callerDevice() < 0) return kInvalidContext;
+  auto s = std::make_shared<Stream>(StreamKind::Created, (flags & kStreamNonBlocking) == 0);
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().streams[s.get()] = s;
+  *phStream = s.get();
+  return kSuccess;
+}
+
+// CUDA returns at once and frees the stream when its work is done; waiting for that work
+// instead keeps memory that a test frees next out of a worker's reach. A paused stream is
+// let go first: nothing could resume it any more.
+__attribute__((visibility("default"))) CUresult cuStreamDestroy_v2(void* stream) {
+  std::shared_ptr<Stream> s;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    s = findLocked(registry().streams, stream);
+    if (!s || s->kind != StreamKind::Created) return kInvalidHandle;
+    registry().streams.erase(stream);
+    leaveCaptureLocked(s);
+  }
+  std::unique_lock<std::mutex> lock(s->mu);
+  s->paused = false;
+  s->stopping = true;
+  s->cv.notify_all();
+  if (s->started) s->cv.wait(lock, [&] { return s->exited; });
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuStreamSynchronize(void* stream) {
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    std::shared_ptr<Stream> s;
+    if (CUresult r = resolveLocked(stream, &s)) return r;
+    if (s->capture) {
+      s->capture->invalidated = true;
+      return kCaptureUnsupported;
+    }
+    if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
+    points = untilNowLocked(s);
+  }
+  waitAll(points);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuStreamQuery(void* stream) {
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    std::shared_ptr<Stream> s;
+    if (CUresult r = resolveLocked(stream, &s)) return r;
+    if (s->capture) {
+      s->capture->invalidated = true;
+      return kCaptureUnsupported;
+    }
+    if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
+    points = untilNowLocked(s);
+  }
+  return allReached(points) ? kSuccess : kNotReady;
+}
+
+__attribute__((visibility("default"))) CUresult cuCtxSynchronize() {
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (callerDevice() < 0) return kInvalidContext;
+    // It would wait for capturing streams too, which CUDA refuses whatever the mode.
+    if (!registry().captures.empty()) {
+      for (const auto& c : registry().captures) c->invalidated = true;
+      return kCaptureUnsupported;
+    }
+    points = everythingLocked();
+  }
+  waitAll(points);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuLaunchHostFunc(void* stream, CUhostFn fn,
+                                                                 void* userData) {
+  if (!fn) return kInvalidValue;
+  return enqueue(stream, {Op{{}, [fn, userData] { fn(userData); }}});
+}
+
+__attribute__((visibility("default"))) CUresult cuStreamWaitValue32_v2(void* stream,
+                                                                       CUdeviceptr addr,
+                                                                       uint32_t value,
+                                                                       unsigned flags) {
+  if (flags & ~(3u | kWaitFlush)) return kInvalidValue;
+  bool device = false;
+  if (!wordTarget(addr, &device)) return kInvalidValue;
+  const unsigned cond = flags & 3u;  // the flush bit changes nothing here
+  return enqueue(stream, {Op{{}, [=] { waitWord(addr, value, cond, device); }}});
+}
+
+__attribute__((visibility("default"))) CUresult cuStreamWriteValue32_v2(void* stream,
+                                                                        CUdeviceptr addr,
+                                                                        uint32_t value,
+                                                                        unsigned flags) {
+  constexpr unsigned kNoMemoryBarrier = 0x1;
+  if (flags & ~kNoMemoryBarrier) return kInvalidValue;
+  bool device = false;
+  if (!wordTarget(addr, &device)) return kInvalidValue;
+  return enqueue(stream, {Op{{}, [=] { storeWord(addr, value, device); }}});
+}
+
+// ---- events
+
+__attribute__((visibility("default"))) CUresult cuEventCreate(void** phEvent, unsigned flags) {
+  constexpr unsigned kKnownFlags = 0x1 | 0x2 | 0x4;  // blocking sync, no timing, interprocess
+  if (!phEvent || (flags & ~kKnownFlags)) return kInvalidValue;
+  if (callerDevice() < 0) return kInvalidContext;
+  auto e = std::make_shared<Event>();
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().events[e.get()] = e;
+  *phEvent = e.get();
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuEventDestroy_v2(void* event) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().events.erase(event) ? kSuccess : kInvalidHandle;
+}
+
+// The event stands for the stream's work queued so far; recording again replaces that.
+__attribute__((visibility("default"))) CUresult cuEventRecord(void* event, void* stream) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Event> e = findLocked(registry().events, event);
+  if (!e) return kInvalidHandle;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+  if (const std::shared_ptr<Capture>& c = s->capture) {
+    if (c->invalidated) return kCaptureInvalidated;
+    e->captured = true;
+    e->capturedIn = c;
+    e->points.clear();
+    return kSuccess;
+  }
+  if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
+  e->captured = false;
+  e->capturedIn.reset();
+  e->points = untilNowLocked(s);
+  return kSuccess;
+}
+
+// The stream waits for the work the event stands for now; later records do not matter.
+__attribute__((visibility("default"))) CUresult cuStreamWaitEvent(void* stream, void* event,
+                                                                  unsigned flags) {
+  constexpr unsigned kWaitExternal = 0x1;  // CU_EVENT_WAIT_EXTERNAL
+  if (flags & ~kWaitExternal) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Event> e = findLocked(registry().events, event);
+  if (!e) return kInvalidHandle;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+
+  if (const std::shared_ptr<Capture> c = s->capture) {
+    if (c->invalidated) return kCaptureInvalidated;
+    if (e->captured) {
+      std::shared_ptr<Capture> from = e->capturedIn.lock();
+      if (from == c) return kSuccess;  // already ordered: the graph is linear
+      c->invalidated = true;
+      return from ? kCaptureMerge : kCapturedEvent;
+    }
+    if (flags & kWaitExternal) {
+      // An external event node: each launch waits for the event as last recorded then.
+      c->ops.push_back(Op{{}, [e] {
+        Points points;
+        {
+          std::lock_guard<std::mutex> inner(registry().mu);
+          if (!e->captured) points = e->points;
+        }
+        waitAll(points);
+      }});
+      return kSuccess;
+    }
+    if (e->points.empty()) return kSuccess;  // an empty set of work crosses no boundary
+    c->invalidated = true;
+    return kCaptureIsolation;
+  }
+
+  if (flags & kWaitExternal) return kInvalidValue;  // only meaningful while capturing
+  if (e->captured) {
+    std::shared_ptr<Capture> c = e->capturedIn.lock();
+    if (!c) return kCapturedEvent;  // its capture has ended
+    if (s->kind == StreamKind::Legacy) {
+      c->invalidated = true;
+      return kCaptureImplicit;
+    }
+    if (c->invalidated) return kCaptureInvalidated;
+    // Waiting for captured work forks the capture into this stream.
+    s->capture = c;
+    c->members.push_back(s);
+    return kSuccess;
+  }
+  std::vector<Op> ops;
+  if (!e->points.empty()) ops.push_back(Op{e->points, {}});
+  return enqueueLocked(s, std::move(ops));
+}
+
+__attribute__((visibility("default"))) CUresult cuEventQuery(void* event) {
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    std::shared_ptr<Event> e = findLocked(registry().events, event);
+    if (!e) return kInvalidHandle;
+    if (e->captured) return kCapturedEvent;
+    points = e->points;
+  }
+  return allReached(points) ? kSuccess : kNotReady;
+}
+
+__attribute__((visibility("default"))) CUresult cuEventSynchronize(void* event) {
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    std::shared_ptr<Event> e = findLocked(registry().events, event);
+    if (!e) return kInvalidHandle;
+    if (e->captured) return kCapturedEvent;
+    points = e->points;
+  }
+  waitAll(points);
+  return kSuccess;
+}
+
+// ---- capture and graphs
+
+__attribute__((visibility("default"))) CUresult cuStreamBeginCapture_v2(void* stream, int mode) {
+  if (mode != kCaptureGlobal && mode != kCaptureThreadLocal && mode != kCaptureRelaxed)
+    return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+  if (s->kind == StreamKind::Legacy) return kCaptureUnsupported;
+  if (s->capture) return kIllegalState;
+  auto c = std::make_shared<Capture>();
+  c->mode = mode;
+  c->thread = std::this_thread::get_id();
+  c->origin = s.get();
+  c->members.push_back(s);
+  s->capture = c;
+  registry().captures.push_back(c);
+  return kSuccess;
+}
+
+// Ends the capture on every stream in it. Forks that were never joined back are not
+// detected (CUDA: CUDA_ERROR_STREAM_CAPTURE_UNJOINED).
+__attribute__((visibility("default"))) CUresult cuStreamEndCapture(void* stream, void** phGraph) {
+  if (!phGraph) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+  std::shared_ptr<Capture> c = s->capture;
+  if (!c) return kIllegalState;
+  if (c->origin != s.get()) return kCaptureUnmatched;
+  if (c->mode != kCaptureRelaxed && c->thread != std::this_thread::get_id())
+    return kCaptureWrongThread;
+  for (const auto& m : c->members) m->capture.reset();
+  std::erase(registry().captures, c);
+  *phGraph = nullptr;
+  if (c->invalidated) return kCaptureInvalidated;
+  auto g = std::make_shared<Graph>();
+  g->ops = std::move(c->ops);
+  registry().graphs[g.get()] = g;
+  *phGraph = g.get();
+  return kSuccess;
+}
+
+// CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated.
+__attribute__((visibility("default"))) CUresult cuStreamIsCapturing(void* stream, int* status) {
+  if (!status) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+  if (s->kind == StreamKind::Legacy && legacyBlockedLocked(false)) return kCaptureImplicit;
+  *status = !s->capture ? 0 : s->capture->invalidated ? 2 : 1;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuGraphInstantiateWithFlags(
+    void** phGraphExec, void* graph, unsigned long long flags) {
+  if (!phGraphExec) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Graph> g = findLocked(registry().graphs, graph);
+  if (!g) return kInvalidHandle;
+  auto exec = std::make_shared<Graph>(*g);  // later changes to the graph do not reach it
+  registry().execs[exec.get()] = exec;
+  *phGraphExec = exec.get();
+  return kSuccess;
+}
+
+// Queues the graph's operations in order; a host function runs at every launch.
+__attribute__((visibility("default"))) CUresult cuGraphLaunch(void* graphExec, void* stream) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Graph> exec = findLocked(registry().execs, graphExec);
+  if (!exec) return kInvalidHandle;
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+  return enqueueLocked(s, exec->ops);
+}
+
+__attribute__((visibility("default"))) CUresult cuGraphExecDestroy(void* graphExec) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().execs.erase(graphExec) ? kSuccess : kInvalidHandle;
+}
+
+__attribute__((visibility("default"))) CUresult cuGraphDestroy(void* graph) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().graphs.erase(graph) ? kSuccess : kInvalidHandle;
 }
 
 // ---- test hooks
@@ -159,6 +1134,7 @@ __attribute__((visibility("default"))) void loomStandInAddDeviceRange(const void
   loomStandInAddRange(p, bytes, 2, 0, device);
 }
 
+// Forgets the ranges tests registered; memory from cuMemAlloc / cuMemHostAlloc stays known.
 __attribute__((visibility("default"))) void loomStandInClear() {
   std::lock_guard<std::mutex> lock(state().mu);
   state().ranges.clear();
@@ -182,6 +1158,29 @@ __attribute__((visibility("default"))) void loomStandInSetQueryResult(int result
 
 __attribute__((visibility("default"))) long loomStandInQueryCount() {
   return state().queries.load();
+}
+
+// A paused stream starts no further operation until resumed; the one running finishes.
+// stream: a CUstream, 0 / CU_STREAM_LEGACY, or CU_STREAM_PER_THREAD (the caller's);
+// an unknown handle is ignored.
+__attribute__((visibility("default"))) void loomStandInPauseStream(void* stream) {
+  setPaused(stream, true);
+}
+
+__attribute__((visibility("default"))) void loomStandInResumeStream(void* stream) {
+  setPaused(stream, false);
+}
+
+// Operations the stream has completed: copies, memsets, host functions, 32-bit waits and
+// writes, and waits for recorded events. -1 for an unknown handle.
+__attribute__((visibility("default"))) long loomStandInStreamOps(void* stream) {
+  std::shared_ptr<Stream> s;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (resolveLocked(stream, &s, false) != kSuccess) return -1;
+  }
+  std::lock_guard<std::mutex> lock(s->mu);
+  return static_cast<long>(s->completed);
 }
 
 }  // extern "C"

@@ -19,6 +19,15 @@ struct StandInHooks {
   void (*setQueryResult)(int result) = nullptr;
   long (*queryCount)() = nullptr;
 
+  // Stream hooks, bound by bindStreams (older stand-in uses need only the ones above).
+  // stream: a CUstream, 0 / CU_STREAM_LEGACY, or CU_STREAM_PER_THREAD (the caller's).
+  void (*pauseStream)(void* stream) = nullptr;   // starts nothing more until resumed
+  void (*resumeStream)(void* stream) = nullptr;
+  long (*streamOps)(void* stream) = nullptr;     // operations completed on it so far
+
+  // The library open reached: for dlsym of the stand-in's driver functions too.
+  void* handle = nullptr;
+
   // flags: RTLD_NOLOAD to require that the stand-in is already loaded (by Loom), or
   // RTLD_NOW to load it first (to set its cuInit result before Loom probes). Returns ""
   // or why the hooks are not reachable.
@@ -28,6 +37,7 @@ struct StandInHooks {
       const char* e = dlerror();
       return std::string("dlopen(") + path + "): " + (e ? e : "not loaded");
     }
+    handle = h;
     bool ok = bind(h, addRange, "loomStandInAddRange") &&
               bind(h, addDeviceRange, "loomStandInAddDeviceRange") &&
               bind(h, clear, "loomStandInClear") &&
@@ -36,6 +46,13 @@ struct StandInHooks {
               bind(h, setQueryResult, "loomStandInSetQueryResult") &&
               bind(h, queryCount, "loomStandInQueryCount");
     return ok ? "" : std::string(path) + " lacks a loomStandIn hook";
+  }
+
+  // After open: binds the stream hooks; false if this stand-in lacks them.
+  bool bindStreams() {
+    return handle && bind(handle, pauseStream, "loomStandInPauseStream") &&
+           bind(handle, resumeStream, "loomStandInResumeStream") &&
+           bind(handle, streamOps, "loomStandInStreamOps");
   }
 
  private:

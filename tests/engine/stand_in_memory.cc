@@ -1,11 +1,13 @@
 // Device memory from the stand-in driver: mmap'd pages, reported as device memory and
-// protected with PROT_NONE, so that a memcpy of them would SIGSEGV.
+// protected with PROT_NONE, so that a memcpy of them would SIGSEGV. Streams and copies go
+// through the stand-in's own driver functions, which reach such pages without faulting.
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "base/cuda_driver.h"
@@ -17,6 +19,29 @@ namespace {
 
 constexpr int kStandInDevices = 4;
 
+using CUresult = int;
+using CUdeviceptr = unsigned long long;
+
+// The stand-in's driver functions that streams and copies need, as cuda.h declares them.
+struct StreamApi {
+  CUresult (*streamCreate)(void** stream, unsigned flags) = nullptr;
+  CUresult (*streamSynchronize)(void* stream) = nullptr;
+  CUresult (*streamDestroy)(void* stream) = nullptr;
+  CUresult (*memcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes) = nullptr;
+  CUresult (*memcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes) = nullptr;
+};
+
+template <typename Fn>
+bool bindSymbol(void* lib, Fn*& fn, const char* name) {
+  fn = reinterpret_cast<Fn*>(dlsym(lib, name));
+  return fn != nullptr;
+}
+
+void check(CUresult r, const char* what) {
+  if (r != 0)
+    throw std::runtime_error(std::string(what) + " failed: CUDA error " + std::to_string(r));
+}
+
 class StandInMemory : public DeviceMemory {
  public:
   StandInMemory() {
@@ -27,9 +52,19 @@ class StandInMemory : public DeviceMemory {
       return;
     }
     why_ = hooks_.open(LOOM_STAND_IN_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+    if (!why_.empty()) return;
+    void* lib = hooks_.handle;
+    bool ok = hooks_.bindStreams() && bindSymbol(lib, api_.streamCreate, "cuStreamCreate") &&
+              bindSymbol(lib, api_.streamSynchronize, "cuStreamSynchronize") &&
+              bindSymbol(lib, api_.streamDestroy, "cuStreamDestroy_v2") &&
+              bindSymbol(lib, api_.memcpyHtoD, "cuMemcpyHtoD_v2") &&
+              bindSymbol(lib, api_.memcpyDtoH, "cuMemcpyDtoH_v2");
+    if (!ok) why_ = LOOM_STAND_IN_CUDA_PATH " lacks a stream function or hook";
   }
   ~StandInMemory() override {
     if (!why_.empty()) return;
+    // First, while the memory their work may use is still mapped: destroying waits for it.
+    for (void* s : streams_) api_.streamDestroy(s);
     hooks_.clear();
     hooks_.setCurrentDevice(0);
     for (auto& [p, bytes] : maps_) munmap(p, bytes);
@@ -70,6 +105,26 @@ class StandInMemory : public DeviceMemory {
     return same;
   }
 
+  void* createStream(bool blocking) override {
+    void* s = nullptr;
+    // CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING
+    check(api_.streamCreate(&s, blocking ? 0 : 1), "cuStreamCreate");
+    streams_.push_back(s);
+    return s;
+  }
+  void syncStream(void* stream) override {
+    check(api_.streamSynchronize(stream), "cuStreamSynchronize");
+  }
+  void toDevice(void* dst, const void* src, size_t bytes) override {
+    check(api_.memcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  }
+  void fromDevice(void* dst, const void* src, size_t bytes) override {
+    check(api_.memcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
+  }
+  bool canPause() const override { return true; }
+  void pauseStream(void* stream) override { hooks_.pauseStream(stream); }
+  void resumeStream(void* stream) override { hooks_.resumeStream(stream); }
+
  private:
   void* map(size_t bytes) {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -83,6 +138,8 @@ class StandInMemory : public DeviceMemory {
 
   std::string why_;
   StandInHooks hooks_;
+  StreamApi api_;
+  std::vector<void*> streams_;
   std::vector<std::pair<void*, size_t>> maps_;
   std::vector<void*> pinned_;
 };

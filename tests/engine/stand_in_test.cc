@@ -20,6 +20,7 @@ constexpr int kCudaErrorDeinitialized = 4;
 class StandIn : public testing::Test {
  protected:
   void SetUp() override {
+    setenv("LOOM_STAGED_PATH", "0", 1);  // device buffers are refused (staged_test.cc serves them)
     mem_ = makeDeviceMemory();  // points Loom at the stand-in
     ASSERT_EQ(mem_->unavailable(), "");
     ASSERT_EQ(hooks_.open(LOOM_STAND_IN_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD), "");

@@ -1,0 +1,77 @@
+// The staged path: device buffers served by the host engine, in stream order, without
+// blocking the caller (the first CUDA executor; issue 11 item 2).
+//
+// For a launch on device memory, the caller's stream gets, in order:
+//
+//   cuMemcpyAsync  device inputs -> pinned host staging
+//   cuLaunchHostFunc(arrive)       tells the communicator's staging proxy the inputs landed
+//   cuStreamWaitValue32(flag == 1) the stream waits while the proxy runs the host engine
+//   cuMemcpyAsync  pinned host staging -> device outputs
+//   cuLaunchHostFunc(release)      the staging may be reused
+//
+// and the call returns. The host function only flips a word and wakes the proxy (it never
+// blocks a CUDA thread); the proxy thread runs the operations, rebound to the staging
+// buffers, through the engine like any host call, then sets the flag in pinned memory that
+// the stream waits on. A failure (a dead peer, LOOM_TIMEOUT, an abort) still sets the
+// flag, so the stream never hangs; the error reaches ncclCommGetAsyncError.
+//
+// Each communicator's proxy runs its records in issue order. A group spanning several
+// communicators (ranks of one process driven by one thread) is one record, queued on each
+// of their proxies and run by the last of them to reach it. A group on several streams
+// joins them with events: the first stream waits for the others' inputs, the others wait
+// for its outputs. A host-memory call on a communicator waits for its staged work first, so
+// every rank runs its operations in the order it issued them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <thread>
+
+#include "engine/op.h"
+
+namespace loom {
+
+struct StagedRecord;
+
+// One communicator's staging proxy: a thread, started by the first staged launch.
+class StagedProxy {
+ public:
+  explicit StagedProxy(const std::atomic<bool>* abortFlag) : abort_(abortFlag) {}
+  // Waits for the queued records (an aborted communicator releases them at once).
+  ~StagedProxy();
+  StagedProxy(const StagedProxy&) = delete;
+  StagedProxy& operator=(const StagedProxy&) = delete;
+
+  void push(StagedRecord* rec);
+  // Whether records are queued or running: one relaxed load, for the host fast path.
+  bool busy() const { return queued_.load(std::memory_order_acquire) > 0; }
+  // Blocks until every record pushed so far has run. Not from the proxy's own thread.
+  void drain();
+
+ private:
+  void loop();
+
+  const std::atomic<bool>* abort_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StagedRecord*> queue_;
+  std::atomic<size_t> queued_{0};
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// Whether this driver can run the staged path ("" when it can; else why not).
+std::string stagedUnavailableReason();
+
+// Queues `ops` (device memory, checked alike) on their streams and returns. Throws
+// loom::Error: kInvalidUsage (stream capture, mixed kinds), kUnhandledCudaError (the driver
+// refused a stream operation; the communicators are then poisoned).
+void launchStaged(std::span<const Op> ops);
+
+// True on a staging proxy's thread: its host calls must not wait for staged work.
+bool onStagingProxy();
+
+}  // namespace loom

@@ -1,0 +1,343 @@
+// Loom's staged path (src/engine/staged.h): device buffers served by the host engine, in
+// the order of the caller's stream, while the call returns at once. The same tests run
+// against the stand-in driver (engine_staged_stand_in_test: device memory is PROT_NONE
+// pages that only the driver's copies reach) and the real one (engine_staged_cuda_test,
+// skipped where there is no GPU). LOOM_NCCL_FALLBACK=off: stock NCCL serves nothing here.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/rank_harness.h"
+#include "device_memory.h"
+
+namespace loomtest {
+namespace {
+
+constexpr const char* kSkip = "skip: ";
+
+const bool kEnvSet = [] {
+  setenv("LOOM_NCCL_FALLBACK", "off", 1);
+  setenv("LOOM_STAGED_PATH", "1", 1);
+  return true;
+}();
+
+// Device memory of this process, made on first use: a forked rank makes its own (CUDA
+// does not survive a fork), so a test using processes never touches it in the parent.
+// Such tests come first: run as one binary (not through CTest), the tests with thread ranks
+// load the driver in the parent, and a child forked after that has no working streams.
+DeviceMemory& mem() {
+  static std::unique_ptr<DeviceMemory> m = makeDeviceMemory();
+  return *m;
+}
+
+// Skips the test when this process has no device memory; for tests whose ranks are threads.
+#define NEED_DEVICE()                                                  \
+  do {                                                                 \
+    ASSERT_TRUE(kEnvSet);                                              \
+    if (std::string why = mem().unavailable(); !why.empty()) {         \
+      STAND_IN_MUST_WORK(why);                                         \
+      GTEST_SKIP() << why;                                             \
+    }                                                                  \
+  } while (0)
+#ifdef LOOM_STAND_IN_CUDA_PATH
+#define STAND_IN_MUST_WORK(why) FAIL() << why  // the stand-in is always there
+#else
+#define STAND_IN_MUST_WORK(why) (void)0
+#endif
+
+// For rank bodies in forked processes: "skip: why" when there is no device memory.
+std::string deviceOrSkip() {
+  std::string why = mem().unavailable();
+  return why.empty() ? "" : kSkip + why;
+}
+
+// Fails or skips the test after runRanks.
+void verdict(const std::vector<std::string>& failures) {
+  bool allSkipped = !failures.empty();
+  for (const auto& f : failures) allSkipped &= f.find(kSkip) != std::string::npos;
+#ifndef LOOM_STAND_IN_CUDA_PATH
+  if (allSkipped) GTEST_SKIP() << failures[0];
+#endif
+  EXPECT_TRUE(failures.empty()) << joinFailures(failures);
+}
+
+// An int32 device buffer holding `host`.
+int32_t* devInts(const std::vector<int32_t>& host) {
+  size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(int32_t);
+  auto* p = static_cast<int32_t*>(mem().allocDevice(bytes, 0, 0xEE));
+  if (!host.empty()) mem().toDevice(p, host.data(), host.size() * sizeof(int32_t));
+  return p;
+}
+std::vector<int32_t> hostInts(const int32_t* dev, size_t n) {
+  std::vector<int32_t> h(n);
+  mem().fromDevice(h.data(), dev, n * sizeof(int32_t));
+  return h;
+}
+
+// Rank r's input element i of operation `op`.
+int32_t in(int op, int r, size_t i) { return op * 100000 + r * 1000 + static_cast<int32_t>(i % 997); }
+std::vector<int32_t> inputs(int op, int r, size_t n) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = in(op, r, i);
+  return v;
+}
+
+std::string expectInts(const char* what, const std::vector<int32_t>& got,
+                       const std::vector<int32_t>& want) {
+  for (size_t i = 0; i < want.size(); ++i)
+    RANK_CHECK(got[i] == want[i], "%s: [%zu] = %d, want %d", what, i, got[i], want[i]);
+  return "";
+}
+
+// Every collective and point-to-point call on device buffers, queued on one stream without
+// a sync between them (each reads the previous one's results where that is checkable),
+// then one sync and exact checks.
+std::string everyCollective(int rank, int n, ncclComm_t comm) {
+  mem().makeCurrent(0);
+  void* stream = mem().createStream();
+  auto s = static_cast<cudaStream_t>(stream);
+  const size_t k = 1003;  // odd, not a multiple of the rank count
+  // all-reduce (sum), in place, then an all-gather of its result's first k elements.
+  int32_t* ar = devInts(inputs(1, rank, k));
+  RANK_NCCL(ncclAllReduce(ar, ar, k, ncclInt32, ncclSum, comm, s));
+  int32_t* ag = devInts(std::vector<int32_t>(k * n, -1));
+  RANK_NCCL(ncclAllGather(ar, ag, k, ncclInt32, comm, s));
+  // broadcast from the last rank; reduce (max) to rank 0; reduce-scatter (sum).
+  int root = n - 1;
+  int32_t* bc = devInts(rank == root ? inputs(2, rank, k) : std::vector<int32_t>(k, -1));
+  RANK_NCCL(ncclBroadcast(bc, bc, k, ncclInt32, root, comm, s));
+  int32_t* rdIn = devInts(inputs(3, rank, k));
+  int32_t* rdOut = devInts(std::vector<int32_t>(k, -1));
+  RANK_NCCL(ncclReduce(rdIn, rdOut, k, ncclInt32, ncclMax, 0, comm, s));
+  int32_t* rsIn = devInts(inputs(4, rank, k * n));
+  int32_t* rsOut = devInts(std::vector<int32_t>(k, -1));
+  RANK_NCCL(ncclReduceScatter(rsIn, rsOut, k, ncclInt32, ncclSum, comm, s));
+  // all-to-all, then send/receive around the ring.
+  int32_t* a2aIn = devInts(inputs(5, rank, k * n));
+  int32_t* a2aOut = devInts(std::vector<int32_t>(k * n, -1));
+  RANK_NCCL(ncclAlltoAll(a2aIn, a2aOut, k, ncclInt32, comm, s));
+  int32_t* p2pIn = devInts(inputs(6, rank, k));
+  int32_t* p2pOut = devInts(std::vector<int32_t>(k, -1));
+  RANK_NCCL(ncclGroupStart());
+  RANK_NCCL(ncclSend(p2pIn, k, ncclInt32, (rank + 1) % n, comm, s));
+  RANK_NCCL(ncclRecv(p2pOut, k, ncclInt32, (rank + n - 1) % n, comm, s));
+  RANK_NCCL(ncclGroupEnd());
+  mem().syncStream(stream);
+
+  std::vector<int32_t> want(k);
+  for (size_t i = 0; i < k; ++i) {
+    want[i] = 0;
+    for (int r = 0; r < n; ++r) want[i] += in(1, r, i);
+  }
+  RANK_TRY(expectInts("all-reduce", hostInts(ar, k), want));
+  std::vector<int32_t> wantAg;
+  for (int r = 0; r < n; ++r) wantAg.insert(wantAg.end(), want.begin(), want.end());
+  RANK_TRY(expectInts("all-gather of the all-reduce", hostInts(ag, k * n), wantAg));
+  RANK_TRY(expectInts("broadcast", hostInts(bc, k), inputs(2, root, k)));
+  if (rank == 0) RANK_TRY(expectInts("reduce (max)", hostInts(rdOut, k), inputs(3, n - 1, k)));
+  else RANK_TRY(expectInts("reduce, off the root", hostInts(rdOut, k), std::vector<int32_t>(k, -1)));
+  for (size_t i = 0; i < k; ++i) {
+    want[i] = 0;
+    for (int r = 0; r < n; ++r) want[i] += in(4, r, rank * k + i);
+  }
+  RANK_TRY(expectInts("reduce-scatter", hostInts(rsOut, k), want));
+  std::vector<int32_t> wantA2a(k * n);
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < k; ++i) wantA2a[p * k + i] = in(5, p, rank * k + i);
+  RANK_TRY(expectInts("all-to-all", hostInts(a2aOut, k * n), wantA2a));
+  RANK_TRY(expectInts("receive", hostInts(p2pOut, k), inputs(6, (rank + n - 1) % n, k)));
+  RANK_TRY(expectInts("send buffer unchanged", hostInts(p2pIn, k), inputs(6, rank, k)));
+  ncclResult_t async = ncclSuccess;
+  RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+  RANK_CHECK(async == ncclSuccess, "async error %d", async);
+  return "";
+}
+
+TEST(STAGED_SUITE, EveryCollectiveInProcesses) {
+  ASSERT_TRUE(kEnvSet);
+  for (int n : {1, 2, 3}) {
+    SCOPED_TRACE(n);
+    RankOptions opt;
+    opt.beforeInit = [](int) {
+      if (mem().unavailable().empty()) mem().makeCurrent(0);
+    };
+    auto failures = runRanks(
+        Mode::kProcesses, n,
+        [](int rank, int nranks, ncclComm_t comm) -> std::string {
+          RANK_TRY(deviceOrSkip());
+          return everyCollective(rank, nranks, comm);
+        },
+        opt);
+    verdict(failures);
+  }
+}
+
+// A peer that dies leaves the survivor's stream going (its results undefined) and the
+// error in ncclCommGetAsyncError; nothing hangs.
+TEST(STAGED_SUITE, DeadPeerReleasesTheStream) {
+  ASSERT_TRUE(kEnvSet);
+  RankOptions opt;
+  opt.timeoutSec = 60;
+  opt.beforeInit = [](int) {
+    if (mem().unavailable().empty()) mem().makeCurrent(0);
+  };
+  auto failures = runRanks(
+      Mode::kProcesses, 2,
+      [](int rank, int, ncclComm_t comm) -> std::string {
+        RANK_TRY(deviceOrSkip());
+        if (rank == 1) _exit(0);  // dies without a word
+        mem().makeCurrent(0);
+        void* stream = mem().createStream();
+        int32_t* a = devInts(inputs(1, 0, 1 << 16));
+        auto t0 = std::chrono::steady_clock::now();
+        RANK_NCCL(ncclAllReduce(a, a, 1 << 16, ncclInt32, ncclSum, comm,
+                                static_cast<cudaStream_t>(stream)));
+        mem().syncStream(stream);  // returns: the failure lets the stream go on
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ncclResult_t async = ncclSuccess;
+        RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+        RANK_CHECK(async == ncclRemoteError || async == ncclSystemError,
+                   "async error %d after %.1f s: %s", async, s, ncclGetLastError(comm));
+        RANK_CHECK(s < 30, "the stream took %.1f s to go on", s);
+        ncclCommAbort(comm);
+        _exit(0);  // the harness would destroy the aborted communicator again
+      },
+      opt);
+  // Rank 1's exit is its success; rank 0 reports.
+  verdict(failures);
+}
+
+// Several ranks of one process on one device (what stock NCCL refuses): each rank's own
+// thread and stream.
+TEST(STAGED_SUITE, FourRanksShareOneDeviceAsThreads) {
+  NEED_DEVICE();
+  RankOptions opt;
+  opt.beforeInit = [](int) { mem().makeCurrent(0); };
+  verdict(runRanks(Mode::kThreads, 4, everyCollective, opt));
+}
+
+// One thread drives two ranks on one device through a group: one staged launch spanning
+// both communicators, on two streams that the group joins.
+TEST(STAGED_SUITE, GroupOfTwoCommunicatorsOnTwoStreams) {
+  NEED_DEVICE();
+  mem().makeCurrent(0);
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  void* streams[2] = {mem().createStream(), mem().createStream()};
+  const size_t k = 4099;
+  int32_t* buf[2];
+  int32_t* gathered[2];
+  for (int r = 0; r < 2; ++r) {
+    buf[r] = devInts(inputs(1, r, k));
+    gathered[r] = devInts(std::vector<int32_t>(2 * k, -1));
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllReduce(buf[r], buf[r], k, ncclInt32, ncclSum, comms[r],
+                            static_cast<cudaStream_t>(streams[r])), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllGather(buf[r], gathered[r], k, ncclInt32, comms[r],
+                            static_cast<cudaStream_t>(streams[1 - r])), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (void* s : streams) mem().syncStream(s);
+  std::vector<int32_t> want(k);
+  for (size_t i = 0; i < k; ++i) want[i] = in(1, 0, i) + in(1, 1, i);
+  std::vector<int32_t> wantAg = want;
+  wantAg.insert(wantAg.end(), want.begin(), want.end());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(expectInts("all-reduce", hostInts(buf[r], k), want), "") << "rank " << r;
+    EXPECT_EQ(expectInts("all-gather", hostInts(gathered[r], 2 * k), wantAg), "") << "rank " << r;
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// The call returns while its stream is held, before any of its work ran; the work runs,
+// in order, once the stream goes on. A host call on the same communicator waits for it.
+TEST(STAGED_SUITE, CallsReturnBeforeTheirStreamRuns) {
+  NEED_DEVICE();
+  if (!mem().canPause()) GTEST_SKIP() << "only the stand-in driver can hold a stream";
+  mem().makeCurrent(0);
+  ncclComm_t comm;
+  int dev = 0;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, &dev), ncclSuccess) << ncclGetLastError(nullptr);
+  void* stream = mem().createStream();
+  const size_t k = 257;
+  int32_t* a = devInts(inputs(1, 0, k));
+  int32_t* b = devInts(std::vector<int32_t>(k, -1));
+  mem().pauseStream(stream);
+  auto s = static_cast<cudaStream_t>(stream);
+  ASSERT_EQ(ncclAllReduce(a, b, k, ncclInt32, ncclSum, comm, s), ncclSuccess);
+  ASSERT_EQ(ncclBroadcast(b, a, k, ncclInt32, 0, comm, s), ncclSuccess);
+  // (holds() looks without the driver: a copy on the legacy stream would wait for this one)
+  EXPECT_TRUE(mem().holds(b, k * sizeof(int32_t), 0xFF)) << "the stream is held: nothing ran";
+  std::vector<int32_t> h(k, 5), hOut(k, 0);
+  std::thread resume([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    mem().resumeStream(stream);
+  });
+  // Issued after the device calls: it runs after them, once the stream has let them run.
+  EXPECT_EQ(ncclAllReduce(h.data(), hOut.data(), k, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+  resume.join();
+  mem().syncStream(stream);
+  EXPECT_EQ(hostInts(b, k), inputs(1, 0, k));
+  EXPECT_EQ(hostInts(a, k), inputs(1, 0, k));
+  EXPECT_EQ(hOut, h);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
+// Aborting a communicator whose staged work waits on a silent peer lets the stream go.
+TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
+  NEED_DEVICE();
+  mem().makeCurrent(0);
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  void* stream = mem().createStream();
+  int32_t* a = devInts(inputs(1, 0, 1000));
+  ASSERT_EQ(ncclAllReduce(a, a, 1000, ncclInt32, ncclSum, comms[0],
+                          static_cast<cudaStream_t>(stream)), ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 1 never joins
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
+  mem().syncStream(stream);  // would hang if the abort left the stream waiting
+  EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+}
+
+// Loom's staged path cannot be captured into a CUDA graph yet: a clear refusal, and the
+// capture is left intact.
+TEST(STAGED_SUITE, CaptureIsRefusedClearly) {
+  NEED_DEVICE();
+  const char* lib = getenv("LOOM_CUDA_DRIVER_LIBRARY");
+  void* h = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr);
+  auto begin = reinterpret_cast<int (*)(void*, int)>(dlsym(h, "cuStreamBeginCapture_v2"));
+  auto end = reinterpret_cast<int (*)(void*, void**)>(dlsym(h, "cuStreamEndCapture"));
+  ASSERT_TRUE(begin && end);
+  mem().makeCurrent(0);
+  ncclComm_t comm;
+  int dev = 0;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, &dev), ncclSuccess) << ncclGetLastError(nullptr);
+  void* stream = mem().createStream();
+  int32_t* a = devInts(inputs(1, 0, 64));
+  ASSERT_EQ(begin(stream, 2 /* CU_STREAM_CAPTURE_MODE_RELAXED */), 0);
+  EXPECT_EQ(ncclAllReduce(a, a, 64, ncclInt32, ncclSum, comm, static_cast<cudaStream_t>(stream)),
+            ncclInvalidUsage);
+  std::string msg = ncclGetLastError(comm);
+  EXPECT_NE(msg.find("captured into a CUDA graph"), std::string::npos) << msg;
+  void* graph = nullptr;
+  EXPECT_EQ(end(stream, &graph), 0) << "the capture was not broken";
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
+}  // namespace
+}  // namespace loomtest

@@ -1,0 +1,773 @@
+// The stand-in driver's streams, on their own: what Loom's staged path for device buffers
+// will queue (copies through pinned staging, host functions, 32-bit waits and writes,
+// events, capture into graphs) must behave as cuda.h says before Loom's tests can lean on
+// it. The test opens the stand-in directly and calls it as Loom would, by dlsym.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stand_in_hooks.h"
+
+namespace loomtest {
+namespace {
+
+using CUresult = int;
+using CUdeviceptr = unsigned long long;
+using CUhostFn = void (*)(void*);
+
+constexpr CUresult kInvalidValue = 1, kInvalidContext = 201, kInvalidHandle = 400;
+constexpr CUresult kNotReady = 600, kCaptureUnsupported = 900, kCaptureInvalidated = 901;
+constexpr CUresult kCaptureImplicit = 906, kCapturedEvent = 907;
+constexpr unsigned kWaitGeq = 0, kWaitEq = 1, kWaitAnd = 2, kWaitNor = 3, kWaitFlush = 1u << 30;
+constexpr int kCaptureGlobal = 0, kCaptureRelaxed = 2;
+constexpr int kStatusNone = 0, kStatusActive = 1, kStatusInvalidated = 2;
+void* const kLegacy = reinterpret_cast<void*>(0x1);
+void* const kPerThread = reinterpret_cast<void*>(0x2);
+
+// The driver functions under test, bound from the stand-in.
+struct Driver {
+  CUresult (*getErrorString)(CUresult, const char**);
+  CUresult (*pointerGetAttributes)(unsigned, int*, void**, CUdeviceptr);
+  CUresult (*memAlloc)(CUdeviceptr*, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*memHostAlloc)(void**, size_t, unsigned);
+  CUresult (*memFreeHost)(void*);
+  CUresult (*memHostGetDevicePointer)(CUdeviceptr*, void*, unsigned);
+  CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*memcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, void*);
+  CUresult (*memcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*memcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*memsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*streamCreate)(void**, unsigned);
+  CUresult (*streamDestroy)(void*);
+  CUresult (*streamSynchronize)(void*);
+  CUresult (*streamQuery)(void*);
+  CUresult (*ctxSynchronize)();
+  CUresult (*launchHostFunc)(void*, CUhostFn, void*);
+  CUresult (*streamWaitValue32)(void*, CUdeviceptr, uint32_t, unsigned);
+  CUresult (*streamWriteValue32)(void*, CUdeviceptr, uint32_t, unsigned);
+  CUresult (*eventCreate)(void**, unsigned);
+  CUresult (*eventDestroy)(void*);
+  CUresult (*eventRecord)(void*, void*);
+  CUresult (*streamWaitEvent)(void*, void*, unsigned);
+  CUresult (*eventSynchronize)(void*);
+  CUresult (*eventQuery)(void*);
+  CUresult (*streamIsCapturing)(void*, int*);
+  CUresult (*streamBeginCapture)(void*, int);
+  CUresult (*streamEndCapture)(void*, void**);
+  CUresult (*graphInstantiate)(void**, void*, unsigned long long);
+  CUresult (*graphLaunch)(void*, void*);
+  CUresult (*graphExecDestroy)(void*);
+  CUresult (*graphDestroy)(void*);
+};
+
+template <typename Fn>
+bool bind(void* lib, Fn*& fn, const char* name) {
+  fn = reinterpret_cast<Fn*>(dlsym(lib, name));
+  return fn != nullptr;
+}
+
+// Empty when bound, else the missing symbol or why the library did not load.
+std::string bindDriver(Driver& d, StandInHooks& hooks) {
+  std::string why = hooks.open(LOOM_STAND_IN_CUDA_PATH, RTLD_NOW);
+  if (!why.empty()) return why;
+  if (!hooks.bindStreams()) return "the stand-in lacks its stream hooks";
+  void* lib = hooks.handle;
+  struct Entry {
+    bool ok;
+    const char* name;
+  };
+  const Entry entries[] = {
+      {bind(lib, d.getErrorString, "cuGetErrorString"), "cuGetErrorString"},
+      {bind(lib, d.pointerGetAttributes, "cuPointerGetAttributes"), "cuPointerGetAttributes"},
+      {bind(lib, d.memAlloc, "cuMemAlloc_v2"), "cuMemAlloc_v2"},
+      {bind(lib, d.memFree, "cuMemFree_v2"), "cuMemFree_v2"},
+      {bind(lib, d.memHostAlloc, "cuMemHostAlloc"), "cuMemHostAlloc"},
+      {bind(lib, d.memFreeHost, "cuMemFreeHost"), "cuMemFreeHost"},
+      {bind(lib, d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
+       "cuMemHostGetDevicePointer_v2"},
+      {bind(lib, d.memcpy, "cuMemcpy"), "cuMemcpy"},
+      {bind(lib, d.memcpyAsync, "cuMemcpyAsync"), "cuMemcpyAsync"},
+      {bind(lib, d.memcpyHtoD, "cuMemcpyHtoD_v2"), "cuMemcpyHtoD_v2"},
+      {bind(lib, d.memcpyDtoH, "cuMemcpyDtoH_v2"), "cuMemcpyDtoH_v2"},
+      {bind(lib, d.memsetD8, "cuMemsetD8_v2"), "cuMemsetD8_v2"},
+      {bind(lib, d.streamCreate, "cuStreamCreate"), "cuStreamCreate"},
+      {bind(lib, d.streamDestroy, "cuStreamDestroy_v2"), "cuStreamDestroy_v2"},
+      {bind(lib, d.streamSynchronize, "cuStreamSynchronize"), "cuStreamSynchronize"},
+      {bind(lib, d.streamQuery, "cuStreamQuery"), "cuStreamQuery"},
+      {bind(lib, d.ctxSynchronize, "cuCtxSynchronize"), "cuCtxSynchronize"},
+      {bind(lib, d.launchHostFunc, "cuLaunchHostFunc"), "cuLaunchHostFunc"},
+      {bind(lib, d.streamWaitValue32, "cuStreamWaitValue32_v2"), "cuStreamWaitValue32_v2"},
+      {bind(lib, d.streamWriteValue32, "cuStreamWriteValue32_v2"), "cuStreamWriteValue32_v2"},
+      {bind(lib, d.eventCreate, "cuEventCreate"), "cuEventCreate"},
+      {bind(lib, d.eventDestroy, "cuEventDestroy_v2"), "cuEventDestroy_v2"},
+      {bind(lib, d.eventRecord, "cuEventRecord"), "cuEventRecord"},
+      {bind(lib, d.streamWaitEvent, "cuStreamWaitEvent"), "cuStreamWaitEvent"},
+      {bind(lib, d.eventSynchronize, "cuEventSynchronize"), "cuEventSynchronize"},
+      {bind(lib, d.eventQuery, "cuEventQuery"), "cuEventQuery"},
+      {bind(lib, d.streamIsCapturing, "cuStreamIsCapturing"), "cuStreamIsCapturing"},
+      {bind(lib, d.streamBeginCapture, "cuStreamBeginCapture_v2"), "cuStreamBeginCapture_v2"},
+      {bind(lib, d.streamEndCapture, "cuStreamEndCapture"), "cuStreamEndCapture"},
+      {bind(lib, d.graphInstantiate, "cuGraphInstantiateWithFlags"),
+       "cuGraphInstantiateWithFlags"},
+      {bind(lib, d.graphLaunch, "cuGraphLaunch"), "cuGraphLaunch"},
+      {bind(lib, d.graphExecDestroy, "cuGraphExecDestroy"), "cuGraphExecDestroy"},
+      {bind(lib, d.graphDestroy, "cuGraphDestroy"), "cuGraphDestroy"},
+  };
+  for (const Entry& e : entries)
+    if (!e.ok) return std::string("the stand-in lacks ") + e.name;
+  return "";
+}
+
+CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+// Waits (up to 2 s) for something that must happen; false if it did not.
+bool eventually(const std::function<bool()>& cond) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return true;
+}
+
+// Whether something that must not happen still has not, a few milliseconds on. A correct
+// stand-in never fails this; a broken one is caught unless it is slower than the window.
+bool stillTrue(const std::function<bool()>& cond) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!cond()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return cond();
+}
+
+// The permissions /proc/self/maps shows for the mapping holding p ("---p": PROT_NONE).
+std::string permsOf(CUdeviceptr p) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (!f) return "";
+  char line[512];
+  std::string perms;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long long lo = 0, hi = 0;
+    char p4[5] = {};
+    if (sscanf(line, "%llx-%llx %4s", &lo, &hi, p4) == 3 && p >= lo && p < hi) perms = p4;
+  }
+  fclose(f);
+  return perms;
+}
+
+// What host functions leave behind, in the order the workers called them.
+struct Log {
+  std::mutex mu;
+  std::vector<int> entries;
+  void add(int v) {
+    std::lock_guard<std::mutex> lock(mu);
+    entries.push_back(v);
+  }
+  std::vector<int> get() {
+    std::lock_guard<std::mutex> lock(mu);
+    return entries;
+  }
+};
+
+struct Tagged {
+  Log* log;
+  int tag;
+};
+void logTag(void* p) {
+  auto* t = static_cast<Tagged*>(p);
+  t->log->add(t->tag);
+}
+
+void bump(void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); }
+
+// A host function that holds its stream until the test opens the gate.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool isOpen = false;
+  std::atomic<bool> entered{false};
+  void open() {
+    std::lock_guard<std::mutex> lock(mu);
+    isOpen = true;
+    cv.notify_all();
+  }
+};
+void passGate(void* p) {
+  auto* g = static_cast<Gate*>(p);
+  g->entered = true;
+  std::unique_lock<std::mutex> lock(g->mu);
+  g->cv.wait(lock, [&] { return g->isOpen; });
+}
+
+// At scope exit, lets go of whatever a failed assertion left held and waits for all
+// streams, so that no queued host function outlives the locals it uses and the fixture's
+// teardown (which waits for each stream's work) cannot hang.
+struct OnExit {
+  std::function<void()> release;
+  CUresult (*syncAll)();
+  ~OnExit() {
+    release();
+    syncAll();
+  }
+};
+
+uint32_t loadWord(const uint32_t* w) { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+void storeWord(uint32_t* w, uint32_t v) { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+
+class StandInStreams : public testing::Test {
+ protected:
+  static void SetUpTestSuite() { why_ = bindDriver(d_, hooks_); }
+  void SetUp() override {
+    ASSERT_EQ(why_, "");
+    hooks_.setCurrentDevice(0);
+  }
+  void TearDown() override {
+    hooks_.setCurrentDevice(0);
+    for (void* s : streams_) EXPECT_EQ(d_.streamDestroy(s), 0);
+    for (void* e : events_) EXPECT_EQ(d_.eventDestroy(e), 0);
+    for (void* p : pinned_) EXPECT_EQ(d_.memFreeHost(p), 0);
+    for (CUdeviceptr p : device_) EXPECT_EQ(d_.memFree(p), 0);
+  }
+
+  void* stream(unsigned flags = 0) {
+    void* s = nullptr;
+    EXPECT_EQ(d_.streamCreate(&s, flags), 0);
+    streams_.push_back(s);
+    return s;
+  }
+  void* event() {
+    void* e = nullptr;
+    EXPECT_EQ(d_.eventCreate(&e, 0), 0);
+    events_.push_back(e);
+    return e;
+  }
+  void* pinned(size_t bytes) {
+    void* p = nullptr;
+    constexpr unsigned kPortable = 0x1, kDeviceMap = 0x2;
+    EXPECT_EQ(d_.memHostAlloc(&p, bytes, kPortable | kDeviceMap), 0);
+    memset(p, 0, bytes);
+    pinned_.push_back(p);
+    return p;
+  }
+  CUdeviceptr device(size_t bytes) {
+    CUdeviceptr p = 0;
+    EXPECT_EQ(d_.memAlloc(&p, bytes), 0);
+    device_.push_back(p);
+    return p;
+  }
+  long ops(void* s) { return hooks_.streamOps(s); }
+
+  static inline Driver d_{};
+  static inline StandInHooks hooks_;
+  static inline std::string why_;
+  std::vector<void*> streams_, events_, pinned_;
+  std::vector<CUdeviceptr> device_;
+};
+
+TEST_F(StandInStreams, CopiesRoundTripThroughProtectedDeviceMemory) {
+  constexpr size_t n = 3 * 4096 + 123;
+  std::vector<uint8_t> in(n), out(n);
+  for (size_t i = 0; i < n; ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+  CUdeviceptr a = device(n), b = device(n);
+  EXPECT_EQ(permsOf(a), "---p") << "device memory must fault on any host access";
+
+  ASSERT_EQ(d_.memcpyHtoD(a, in.data(), n), 0);
+  ASSERT_EQ(d_.memcpy(b, a, n), 0);  // device to device
+  ASSERT_EQ(d_.memsetD8(a, 0xAB, n), 0);
+  ASSERT_EQ(d_.memcpyDtoH(out.data(), a, n), 0);
+  EXPECT_EQ(out, std::vector<uint8_t>(n, 0xAB));
+
+  // The staged path: device -> pinned staging -> device, in order on one stream.
+  void* staging = pinned(n);
+  CUdeviceptr mapped = 0;
+  ASSERT_EQ(d_.memHostGetDevicePointer(&mapped, staging, 0), 0);
+  EXPECT_EQ(mapped, dptr(staging));
+  void* s = stream();
+  ASSERT_EQ(d_.memcpyAsync(mapped, b, n, s), 0);
+  ASSERT_EQ(d_.memcpyAsync(a, mapped, n, s), 0);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(memcmp(staging, in.data(), n), 0);
+  ASSERT_EQ(d_.memcpyDtoH(out.data(), a, n), 0);
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(permsOf(a), "---p");
+
+  // The driver reports its own allocations, whatever tests registered or cleared.
+  hooks_.clear();
+  int attrs[] = {2, 9};  // memory type, device ordinal
+  unsigned type = 0;
+  int ordinal = -1;
+  void* data[] = {&type, &ordinal};
+  ASSERT_EQ(d_.pointerGetAttributes(2, attrs, data, a + 5), 0);
+  EXPECT_EQ(type, 2u);
+  EXPECT_EQ(ordinal, 0);
+  ASSERT_EQ(d_.pointerGetAttributes(2, attrs, data, mapped), 0);
+  EXPECT_EQ(type, 1u);
+}
+
+TEST_F(StandInStreams, CopiesAndWaitsReachMemoryOfEveryKind) {
+  // A device word: written by one stream, waited for by another, through /proc/self/mem.
+  CUdeviceptr flag = device(4096);
+  ASSERT_EQ(d_.memsetD8(flag, 0, 4096), 0);
+  void* waiter = stream();
+  void* writer = stream(0x1);  // non-blocking
+  std::atomic<int> after{0};
+  ASSERT_EQ(d_.streamWaitValue32(waiter, flag + 8, 5, kWaitEq | kWaitFlush), 0);
+  ASSERT_EQ(d_.launchHostFunc(waiter, bump, &after), 0);
+  EXPECT_TRUE(stillTrue([&] { return after == 0; }));
+  ASSERT_EQ(d_.streamWriteValue32(writer, flag + 8, 5, 0), 0);
+  ASSERT_EQ(d_.streamSynchronize(waiter), 0);
+  EXPECT_EQ(after, 1);
+  uint32_t word = 0;
+  ASSERT_EQ(d_.memcpyDtoH(&word, flag + 8, 4), 0);
+  EXPECT_EQ(word, 5u);
+
+  // Plain host memory copies as it is; a large copy survives chunking by the kernel.
+  constexpr size_t n = (1 << 20) + 3;
+  std::vector<uint8_t> src(n, 0x5A), dst(n, 0);
+  CUdeviceptr big = device(n);
+  ASSERT_EQ(d_.memcpyAsync(big, dptr(src.data()), n, waiter), 0);
+  ASSERT_EQ(d_.memcpyAsync(dptr(dst.data()), big, n, waiter), 0);
+  ASSERT_EQ(d_.streamSynchronize(waiter), 0);
+  EXPECT_EQ(dst, src);
+}
+
+TEST_F(StandInStreams, OperationsRunInQueueOrder) {
+  auto* word = static_cast<uint32_t*>(pinned(4096));
+  uint32_t* copy = word + 1;
+  struct Probe {
+    uint32_t* at;
+    std::vector<uint32_t>* seen;
+  };
+  std::vector<uint32_t> seen;  // only the worker touches it until the stream is synchronized
+  Probe probeWord{word, &seen}, probeCopy{copy, &seen};
+  auto record = [](void* p) {
+    auto* probe = static_cast<Probe*>(p);
+    probe->seen->push_back(loadWord(probe->at));
+  };
+  void* s = stream();
+  hooks_.pauseStream(s);  // the fixture's teardown lets go of it should an assertion fail
+  ASSERT_EQ(d_.streamWriteValue32(s, dptr(word), 1, 0), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, record, &probeWord), 0);
+  ASSERT_EQ(d_.streamWriteValue32(s, dptr(word), 2, 0), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, record, &probeWord), 0);
+  ASSERT_EQ(d_.memcpyAsync(dptr(copy), dptr(word), 4, s), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, record, &probeCopy), 0);
+  ASSERT_EQ(d_.streamWriteValue32(s, dptr(word), 3, 0), 0);
+  EXPECT_EQ(d_.streamQuery(s), kNotReady);
+  EXPECT_EQ(ops(s), 0);
+  EXPECT_EQ(loadWord(word), 0u);
+  hooks_.resumeStream(s);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(seen, (std::vector<uint32_t>{1, 2, 2}));
+  EXPECT_EQ(*word, 3u);
+  EXPECT_EQ(ops(s), 7);
+  EXPECT_EQ(d_.streamQuery(s), 0);
+}
+
+TEST_F(StandInStreams, PausedStreamStartsNothingUntilResumed) {
+  void* s = stream();
+  Gate gate;
+  std::atomic<int> count{0};
+  OnExit release{[&] { gate.open(); }, d_.ctxSynchronize};
+  ASSERT_EQ(d_.launchHostFunc(s, passGate, &gate), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &count), 0);
+  ASSERT_TRUE(eventually([&] { return gate.entered.load(); }));
+  hooks_.pauseStream(s);
+  gate.open();
+  ASSERT_TRUE(eventually([&] { return ops(s) == 1; })) << "the running operation finishes";
+  EXPECT_TRUE(stillTrue([&] { return count == 0 && ops(s) == 1; }));
+  EXPECT_EQ(d_.streamQuery(s), kNotReady);
+  hooks_.resumeStream(s);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(ops(s), 2);
+}
+
+TEST_F(StandInStreams, WaitValueHoldsTheStreamUntilAnotherThreadStores) {
+  struct Case {
+    const char* name;
+    unsigned cond;
+    uint32_t initial, value;
+    std::vector<uint32_t> notYet;  // stores that must not release the wait
+    uint32_t release;
+  };
+  const Case cases[] = {
+      // GEQ compares modulo 2^32: 0xfffffff0 is "before" 0x10, and 0x2 "after" 0xffffffff.
+      {"GEQ", kWaitGeq, 0xfffffff0u, 0x10, {0xffffffffu, 0xf}, 0x11},
+      {"GEQ across the wrap", kWaitGeq, 0xfffffff0u, 0xffffffffu, {0xfffffffeu}, 0x2},
+      {"EQ", kWaitEq, 0, 7, {6, 8}, 7},
+      {"AND", kWaitAnd, 0, 0x4, {0x3, 0x8}, 0xc},
+      {"NOR", kWaitNor, 0xffffffffu, 0xffff0000u, {0x0000ffffu}, 0x0000fffeu},
+  };
+  auto* word = static_cast<uint32_t*>(pinned(4096));
+  void* s = stream();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    storeWord(word, c.initial);
+    std::atomic<int> released{0};
+    // Should an assertion fail: c.value meets every condition, whichever the compare.
+    OnExit release{[&] { storeWord(word, c.value); }, d_.ctxSynchronize};
+    ASSERT_EQ(d_.streamWaitValue32(s, dptr(word), c.value, c.cond), 0);
+    ASSERT_EQ(d_.launchHostFunc(s, bump, &released), 0);
+    for (uint32_t v : c.notYet) {
+      std::thread([&] { storeWord(word, v); }).join();
+      EXPECT_TRUE(stillTrue([&] { return released == 0; })) << std::hex << v;
+      EXPECT_EQ(d_.streamQuery(s), kNotReady);
+    }
+    std::thread([&] { storeWord(word, c.release); }).join();
+    ASSERT_TRUE(eventually([&] { return released == 1; }));
+    EXPECT_EQ(d_.streamSynchronize(s), 0);
+  }
+}
+
+TEST_F(StandInStreams, EventJoinsStreamsAtThePointItWasRecorded) {
+  void* a = stream();
+  void* b = stream();
+  void* e = event();
+  Log log;
+  Tagged a1{&log, 1}, b1{&log, 2};
+  Gate gate;
+  OnExit release{[&] {
+    gate.open();
+    hooks_.resumeStream(a);
+  }, d_.ctxSynchronize};
+  hooks_.pauseStream(a);
+  ASSERT_EQ(d_.launchHostFunc(a, logTag, &a1), 0);
+  ASSERT_EQ(d_.eventRecord(e, a), 0);
+  ASSERT_EQ(d_.streamWaitEvent(b, e, 0), 0);
+  ASSERT_EQ(d_.launchHostFunc(b, logTag, &b1), 0);
+  // Recording again moves the event behind a gate; B keeps waiting for the earlier point.
+  ASSERT_EQ(d_.launchHostFunc(a, passGate, &gate), 0);
+  ASSERT_EQ(d_.eventRecord(e, a), 0);
+
+  EXPECT_TRUE(stillTrue([&] { return ops(b) == 0 && log.get().empty(); }));
+  EXPECT_EQ(d_.streamQuery(b), kNotReady);
+  EXPECT_EQ(d_.eventQuery(e), kNotReady);
+  hooks_.resumeStream(a);
+  ASSERT_TRUE(eventually([&] { return d_.streamQuery(b) == 0; }));
+  EXPECT_EQ(log.get(), (std::vector<int>{1, 2}));
+  ASSERT_TRUE(eventually([&] { return gate.entered.load(); }));
+  EXPECT_EQ(d_.eventQuery(e), kNotReady) << "the second record is still behind the gate";
+  gate.open();
+  EXPECT_EQ(d_.eventSynchronize(e), 0);
+  EXPECT_EQ(d_.eventQuery(e), 0);
+
+  // An event never recorded stands for no work.
+  void* fresh = event();
+  EXPECT_EQ(d_.eventQuery(fresh), 0);
+  ASSERT_EQ(d_.streamWaitEvent(b, fresh, 0), 0);
+  EXPECT_EQ(d_.streamSynchronize(b), 0);
+}
+
+TEST_F(StandInStreams, LegacyStreamAndBlockingStreamsWaitForEachOther) {
+  void* blocking = stream();
+  void* nonBlocking = stream(0x1);
+  Log log;
+  Tagged t1{&log, 1}, t2{&log, 2}, t3{&log, 3}, t4{&log, 4}, t9{&log, 9};
+  OnExit release{[&] {
+    for (void* s : {blocking, nonBlocking, kLegacy}) hooks_.resumeStream(s);
+  }, d_.ctxSynchronize};
+  hooks_.pauseStream(blocking);
+  hooks_.pauseStream(nonBlocking);
+  ASSERT_EQ(d_.launchHostFunc(blocking, logTag, &t1), 0);
+  ASSERT_EQ(d_.launchHostFunc(nonBlocking, logTag, &t9), 0);
+  ASSERT_EQ(d_.launchHostFunc(nullptr, logTag, &t2), 0);  // the legacy stream
+  EXPECT_TRUE(stillTrue([&] { return log.get().empty(); }));
+  EXPECT_EQ(d_.streamQuery(kLegacy), kNotReady);
+  hooks_.resumeStream(blocking);
+  ASSERT_EQ(d_.streamSynchronize(nullptr), 0);  // the paused non-blocking stream is not waited for
+  EXPECT_EQ(log.get(), (std::vector<int>{1, 2}));
+
+  hooks_.pauseStream(kLegacy);
+  ASSERT_EQ(d_.launchHostFunc(kLegacy, logTag, &t3), 0);
+  ASSERT_EQ(d_.launchHostFunc(blocking, logTag, &t4), 0);
+  EXPECT_TRUE(stillTrue([&] { return log.get().size() == 2; }));
+  hooks_.resumeStream(kLegacy);
+  ASSERT_EQ(d_.streamSynchronize(blocking), 0);
+  EXPECT_EQ(log.get(), (std::vector<int>{1, 2, 3, 4}));
+  hooks_.resumeStream(nonBlocking);
+  ASSERT_EQ(d_.ctxSynchronize(), 0);
+  EXPECT_EQ(log.get(), (std::vector<int>{1, 2, 3, 4, 9}));
+}
+
+TEST_F(StandInStreams, PerThreadStreamsBelongToTheirThreads) {
+  std::atomic<int> mine{0}, theirs{0};
+  OnExit release{[&] { hooks_.resumeStream(kPerThread); }, d_.ctxSynchronize};
+  hooks_.pauseStream(kPerThread);
+  ASSERT_EQ(d_.launchHostFunc(kPerThread, bump, &mine), 0);
+  std::thread([&] {
+    EXPECT_EQ(d_.launchHostFunc(kPerThread, bump, &theirs), 0);
+    EXPECT_EQ(d_.streamSynchronize(kPerThread), 0);
+  }).join();
+  EXPECT_EQ(theirs, 1);
+  EXPECT_EQ(mine, 0);
+  hooks_.resumeStream(kPerThread);
+  ASSERT_EQ(d_.streamSynchronize(kPerThread), 0);
+  EXPECT_EQ(mine, 1);
+}
+
+TEST_F(StandInStreams, CaptureRecordsInsteadOfRunningAndAGraphReplays) {
+  auto* word = static_cast<uint32_t*>(pinned(4096));
+  uint32_t* copy = word + 1;
+  std::atomic<int> calls{0};
+  void* s = stream();
+  int status = -1;
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  ASSERT_EQ(d_.streamIsCapturing(s, &status), 0);
+  EXPECT_EQ(status, kStatusActive);
+  EXPECT_EQ(d_.streamIsCapturing(nullptr, &status), kCaptureImplicit)
+      << "the legacy stream would wait for the capturing blocking stream";
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &calls), 0);
+  ASSERT_EQ(d_.streamWriteValue32(s, dptr(word), 7, 0), 0);
+  ASSERT_EQ(d_.memcpyAsync(dptr(copy), dptr(word), 4, s), 0);
+  EXPECT_TRUE(stillTrue([&] { return calls == 0 && loadWord(word) == 0; }));
+  EXPECT_EQ(ops(s), 0);
+  void* graph = nullptr;
+  ASSERT_EQ(d_.streamEndCapture(s, &graph), 0);
+  ASSERT_NE(graph, nullptr);
+  ASSERT_EQ(d_.streamIsCapturing(s, &status), 0);
+  EXPECT_EQ(status, kStatusNone);
+  EXPECT_EQ(calls, 0);
+
+  void* exec = nullptr;
+  ASSERT_EQ(d_.graphInstantiate(&exec, graph, 0), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(d_.graphLaunch(exec, s), 0);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(*copy, 7u);
+  EXPECT_EQ(ops(s), 9);
+
+  void* other = stream();
+  ASSERT_EQ(d_.graphLaunch(exec, other), 0);
+  ASSERT_EQ(d_.streamSynchronize(other), 0);
+  EXPECT_EQ(calls, 4);
+  EXPECT_EQ(d_.graphExecDestroy(exec), 0);
+  EXPECT_EQ(d_.graphDestroy(graph), 0);
+  EXPECT_EQ(d_.graphLaunch(exec, s), kInvalidHandle);
+  EXPECT_EQ(d_.graphDestroy(graph), kInvalidHandle);
+}
+
+TEST_F(StandInStreams, CaptureForksIntoAStreamThatWaitsForACapturedEvent) {
+  void* s = stream();
+  void* t = stream();
+  void* fork = event();
+  void* join = event();
+  Log log;
+  Tagged t1{&log, 1}, t2{&log, 2}, t3{&log, 3};
+  int status = -1;
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, logTag, &t1), 0);
+  ASSERT_EQ(d_.eventRecord(fork, s), 0);
+  ASSERT_EQ(d_.streamWaitEvent(t, fork, 0), 0);
+  ASSERT_EQ(d_.streamIsCapturing(t, &status), 0);
+  EXPECT_EQ(status, kStatusActive);
+  ASSERT_EQ(d_.launchHostFunc(t, logTag, &t2), 0);
+  ASSERT_EQ(d_.eventRecord(join, t), 0);
+  ASSERT_EQ(d_.streamWaitEvent(s, join, 0), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, logTag, &t3), 0);
+  void* graph = nullptr;
+  ASSERT_EQ(d_.streamEndCapture(s, &graph), 0);
+  ASSERT_EQ(d_.streamIsCapturing(t, &status), 0);
+  EXPECT_EQ(status, kStatusNone);
+  EXPECT_EQ(d_.eventQuery(fork), kCapturedEvent);
+  EXPECT_TRUE(log.get().empty());
+
+  void* exec = nullptr;
+  ASSERT_EQ(d_.graphInstantiate(&exec, graph, 0), 0);
+  ASSERT_EQ(d_.graphLaunch(exec, s), 0);
+  ASSERT_EQ(d_.graphLaunch(exec, s), 0);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(log.get(), (std::vector<int>{1, 2, 3, 1, 2, 3}));
+  EXPECT_EQ(ops(t), 0);
+  EXPECT_EQ(d_.graphExecDestroy(exec), 0);
+  EXPECT_EQ(d_.graphDestroy(graph), 0);
+}
+
+TEST_F(StandInStreams, SynchronizingACaptureFailsAndBreaksIt) {
+  void* s = stream();
+  std::atomic<int> calls{0};
+  int status = -1;
+  void* graph = reinterpret_cast<void*>(0x99);
+
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  EXPECT_EQ(d_.streamSynchronize(s), kCaptureUnsupported);
+  ASSERT_EQ(d_.streamIsCapturing(s, &status), 0);
+  EXPECT_EQ(status, kStatusInvalidated);
+  EXPECT_EQ(d_.launchHostFunc(s, bump, &calls), kCaptureInvalidated);
+  EXPECT_EQ(d_.streamEndCapture(s, &graph), kCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+  ASSERT_EQ(d_.streamIsCapturing(s, &status), 0);
+  EXPECT_EQ(status, kStatusNone);
+
+  // A synchronous copy while a capture in global mode runs.
+  uint32_t from = 1, to = 0;
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  EXPECT_EQ(d_.memcpy(dptr(&to), dptr(&from), 4), kCaptureUnsupported);
+  EXPECT_EQ(d_.streamEndCapture(s, &graph), kCaptureInvalidated);
+  EXPECT_EQ(to, 0u);
+
+  // Relaxed mode on a non-blocking stream: the copy is nobody's business.
+  void* quiet = stream(0x1);
+  ASSERT_EQ(d_.streamBeginCapture(quiet, kCaptureRelaxed), 0);
+  EXPECT_EQ(d_.memcpy(dptr(&to), dptr(&from), 4), 0);
+  EXPECT_EQ(to, 1u);
+  ASSERT_EQ(d_.streamEndCapture(quiet, &graph), 0);
+  EXPECT_EQ(d_.graphDestroy(graph), 0);
+
+  // The stream works normally afterwards.
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &calls), 0);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(calls, 1);
+}
+
+TEST_F(StandInStreams, DestroyWaitsForQueuedWork) {
+  void* s = nullptr;
+  ASSERT_EQ(d_.streamCreate(&s, 0), 0);
+  Gate gate;
+  std::atomic<int> count{0};
+  ASSERT_EQ(d_.launchHostFunc(s, passGate, &gate), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &count), 0);
+  std::thread opener([&] {
+    while (!gate.entered) std::this_thread::yield();
+    gate.open();
+  });
+  EXPECT_EQ(d_.streamDestroy(s), 0);
+  EXPECT_EQ(count, 1);
+  opener.join();
+
+  // A paused stream is let go rather than waited for forever.
+  ASSERT_EQ(d_.streamCreate(&s, 0), 0);
+  hooks_.pauseStream(s);
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &count), 0);
+  EXPECT_EQ(d_.streamDestroy(s), 0);
+  EXPECT_EQ(count, 2);
+}
+
+TEST_F(StandInStreams, BadHandlesAndArgumentsAreRefused) {
+  void* bogus = reinterpret_cast<void*>(0x1234);  // only ever looked up, never followed
+  std::atomic<int> calls{0};
+  uint64_t scratch = 0;
+  EXPECT_EQ(d_.streamSynchronize(bogus), kInvalidHandle);
+  EXPECT_EQ(d_.streamQuery(bogus), kInvalidHandle);
+  EXPECT_EQ(d_.launchHostFunc(bogus, bump, &calls), kInvalidHandle);
+  EXPECT_EQ(d_.memcpyAsync(dptr(&scratch), dptr(&scratch), 4, bogus), kInvalidHandle);
+  EXPECT_EQ(d_.streamDestroy(bogus), kInvalidHandle);
+  EXPECT_EQ(d_.streamDestroy(nullptr), kInvalidHandle);
+  EXPECT_EQ(d_.streamDestroy(kLegacy), kInvalidHandle);
+  EXPECT_EQ(hooks_.streamOps(bogus), -1);
+
+  void* gone = nullptr;
+  ASSERT_EQ(d_.streamCreate(&gone, 0), 0);
+  ASSERT_EQ(d_.streamDestroy(gone), 0);
+  EXPECT_EQ(d_.streamSynchronize(gone), kInvalidHandle);
+  EXPECT_EQ(d_.streamDestroy(gone), kInvalidHandle);
+
+  void* s = stream();
+  EXPECT_EQ(d_.eventRecord(bogus, s), kInvalidHandle);
+  EXPECT_EQ(d_.eventQuery(bogus), kInvalidHandle);
+  EXPECT_EQ(d_.eventSynchronize(bogus), kInvalidHandle);
+  EXPECT_EQ(d_.streamWaitEvent(s, bogus, 0), kInvalidHandle);
+  void* e = nullptr;
+  ASSERT_EQ(d_.eventCreate(&e, 0), 0);
+  ASSERT_EQ(d_.eventDestroy(e), 0);
+  EXPECT_EQ(d_.eventDestroy(e), kInvalidHandle);
+  EXPECT_EQ(d_.eventRecord(e, s), kInvalidHandle);
+
+  void* exec = nullptr;
+  EXPECT_EQ(d_.graphInstantiate(&exec, bogus, 0), kInvalidHandle);
+  EXPECT_EQ(d_.graphLaunch(bogus, s), kInvalidHandle);
+  EXPECT_EQ(d_.graphExecDestroy(bogus), kInvalidHandle);
+  EXPECT_EQ(d_.graphDestroy(bogus), kInvalidHandle);
+  int status = 0;
+  void* graph = nullptr;
+  EXPECT_EQ(d_.streamEndCapture(s, &graph), 401) << "not capturing: CUDA_ERROR_ILLEGAL_STATE";
+  EXPECT_EQ(d_.streamIsCapturing(bogus, &status), kInvalidHandle);
+
+  // Waits and writes need pinned host or device memory, aligned.
+  auto* word = static_cast<uint32_t*>(pinned(4096));
+  EXPECT_EQ(d_.streamWaitValue32(s, dptr(&scratch), 0, kWaitGeq), kInvalidValue);
+  EXPECT_EQ(d_.streamWriteValue32(s, dptr(&scratch), 0, 0), kInvalidValue);
+  EXPECT_EQ(d_.streamWaitValue32(s, dptr(word) + 2, 0, kWaitGeq), kInvalidValue);
+  EXPECT_EQ(d_.streamWaitValue32(s, dptr(word), 0, 7), kInvalidValue);
+  CUdeviceptr mapped = 0;
+  EXPECT_EQ(d_.memHostGetDevicePointer(&mapped, &scratch, 0), kInvalidValue);
+  ASSERT_EQ(d_.memHostGetDevicePointer(&mapped, word + 3, 0), 0);
+  EXPECT_EQ(mapped, dptr(word + 3));
+  EXPECT_EQ(d_.launchHostFunc(s, nullptr, nullptr), kInvalidValue);
+  EXPECT_EQ(d_.memFreeHost(&scratch), kInvalidValue);
+
+  // The default streams and new objects need a current context.
+  hooks_.setCurrentDevice(-1);
+  void* none = nullptr;
+  EXPECT_EQ(d_.streamCreate(&none, 0), kInvalidContext);
+  EXPECT_EQ(d_.launchHostFunc(nullptr, bump, &calls), kInvalidContext);
+  EXPECT_EQ(d_.launchHostFunc(s, bump, &calls), 0) << "a stream carries its own context";
+  hooks_.setCurrentDevice(0);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(calls, 1);
+
+  for (int code : {400, 600, 900}) {
+    const char* text = nullptr;
+    EXPECT_EQ(d_.getErrorString(code, &text), 0) << code;
+    EXPECT_NE(text, nullptr) << code;
+  }
+  const char* text = nullptr;
+  ASSERT_EQ(d_.getErrorString(kNotReady, &text), 0);
+  EXPECT_STREQ(text, "device not ready");
+}
+
+#if defined(__SANITIZE_THREAD__)
+#define LOOM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LOOM_TSAN 1
+#endif
+#endif
+
+// /proc/self/mem opened before a fork still reaches the parent: a child's copies must not.
+TEST_F(StandInStreams, ForkedChildCopiesIntoItsOwnMemory) {
+#ifdef LOOM_TSAN
+  GTEST_SKIP() << "ThreadSanitizer ends a forked child of a threaded process that starts threads";
+#else
+  CUdeviceptr a = device(4096);
+  const uint32_t parentValue = 0x11111111, childValue = 0x22222222;
+  ASSERT_EQ(d_.memcpyHtoD(a, &parentValue, 4), 0);  // /proc/self/mem is open from here on
+  ASSERT_EQ(d_.ctxSynchronize(), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(5);  // a wedged child must not hang the suite
+    void* s = nullptr;
+    uint32_t back = 0;
+    bool ok = d_.streamCreate(&s, 0x1) == 0 &&
+              d_.memcpyAsync(a, dptr(&childValue), 4, s) == 0 &&
+              d_.memcpyAsync(dptr(&back), a, 4, s) == 0 && d_.streamSynchronize(s) == 0 &&
+              back == childValue;
+    _exit(ok ? 0 : 1);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << wstatus;
+  uint32_t now = 0;
+  ASSERT_EQ(d_.memcpyDtoH(&now, a, 4), 0);
+  EXPECT_EQ(now, parentValue);
+#endif
+}
+
+}  // namespace
+}  // namespace loomtest
