@@ -20,6 +20,14 @@ using cuda::CuStream;
 // One staged launch: the host operations it runs and the pinned memory they run on. Owned
 // by a process-wide pool and never freed: a stream may still reach a record's host
 // functions after its communicator is gone.
+// One rank's staged work waiting on a stream (of a device), for the shared-stream check.
+struct StreamUse {
+  void* stream;
+  int device;
+  uint64_t commHash;  // the same on every rank of a communicator
+  int rank;
+};
+
 struct StagedRecord {
   std::vector<Op> hostOps;         // the launch's operations, rebound to the staging
   char* block = nullptr;           // pinned: the flag, then each operation's staging
@@ -35,6 +43,7 @@ struct StagedRecord {
   std::atomic<int> holds{0};       // its proxies and its stream; 0: back to the pool
   std::atomic<bool> done{false};   // the flag is set
   std::atomic<bool> cancelled{false};  // its stream work could not all be queued
+  std::vector<StreamUse> uses;     // its ranks and streams, for the shared-stream check
 
   uint32_t* flag() { return reinterpret_cast<uint32_t*>(block); }
 };
@@ -92,6 +101,53 @@ void dropHold(StagedRecord* r) {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   p.free.push_back(r);
+}
+
+// Staged work queued and not yet run. A record holds every stream of its launch until it
+// has run (a group's streams are joined), and it runs only once every rank it waits for has
+// reached the host. If a rank of the same communicator that the record lacks queues work on
+// one of those streams, that work never reaches the host: both wait forever. Refused instead
+// (ncclInvalidUsage); what ranks of one process must do is use a stream each or one group.
+struct StreamUses {
+  std::mutex mu;
+  std::vector<const std::vector<StreamUse>*> pending;  // each pending record's uses
+};
+StreamUses& streamUses() {
+  static StreamUses* u = new StreamUses();
+  return *u;
+}
+
+// Throws when `uses` would queue behind a pending record that waits for one of its ranks;
+// otherwise registers `uses` (a record's, alive until releaseStreams).
+void claimStreams(const std::vector<StreamUse>* uses, const char* coll) {
+  StreamUses& u = streamUses();
+  std::lock_guard<std::mutex> lock(u.mu);
+  for (const StreamUse& a : *uses)
+    for (const std::vector<StreamUse>* r : u.pending) {
+      const StreamUse* holder = nullptr;  // the record's rank on a's stream
+      bool hasRank = false;               // the record includes a's rank itself
+      for (const StreamUse& b : *r) {
+        if (b.commHash != a.commHash) continue;
+        if (b.stream == a.stream && b.device == a.device) holder = &b;
+        hasRank |= b.rank == a.rank;
+      }
+      if (holder && !hasRank)
+        LOOM_THROW(kInvalidUsage,
+                   "rank %d: %s on device buffers on stream %p (device %d), where rank %d of "
+                   "the same communicator has staged work waiting: ranks of one process that "
+                   "share a stream wait for each other forever (the first one's wait holds the "
+                   "stream). Give each rank a stream of its own, or issue the ranks' calls in "
+                   "one ncclGroupStart/ncclGroupEnd",
+                   a.rank, coll, a.stream, a.device, holder->rank);
+    }
+  u.pending.push_back(uses);
+}
+
+void releaseStreams(const std::vector<StreamUse>* uses) {
+  StreamUses& u = streamUses();
+  std::lock_guard<std::mutex> lock(u.mu);
+  auto it = std::find(u.pending.begin(), u.pending.end(), uses);
+  if (it != u.pending.end()) u.pending.erase(it);
 }
 
 // Host functions: run by CUDA on its own thread; they flip a word and return.
@@ -155,7 +211,25 @@ class Launcher {
         refuseCapture(op, devices_[i]);
       }
     }
+    std::vector<StreamUse> uses;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      StreamUse u{ops_[i].stream, devices_[i], ops_[i].comm.core->commHash(),
+                  ops_[i].comm.core->rank()};
+      bool seen = false;
+      for (const StreamUse& v : uses)
+        seen |= v.stream == u.stream && v.device == u.device && v.commHash == u.commHash &&
+                v.rank == u.rank;
+      if (!seen) uses.push_back(u);
+    }
     rec_ = takeRecord();
+    rec_->uses = std::move(uses);
+    try {
+      claimStreams(&rec_->uses, collectiveName(ops_[0].coll));
+    } catch (...) {
+      rec_->holds.store(1);
+      dropHold(rec_);
+      throw;
+    }
     try {
       bindStaging();
       queueOnProxies();
@@ -167,6 +241,7 @@ class Launcher {
         rec_->cancelled.store(true, std::memory_order_release);
         wakeAll();
       } else {
+        releaseStreams(&rec_->uses);
         rec_->holds.store(1);
         dropHold(rec_);
       }
@@ -354,6 +429,7 @@ void runRecord(StagedRecord* rec) {
         if (op.comm.onFailure) op.comm.onFailure(op.comm.owner, err);
     }
   }
+  releaseStreams(&rec->uses);
   __atomic_store_n(rec->flag(), 1u, __ATOMIC_RELEASE);
   rec->done.store(true, std::memory_order_release);
   wakeAll();

@@ -313,6 +313,35 @@ TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
   EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
 }
 
+// Ranks of one process on one stream: in one group they are one launch and work; issued
+// one by one, the second would queue behind the first one's wait for it, forever: refused.
+TEST(STAGED_SUITE, RanksSharingAStreamWorkInAGroupAndAreRefusedApart) {
+  NEED_DEVICE();
+  mem().makeCurrent(0);
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  auto s = static_cast<cudaStream_t>(mem().createStream());
+  const size_t k = 333;
+  int32_t* buf[2] = {devInts(inputs(1, 0, k)), devInts(inputs(1, 1, k))};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllReduce(buf[r], buf[r], k, ncclInt32, ncclSum, comms[r], s), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  // Apart: rank 0's all-reduce waits for rank 1's, which would queue behind it.
+  ASSERT_EQ(ncclAllReduce(buf[0], buf[0], k, ncclInt32, ncclSum, comms[0], s), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(buf[1], buf[1], k, ncclInt32, ncclSum, comms[1], s), ncclInvalidUsage);
+  std::string msg = ncclGetLastError(comms[1]);
+  EXPECT_NE(msg.find("where rank 0 of the same communicator has staged work waiting"),
+            std::string::npos) << msg;
+  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);  // lets the stream go
+  mem().syncStream(s);
+  std::vector<int32_t> want(k);
+  for (size_t i = 0; i < k; ++i) want[i] = in(1, 0, i) + in(1, 1, i);
+  EXPECT_EQ(hostInts(buf[1], k), want) << "the grouped all-reduce ran; the refused one did not";
+  EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+}
+
 // Loom's staged path cannot be captured into a CUDA graph yet: a clear refusal, and the
 // capture is left intact.
 TEST(STAGED_SUITE, CaptureIsRefusedClearly) {
