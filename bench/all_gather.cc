@@ -16,7 +16,7 @@ class AllGather final : public Collective {
   bool sweepsOps() const override { return false; }
   bool sweepsRoots() const override { return false; }
   ncclResult_t run(const CallArgs& a) const override {
-    return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, nullptr);
+    return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, a.stream);
   }
   void fill(const DataContext& c) const override {
     memset(c.recv, 0, c.counts.recvCount * c.eltSize());

@@ -14,7 +14,7 @@ class AllReduce final : public Collective {
   bool sweepsOps() const override { return true; }
   bool sweepsRoots() const override { return false; }
   ncclResult_t run(const CallArgs& a) const override {
-    return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, nullptr);
+    return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, a.stream);
   }
   void fill(const DataContext& c) const override {
     memset(c.recv, 0, c.counts.recvCount * c.eltSize());

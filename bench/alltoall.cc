@@ -17,7 +17,7 @@ class AllToAll final : public Collective {
   bool sweepsRoots() const override { return false; }
   bool checksInPlace() const override { return false; }
   ncclResult_t run(const CallArgs& a) const override {
-    return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, nullptr);
+    return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, a.stream);
   }
   void fill(const DataContext& c) const override {
     memset(c.recv, 0, c.counts.recvCount * c.eltSize());

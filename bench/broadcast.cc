@@ -13,7 +13,7 @@ class Broadcast final : public Collective {
   bool sweepsOps() const override { return false; }
   bool sweepsRoots() const override { return true; }
   ncclResult_t run(const CallArgs& a) const override {
-    return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+    return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
   }
   void fill(const DataContext& c) const override {
     memset(c.recv, 0, c.counts.recvCount * c.eltSize());

@@ -14,7 +14,7 @@ class Reduce final : public Collective {
   bool sweepsOps() const override { return true; }
   bool sweepsRoots() const override { return true; }
   ncclResult_t run(const CallArgs& a) const override {
-    return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, nullptr);
+    return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, a.stream);
   }
   void fill(const DataContext& c) const override {
     memset(c.recv, 0, c.counts.recvCount * c.eltSize());

@@ -17,7 +17,7 @@ class Scatter final : public Collective {
   bool sweepsRoots() const override { return true; }
   ncclResult_t run(const CallArgs& a) const override {
     if (a.count == 0) return ncclSuccess;  // as nccl-tests
-    return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+    return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, a.stream);
   }
   void fill(const DataContext& c) const override {
     memset(c.recv, 0, c.counts.recvCount * c.eltSize());

@@ -20,8 +20,8 @@ class SendRecv final : public Collective {
     if (ncclResult_t r = ncclCommCount(a.comm, &n); r != ncclSuccess) return r;
     if (ncclResult_t r = ncclCommUserRank(a.comm, &rank); r != ncclSuccess) return r;
     if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
-    ncclResult_t s = ncclSend(a.send, a.count, a.type, (rank + 1) % n, a.comm, nullptr);
-    ncclResult_t v = ncclRecv(a.recv, a.count, a.type, (rank - 1 + n) % n, a.comm, nullptr);
+    ncclResult_t s = ncclSend(a.send, a.count, a.type, (rank + 1) % n, a.comm, a.stream);
+    ncclResult_t v = ncclRecv(a.recv, a.count, a.type, (rank - 1 + n) % n, a.comm, a.stream);
     ncclResult_t e = ncclGroupEnd();
     return s != ncclSuccess ? s : v != ncclSuccess ? v : e;
   }

@@ -98,7 +98,7 @@ else
   metrics_filter='Metrics.HttpScrapeDuringRun:Metrics.FileExport:Metrics.RenderPerCollective'
   # The staged path's proxies, CUDA's host-function thread and the streams' threads (of the
   # stand-in driver) sharing records, flags and the staging pool; ranks as threads.
-  staged_filter='*Threads*:*Group*:*CallsReturn*:*Abort*:*Capture*'
+  staged_filter='*Threads*:*Group*:*CallsReturn*:*Abort*:*Capture*:*Sharing*'
   stream_filter='*:-*Fork*'
   chaos_trials=0
   fault_chaos_trials=0

@@ -61,6 +61,7 @@ struct CallArgs {
   ncclRedOp_t op;
   int root;
   ncclComm_t comm;
+  cudaStream_t stream = nullptr;  // the rank's stream with device buffers
 };
 
 class Collective {

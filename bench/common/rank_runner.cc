@@ -34,19 +34,61 @@ RankRunner::RankRunner(BenchProcess& proc, int thread, ncclComm_t comm)
       nranks_(proc.nranks()),
       comm_(comm) {
   // nccl-tests pads by the widest element so -u can shift any type.
-  size_t bytes = proc_.maxBytes() + 8 * static_cast<size_t>(o_.unalign);
-  sendBuf_ = std::make_unique<HostBuffer>(bytes);
-  recvBuf_ = std::make_unique<HostBuffer>(bytes);
-  send_ = sendBuf_->data();
-  recv_ = recvBuf_->data();
+  bufBytes_ = proc_.maxBytes() + 8 * static_cast<size_t>(o_.unalign);
+  if (const CudaDriver* cuda = proc_.cuda()) {
+    cuda->makeCurrent(proc_.deviceOf(thread_));
+    sendDev_ = std::make_unique<DeviceBuffer>(*cuda, bufBytes_);
+    recvDev_ = std::make_unique<DeviceBuffer>(*cuda, bufBytes_);
+    sendBase_ = sendDev_->mirror();
+    recvBase_ = recvDev_->mirror();
+    if (!o_.streamNull) stream_ = cuda->createStream();
+  } else {
+    sendBuf_ = std::make_unique<HostBuffer>(bufBytes_);
+    recvBuf_ = std::make_unique<HostBuffer>(bufBytes_);
+    sendBase_ = sendBuf_->data();
+    recvBase_ = recvBuf_->data();
+  }
+  send_ = sendBase_;
+  recv_ = recvBase_;
 }
 
-RankRunner::~RankRunner() { deregisterBuffers(); }
+RankRunner::~RankRunner() {
+  deregisterBuffers();
+  if (const CudaDriver* cuda = proc_.cuda()) {
+    syncStream();
+    cuda->destroyStream(stream_);
+  }
+}
+
+void* RankRunner::onDevice(void* p) const {
+  if (!sendDev_) return p;
+  char* c = static_cast<char*>(p);
+  if (c >= sendBase_ && c < sendBase_ + bufBytes_) return sendDev_->onDevice(c);
+  return recvDev_->onDevice(c);
+}
+
+// What a checked call reads and writes: the send buffer's first sendBytes_, and the
+// receive buffer's first max(send, receive) bytes (in-place inputs live there too).
+void RankRunner::upload() const {
+  if (!sendDev_) return;
+  sendDev_->upload(send_, sendBytes_);
+  recvDev_->upload(recv_, std::max(sendBytes_, recvBytes_));
+}
+
+void RankRunner::download() const {
+  if (!sendDev_) return;
+  syncStream();
+  recvDev_->download(recv_, std::max(sendBytes_, recvBytes_));
+}
+
+void RankRunner::syncStream() const {
+  if (const CudaDriver* cuda = proc_.cuda()) cuda->sync(stream_);
+}
 
 void RankRunner::registerBuffers() {
   if (!o_.localRegister) return;
-  ncclResult_t a = ncclCommRegister(comm_, send_, proc_.maxBytes(), &sendHandle_);
-  ncclResult_t b = ncclCommRegister(comm_, recv_, proc_.maxBytes(), &recvHandle_);
+  ncclResult_t a = ncclCommRegister(comm_, onDevice(send_), proc_.maxBytes(), &sendHandle_);
+  ncclResult_t b = ncclCommRegister(comm_, onDevice(recv_), proc_.maxBytes(), &recvHandle_);
   if (a != ncclSuccess || b != ncclSuccess) {
     proc_.print(thread_,
                 formatString("# -R %d: ncclCommRegister failed (%s); running without "
@@ -148,8 +190,8 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
     ncclOp_ = ncclSum;
   }
 
-  send_ = sendBuf_->data() + o_.unalign * type.size;
-  recv_ = recvBuf_->data() + o_.unalign * type.size;
+  send_ = sendBase_ + o_.unalign * type.size;
+  recv_ = recvBase_ + o_.unalign * type.size;
   prepareBuffers(type);
 
   // Warm-up over every size, doubling as nccl-tests does.
@@ -157,6 +199,7 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
     setupSize(size);
     for (int iter = 0; iter < o_.warmupIters; ++iter) startColl(false, iter);
   }
+  syncStream();
 
   long cycles = o_.runCycles;
   do {
@@ -187,8 +230,12 @@ void RankRunner::timeTest(const TypeInfo& type, const OpInfo& op, int root) {
 // reads measure no memory and the next write faults. Not another type's data: its bits
 // may be denormals or NaNs in this type, whose arithmetic is slower.
 void RankRunner::prepareBuffers(const TypeInfo& type) {
-  fillOnes(type, sendBuf_->data(), sendBuf_->size());
-  fillOnes(type, recvBuf_->data(), recvBuf_->size());
+  fillOnes(type, sendBase_, bufBytes_);
+  fillOnes(type, recvBase_, bufBytes_);
+  if (sendDev_) {
+    sendDev_->upload(sendBase_, bufBytes_);
+    recvDev_->upload(recvBase_, bufBytes_);
+  }
 }
 
 // Test hook: LOOM_BENCH_INJECT_WRONG=<rank>:<n> flips the bits of the first n result
@@ -222,6 +269,9 @@ void RankRunner::startColl(bool inPlace, int iter) {
     a.send = recv + counts_.sendInplaceOffset * rank_ * es;
     a.recv = recv + counts_.recvInplaceOffset * rank_ * es;
   }
+  a.send = onDevice(const_cast<void*>(a.send));
+  a.recv = onDevice(a.recv);
+  a.stream = static_cast<cudaStream_t>(stream_);
   {
     Watchdog::Busy busy(proc_.watchdog(), thread_);
     ncclResult_t res = coll_.run(a);
@@ -232,15 +282,21 @@ void RankRunner::startColl(bool inPlace, int iter) {
                     .c_str(),
                 comm_);
   }
-  // Host calls return complete, so -z's "wait" is already done; -z 1 adds the barrier
-  // (after the group when -m aggregates calls: a barrier cannot run inside a group).
+  // Host calls return complete, so -z's "wait" is already done; device calls wait for
+  // their stream. -z 1 adds the barrier (after the group when -m aggregates calls: a
+  // barrier cannot run inside a group).
+  if (o_.blocking && o_.aggIters == 1) syncStream();
   if (o_.blocking == 1 && o_.aggIters == 1) barrier();
 }
 
 void RankRunner::benchTime(bool inPlace) {
   const int totalIters = o_.iters * o_.aggIters;
-  if (o_.datacheck) coll_.fill(dataContext(inPlace, 99));
+  if (o_.datacheck) {
+    coll_.fill(dataContext(inPlace, 99));
+    upload();
+  }
   startColl(inPlace, 0);
+  syncStream();
   barrier();
 
   std::vector<double> iterTimes;
@@ -258,9 +314,11 @@ void RankRunner::benchTime(bool inPlace) {
         Watchdog::Busy busy(proc_.watchdog(), thread_);
         BENCH_NCCL(ncclGroupEnd(), comm_);
       }
+      if (o_.blocking) syncStream();
       if (o_.blocking == 1) barrier();
     }
     if (!perIter) continue;
+    syncStream();  // a time per call is the call's completion
     double dt = now() - ti;
     if (o_.perIterTiming) iterTimes.push_back(dt / o_.aggIters);
     if (o_.blocking == 3) {
@@ -268,9 +326,11 @@ void RankRunner::benchTime(bool inPlace) {
       barrier();
     }
   }
+  const double cpuEnd = now();  // device calls: the caller's time ends before the stream's
+  syncStream();
   double elapsed = o_.blocking == 3 ? collOnly : now() - t0;
   double deltaSec = elapsed / totalIters;
-  double cpuSec = deltaSec;  // host calls: CPU time and completion time coincide
+  double cpuSec = o_.blocking == 3 ? deltaSec : (cpuEnd - t0) / totalIters;  // host: equal
 
   deltaSec = reduceScalar(deltaSec, o_.average);
   const double bytes = double(counts_.paramCount) * type_->size * coll_.algBytesFactor(nranks_);
@@ -290,7 +350,9 @@ void RankRunner::benchTime(bool inPlace) {
     uint64_t seed = ++rep_;
     DataContext ctx = dataContext(inPlace, seed);
     coll_.fill(ctx);
+    upload();
     startColl(inPlace, 0);
+    download();
     injectWrong(ctx);
     int64_t local = coll_.check(ctx);
     if (local && (!inPlace || coll_.checksInPlace())) ++errors_;

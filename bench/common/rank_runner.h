@@ -1,4 +1,5 @@
-// One rank's part of the benchmark: nccl-tests' TimeTest / BenchTime loop on host buffers.
+// One rank's part of the benchmark: nccl-tests' TimeTest / BenchTime loop on host buffers,
+// or on device buffers and a stream of the rank's own (BenchProcess::cuda()).
 #pragma once
 
 #include <nccl.h>
@@ -54,6 +55,12 @@ class RankRunner {
   DataContext dataContext(bool inPlace, uint64_t seed) const;
   void registerBuffers();
   void deregisterBuffers();
+  // Device buffers: the address a call takes for a pointer into a host buffer (its mirror),
+  // copies between mirror and device around checked calls, and waiting for the stream.
+  void* onDevice(void* p) const;
+  void upload() const;
+  void download() const;
+  void syncStream() const;
 
   BenchProcess& proc_;
   const Options& o_;
@@ -62,7 +69,12 @@ class RankRunner {
   const int rank_;
   const int nranks_;
   ncclComm_t comm_;
-  std::unique_ptr<HostBuffer> sendBuf_, recvBuf_;
+  std::unique_ptr<HostBuffer> sendBuf_, recvBuf_;  // host buffers
+  std::unique_ptr<DeviceBuffer> sendDev_, recvDev_;  // or device buffers with host mirrors
+  char* sendBase_ = nullptr;  // the host buffer or the mirror
+  char* recvBase_ = nullptr;
+  size_t bufBytes_ = 0;
+  void* stream_ = nullptr;
   char* send_ = nullptr;  // after -u misalignment
   char* recv_ = nullptr;
   void* sendHandle_ = nullptr;

@@ -121,6 +121,7 @@ void Watchdog::loop() {
 // ---------------- BenchProcess ----------------
 
 BenchProcess::BenchProcess(const RunInputs& in) : in_(in), maxBytes_(in.opts.maxBytes) {
+  resolveMemory();
   applyPlatformNotes();
   limitToMemory();
   watchdog_ = std::make_unique<Watchdog>(in_.opts.timeoutSec, in_.opts.nThreads, [this](int t) {
@@ -138,6 +139,16 @@ void BenchProcess::print(int thread, const std::string& text) {
   fflush(stdout);
 }
 
+// -M: device buffers where asked for, or (auto) where the CUDA driver has a GPU.
+void BenchProcess::resolveMemory() {
+  const Options& o = in_.opts;
+  if (o.memoryKind == MemoryKind::kHost) return;
+  std::string why;
+  cuda_ = CudaDriver::get(&why);
+  if (!cuda_ && o.memoryKind == MemoryKind::kDevice)
+    benchFail(Status::kInvalidUsage, "-M device: %s; run with host buffers (-M host)", why.c_str());
+}
+
 // Options that need a GPU: say what happens instead, as nccl-tests does for options its
 // NCCL cannot honour.
 void BenchProcess::applyPlatformNotes() {
@@ -145,23 +156,25 @@ void BenchProcess::applyPlatformNotes() {
   for (const std::string& n : o.notes) notes_.push_back(n + "\n");
   if (o.nGpus > 1) {
     notes_.push_back(formatString(
-        "# -g %d: host buffers have no GPUs; running 1 rank per thread (use -t N for threads or "
+        "# -g %d: one GPU per rank; running 1 rank per thread (use -t N for threads or "
         "-np N for processes)\n",
         o.nGpus));
     o.nGpus = 1;
   }
   if (o.cudaGraphLaunches > 0) {
     notes_.push_back(formatString(
-        "Option -G (CUDA graph) needs device buffers; ignoring it with host buffers\n"));
+        cuda_ ? "Option -G (CUDA graph): Loom's staged path for device buffers cannot be "
+                "captured yet; ignoring it\n"
+              : "Option -G (CUDA graph) needs device buffers; ignoring it with host buffers\n"));
     o.cudaGraphLaunches = 0;
   }
-  if (o.streamNull) notes_.push_back("# -y: host buffers use no CUDA stream; ignoring\n");
+  if (o.streamNull && !cuda_) notes_.push_back("# -y: host buffers use no CUDA stream; ignoring\n");
   if (o.localRegister == 2) {
     notes_.push_back(
         "Option -R 2 (symmetric) needs device buffers. Defaulting to local registration\n");
     o.localRegister = 1;
   }
-  if (o.memoryReport)
+  if (o.memoryReport && !cuda_)
     notes_.push_back(
         "# -M 1: host buffers; the memory report counts the benchmark's host buffers\n");
   if (getenv("NCCL_TESTS_SPLIT") || getenv("NCCL_TESTS_SPLIT_MASK"))
@@ -187,7 +200,10 @@ void BenchProcess::limitToMemory() {
   }
 }
 
-std::string BenchProcess::deviceDescription() const { return "host memory, " + cpuModel(); }
+std::string BenchProcess::deviceDescription(int thread) const {
+  if (cuda_) return cuda_->name(deviceOf(thread)) + ", device memory";
+  return "host memory, " + cpuModel();
+}
 
 void BenchProcess::abortAll() {
   std::call_once(abortOnce_, [this] {
@@ -213,13 +229,16 @@ void BenchProcess::initComms() {
   comms_.assign(n, nullptr);
   if (nProcs() == 1 && !o.parallelInit && o.ctaPolicy < 0) {
     Watchdog::Busy busy(*watchdog_, 0);
-    BENCH_NCCL(ncclCommInitAll(comms_.data(), n, nullptr), nullptr);
+    std::vector<int> devs;
+    for (int t = 0; cuda_ && t < n; ++t) devs.push_back(deviceOf(t));
+    BENCH_NCCL(ncclCommInitAll(comms_.data(), n, cuda_ ? devs.data() : nullptr), nullptr);
     return;
   }
   ncclUniqueId id;
   BENCH_NCCL(ncclGetUniqueId(&id), nullptr);
   auto initRank = [&](int t) {
     Watchdog::Busy joining(*watchdog_, t);
+    if (cuda_) cuda_->makeCurrent(deviceOf(t));  // the communicator takes the current device
     if (o.ctaPolicy >= 0) {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.CTAPolicy = o.ctaPolicy;
@@ -290,8 +309,9 @@ void BenchProcess::rankMain(int t) {
     RankRunner runner(*this, t, comms_[t]);
     // Gather every rank's device line: each writes its slot, a byte-wise sum joins them.
     std::vector<uint8_t> lines(kDeviceLineBytes * nranks(), 0), all(lines.size(), 0);
-    std::string mine = formatDeviceLine(rankOf(t), 0, static_cast<int>(getpid()), hostName(), -1,
-                                        "host", deviceDescription());
+    std::string mine =
+        formatDeviceLine(rankOf(t), 0, static_cast<int>(getpid()), hostName(),
+                         cuda_ ? deviceOf(t) : -1, cuda_ ? "cuda" : "host", deviceDescription(t));
     memcpy(lines.data() + kDeviceLineBytes * rankOf(t), mine.data(),
            std::min(mine.size(), kDeviceLineBytes - 1));
     {
@@ -319,7 +339,8 @@ void BenchProcess::rankMain(int t) {
 
 void BenchProcess::printHeader(const std::vector<uint8_t>& deviceLines) {
   const Options& o = in_.opts;
-  HeaderInfo info{in_.programName, version_, in_.placement.launcher, "host", nranks()};
+  HeaderInfo info{in_.programName, version_, in_.placement.launcher, cuda_ ? "device" : "host",
+                  nranks()};
   std::string header = formatHeader(o, info) + "# Using devices\n";
   std::vector<DeviceRecord> records;
   for (int r = 0; r < nranks(); ++r) {
@@ -375,10 +396,6 @@ int benchMain(int argc, char** argv, const Collective& collective) {
       fputs(usage(program.c_str()).c_str(), stdout);
       return 0;
     }
-    if (in.opts.memoryKind == MemoryKind::kDevice)
-      benchFail(Status::kInvalidUsage,
-                "device buffers (-M device) are not supported yet: Loom's benchmarks have no "
-                "CUDA executor path; run with host buffers (-M host, the default without a GPU)");
     if (in.opts.deviceImpl > 0)
       benchFail(Status::kInvalidUsage,
                 "device implementation (-D %d) needs device buffers and NCCL's device API, which "

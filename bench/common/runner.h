@@ -16,6 +16,7 @@
 
 #include "bench/common/bench_error.h"
 #include "bench/common/collective.h"
+#include "bench/common/cuda_memory.h"
 #include "bench/common/json_report.h"
 #include "bench/common/launcher.h"
 #include "bench/common/options.h"
@@ -81,6 +82,14 @@ class BenchProcess {
   int nThreads() const { return in_.opts.nThreads; }
   int nranks() const { return nProcs() * nThreads(); }
   int rankOf(int thread) const { return proc() * nThreads() + thread; }
+  // The CUDA driver when the buffers are device memory (-M device, or auto with a GPU);
+  // nullptr for host buffers.
+  const CudaDriver* cuda() const { return cuda_; }
+  // The GPU of a thread's rank: ranks of a host go round its GPUs (several per GPU when
+  // there are more ranks than GPUs, which Loom allows).
+  int deviceOf(int thread) const {
+    return (in_.placement.localRank * nThreads() + thread) % cuda_->deviceCount();
+  }
   bool isPrinter(int thread) const { return proc() == 0 && thread == 0; }
   // Prints on stdout (flushed) when `thread` is the printing rank.
   void print(int thread, const std::string& text);
@@ -95,7 +104,8 @@ class BenchProcess {
   void applyPlatformNotes();
   void limitToMemory();
   void initComms();
-  std::string deviceDescription() const;
+  void resolveMemory();
+  std::string deviceDescription(int thread) const;
   void rankMain(int thread);
   void printHeader(const std::vector<uint8_t>& deviceLines);
   void printFooter(int thread);
@@ -106,6 +116,7 @@ class BenchProcess {
   size_t maxBytes_;
   std::vector<std::string> notes_;
   std::vector<ncclComm_t> comms_;
+  const CudaDriver* cuda_ = nullptr;
   int version_ = 0;               // ncclGetVersion
   std::vector<int> errorCounts_;  // per thread: checks with wrong elements, all ranks
   std::vector<double> avgBusBw_;

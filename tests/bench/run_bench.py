@@ -178,6 +178,11 @@ def check(args, out, code, err, nranks):
     dev_ranks = sorted(int(l.split()[2]) for l in lines if l.startswith("#  Rank "))
     if dev_ranks != list(range(nranks)):
         fail("device lines for ranks %s, expected 0..%d" % (dev_ranks, nranks - 1), out)
+    if args.cuda_driver:
+        if not any(l.startswith("# Loom:") and "device buffers" in l for l in lines):
+            fail("no '# Loom: ... device buffers' line", out)
+        if not all("[cuda]" in l for l in lines if l.startswith("#  Rank ")):
+            fail("a device line does not name a CUDA device", out)
     heads = [l.split() for l in lines if l.startswith("#") and "redop" in l]
     side = ["time", "algbw", "busbw", "#wrong"]
     if "-I" in args.extra and args.extra[args.extra.index("-I") + 1] != "0":
@@ -281,9 +286,16 @@ def main():
                     help="small sizes only: do not require a row fast enough (>= 0.1 GB/s) for "
                          "the busbw/algbw check to be meaningful")
     ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--cuda-driver", default=None,
+                    help="device buffers (-M device) through this CUDA driver library "
+                         "(LOOM_CUDA_DRIVER_LIBRARY: the stand-in driver in CI)")
     ap.add_argument("extra", nargs="*", help="more tool arguments (after --)")
     args = ap.parse_args()
     args.env = {}
+    if args.cuda_driver:
+        args.env["LOOM_CUDA_DRIVER_LIBRARY"] = args.cuda_driver
+        args.env["LOOM_NCCL_FALLBACK"] = "off"  # Loom's staged path, not stock NCCL
+        args.extra = ["-M", "device"] + args.extra
     if args.inject_wrong:
         args.env["LOOM_BENCH_INJECT_WRONG"] = args.inject_wrong
     tool_args = ["-b", args.min_bytes, "-e", args.max_bytes, "-f", str(args.step_factor),

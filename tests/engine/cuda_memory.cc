@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -100,7 +101,10 @@ class CudaMemory : public DeviceMemory {
     makeCurrent(device);
     CUdeviceptr p = 0;
     check(api_.memAlloc(&p, bytes), "cuMemAlloc");
-    dev_.push_back(p);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+      dev_.push_back(p);
+    }
     check(api_.memsetD8(p, fill, bytes), "cuMemsetD8");
     return reinterpret_cast<void*>(p);
   }
@@ -108,13 +112,19 @@ class CudaMemory : public DeviceMemory {
     makeCurrent(device);
     CUdeviceptr p = 0;
     check(api_.memAllocManaged(&p, bytes, kAttachGlobal), "cuMemAllocManaged");
-    dev_.push_back(p);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+      dev_.push_back(p);
+    }
     return reinterpret_cast<void*>(p);
   }
   void* allocPinned(size_t bytes) override {
     void* p = nullptr;
     check(api_.memAllocHost(&p, bytes), "cuMemAllocHost");
-    host_.push_back(p);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+      host_.push_back(p);
+    }
     return p;
   }
   bool holds(const void* p, size_t bytes, uint8_t fill) override {
@@ -128,7 +138,10 @@ class CudaMemory : public DeviceMemory {
     CUstream s = nullptr;
     // CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING
     check(api_.streamCreate(&s, blocking ? 0 : 1), "cuStreamCreate");
-    streams_.push_back(s);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+      streams_.push_back(s);
+    }
     return s;
   }
   void syncStream(void* stream) override {
@@ -156,6 +169,7 @@ class CudaMemory : public DeviceMemory {
   std::string why_;
   int count_ = 0;
   std::vector<CUcontext> ctx_;
+  std::mutex mu_;  // guards the lists below
   std::vector<CUdeviceptr> dev_;
   std::vector<void*> host_;
   std::vector<CUstream> streams_;

@@ -612,6 +612,18 @@ __attribute__((visibility("default"))) CUresult cuCtxGetDevice(int* device) {
   return kSuccess;
 }
 
+__attribute__((visibility("default"))) CUresult cuDeviceGetCount(int* count) {
+  if (!count) return kInvalidValue;
+  *count = kDevices;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuDeviceGetName(char* name, int len, int device) {
+  if (!name || len <= 0 || device < 0 || device >= kDevices) return kInvalidValue;
+  snprintf(name, static_cast<size_t>(len), "Stand-in GPU %d", device);
+  return kSuccess;
+}
+
 __attribute__((visibility("default"))) CUresult cuDeviceGet(int* device, int ordinal) {
   if (!device || ordinal < 0 || ordinal >= kDevices) return kInvalidValue;
   *device = ordinal;

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,7 +93,10 @@ class StandInMemory : public DeviceMemory {
   void* allocPinned(size_t bytes) override {
     void* p = malloc(bytes);
     if (!p) throw std::bad_alloc();
-    pinned_.push_back(p);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+      pinned_.push_back(p);
+    }
     hooks_.addRange(p, bytes, 1, 0, 0);
     return p;
   }
@@ -109,7 +113,10 @@ class StandInMemory : public DeviceMemory {
     void* s = nullptr;
     // CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING
     check(api_.streamCreate(&s, blocking ? 0 : 1), "cuStreamCreate");
-    streams_.push_back(s);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+      streams_.push_back(s);
+    }
     return s;
   }
   void syncStream(void* stream) override {
@@ -129,7 +136,10 @@ class StandInMemory : public DeviceMemory {
   void* map(size_t bytes) {
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
-    maps_.push_back({p, bytes});
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+      maps_.push_back({p, bytes});
+    }
     return p;
   }
   static void protect(void* p, size_t bytes, int prot) {
@@ -139,6 +149,7 @@ class StandInMemory : public DeviceMemory {
   std::string why_;
   StandInHooks hooks_;
   StreamApi api_;
+  std::mutex mu_;  // guards the lists below
   std::vector<void*> streams_;
   std::vector<std::pair<void*, size_t>> maps_;
   std::vector<void*> pinned_;

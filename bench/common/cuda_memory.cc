@@ -1,0 +1,164 @@
+#include "bench/common/cuda_memory.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "bench/common/bench_error.h"
+
+namespace loom::bench {
+
+using CUresult = int;
+using CUdeviceptr = unsigned long long;
+
+struct CudaDriver::Api {
+  CUresult (*init)(unsigned);
+  CUresult (*deviceGetCount)(int*);
+  CUresult (*deviceGetName)(char*, int, int);
+  CUresult (*primaryCtxRetain)(void**, int);
+  CUresult (*ctxSetCurrent)(void*);
+  CUresult (*memAlloc)(CUdeviceptr*, size_t);
+  CUresult (*memFree)(CUdeviceptr);
+  CUresult (*streamCreate)(void**, unsigned);
+  CUresult (*streamDestroy)(void*);
+  CUresult (*streamSynchronize)(void*);
+  CUresult (*memcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*memcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*getErrorString)(CUresult, const char**);
+};
+
+namespace {
+
+template <typename Fn>
+bool bind(void* lib, Fn*& fn, const char* name) {
+  fn = reinterpret_cast<Fn*>(dlsym(lib, name));
+  return fn != nullptr;
+}
+
+}  // namespace
+
+const CudaDriver* CudaDriver::get(std::string* why) {
+  static std::once_flag once;
+  static CudaDriver* drv = nullptr;
+  static std::string absent;
+  std::call_once(once, [] {
+    const char* env = getenv("LOOM_CUDA_DRIVER_LIBRARY");
+    const char* path = env && *env ? env : "libcuda.so.1";
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      absent = std::string("no CUDA driver (") + dlerror() + ")";
+      return;
+    }
+    auto* api = new Api{};
+    bool ok = bind(lib, api->init, "cuInit") && bind(lib, api->deviceGetCount, "cuDeviceGetCount") &&
+              bind(lib, api->primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
+              bind(lib, api->ctxSetCurrent, "cuCtxSetCurrent") &&
+              bind(lib, api->memAlloc, "cuMemAlloc_v2") && bind(lib, api->memFree, "cuMemFree_v2") &&
+              bind(lib, api->streamCreate, "cuStreamCreate") &&
+              bind(lib, api->streamDestroy, "cuStreamDestroy_v2") &&
+              bind(lib, api->streamSynchronize, "cuStreamSynchronize") &&
+              bind(lib, api->memcpyHtoD, "cuMemcpyHtoD_v2") &&
+              bind(lib, api->memcpyDtoH, "cuMemcpyDtoH_v2");
+    bind(lib, api->deviceGetName, "cuDeviceGetName");
+    bind(lib, api->getErrorString, "cuGetErrorString");
+    int count = 0;
+    if (!ok) {
+      absent = std::string(path) + " lacks a CUDA driver function the tools use";
+    } else if (CUresult r = api->init(0); r != 0) {
+      absent = "cuInit failed (CUDA error " + std::to_string(r) + "): no usable GPU";
+    } else if (api->deviceGetCount(&count) != 0 || count < 1) {
+      absent = "the CUDA driver reports no GPU";
+    } else {
+      drv = new CudaDriver();  // kept for the process's life, as the driver is
+      drv->api_ = api;
+      drv->count_ = count;
+      return;
+    }
+    delete api;
+  });
+  if (!drv && why) *why = absent;
+  return drv;
+}
+
+namespace {
+
+void check(const CudaDriver::Api* api, CUresult r, const char* what) {
+  if (r == 0) return;
+  const char* text = nullptr;
+  if (api->getErrorString) api->getErrorString(r, &text);
+  benchFail(Status::kCudaError, "%s failed: %s (CUDA error %d)", what, text ? text : "?", r);
+}
+
+}  // namespace
+
+void CudaDriver::makeCurrent(int device) const {
+  void* ctx = nullptr;
+  check(api_, api_->primaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
+  check(api_, api_->ctxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+void* CudaDriver::alloc(size_t bytes) const {
+  CUdeviceptr p = 0;
+  check(api_, api_->memAlloc(&p, bytes), "cuMemAlloc");
+  return reinterpret_cast<void*>(p);
+}
+
+void CudaDriver::free(void* p) const {
+  if (p) api_->memFree(reinterpret_cast<CUdeviceptr>(p));
+}
+
+void* CudaDriver::createStream() const {
+  void* s = nullptr;
+  check(api_, api_->streamCreate(&s, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+  return s;
+}
+
+void CudaDriver::destroyStream(void* s) const {
+  if (s) api_->streamDestroy(s);
+}
+
+void CudaDriver::sync(void* stream) const {
+  check(api_, api_->streamSynchronize(stream), "cuStreamSynchronize");
+}
+
+void CudaDriver::toDevice(void* dst, const void* src, size_t bytes) const {
+  if (bytes) check(api_, api_->memcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+}
+
+void CudaDriver::toHost(void* dst, const void* src, size_t bytes) const {
+  if (bytes) check(api_, api_->memcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
+}
+
+std::string CudaDriver::name(int device) const {
+  char buf[256] = {};
+  if (!api_->deviceGetName || api_->deviceGetName(buf, sizeof(buf) - 1, device) != 0)
+    return "CUDA device " + std::to_string(device);
+  return buf;
+}
+
+DeviceBuffer::DeviceBuffer(const CudaDriver& drv, size_t bytes) : drv_(drv), size_(bytes) {
+  size_t n = bytes < 64 ? 64 : bytes;
+  dev_ = static_cast<char*>(drv_.alloc(n));
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, n) != 0) {
+    drv_.free(dev_);
+    benchFail(Status::kInternalError, "cannot allocate %zu bytes of host memory", bytes);
+  }
+  host_ = static_cast<char*>(p);
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  drv_.free(dev_);
+  ::free(host_);
+}
+
+void DeviceBuffer::upload(const void* mirrorPtr, size_t bytes) const {
+  drv_.toDevice(onDevice(mirrorPtr), mirrorPtr, bytes);
+}
+
+void DeviceBuffer::download(const void* mirrorPtr, size_t bytes) const {
+  drv_.toHost(const_cast<void*>(mirrorPtr), onDevice(mirrorPtr), bytes);
+}
+
+}  // namespace loom::bench
