@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# The GPU check (issue 11): everything that needs a real GPU, as one call on a machine the
+# `device` tool lends (nothing can be fetched there), prepared on this machine.
+#
+#   scripts/gpu_check.sh prepare     here: builds with CUDA for sm_90 (build-gpu/) and stages
+#                                    what the GPU machine runs in .gpu/ (git-ignored):
+#                                    test binaries, libloom, the drop-in libnccl.so.2, the
+#                                    *_perf tools, and NVIDIA's nccl-tests source when
+#                                    LOOM_NCCL_TESTS_SRC names a checkout (never committed)
+#   scripts/gpu_check.sh run [DIR]   there: runs every check, writes DIR/gpu_check.md (the
+#                                    summary table) and DIR/gpu_check.log; DIR defaults to
+#                                    $OUT, else .gpu/out
+#
+# The device call: command "scripts/gpu_check.sh run", carry [".gpu"], timeout_s 540.
+# Checks, each bounded by a timeout so that one hang costs its own row only:
+#   1. the GPU (nvidia-smi) and the stock NCCL beside PyTorch (what the fallback opens)
+#   2. memory kinds and the staged path against the real driver (the same tests CI runs
+#      against the stand-in driver), the CUDA reduction kernels' parity with the CPU loops
+#   3. Loom's all_reduce_perf on device buffers: 1 rank served by stock NCCL (fallback),
+#      1 rank through Loom's staged path, 2 ranks on the one GPU as threads and processes
+#   4. nccl-tests built from source: stock NCCL, then Loom preloaded (LD_PRELOAD) with
+#      every rank on GPU 0 (2 ranks where mpirun exists)
+#   5. torch's ProcessGroupNCCL under LD_PRELOAD: two processes on one GPU (stock NCCL
+#      refuses that), collectives and DDP steps checked (scripts/gpu/torch_preload_check.py)
+set -uo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+stage="$repo/.gpu"
+mode="${1:-}"
+
+prepare() {
+  set -e
+  local build="$repo/build-gpu"
+  cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  cmake --build "$build" -j "${LOOM_JOBS:-$(nproc)}" --target loom loom_nccl loom_cuda_kernels \
+    engine_mem_kind_cuda_test engine_staged_cuda_test kernels_test all_reduce_perf \
+    all_gather_perf reduce_scatter_perf sendrecv_perf
+  rm -rf "$stage"
+  mkdir -p "$stage/bin" "$stage/lib/nccl"
+  cp "$build"/tests/engine/engine_mem_kind_cuda_test "$build"/tests/engine/engine_staged_cuda_test \
+    "$build"/tests/kernels/kernels_test "$stage/bin/"
+  for t in all_reduce all_gather reduce_scatter sendrecv; do cp "$build/bench/${t}_perf" "$stage/bin/"; done
+  cp -P "$build"/libloom.so* "$build"/libloom-cuda-kernels.so "$stage/lib/"
+  cp -P "$build"/nccl/libnccl.so* "$stage/lib/nccl/"
+  if [ -n "${LOOM_NCCL_TESTS_SRC:-}" ]; then
+    mkdir -p "$stage/nccl-tests"
+    if [ -d "$LOOM_NCCL_TESTS_SRC/.git" ] || git -C "$LOOM_NCCL_TESTS_SRC" rev-parse HEAD >/dev/null 2>&1; then
+      git -C "$LOOM_NCCL_TESTS_SRC" archive HEAD | tar -x -C "$stage/nccl-tests"
+    else
+      cp -r "$LOOM_NCCL_TESTS_SRC"/. "$stage/nccl-tests/"
+    fi
+  fi
+  git -C "$repo" rev-parse --short HEAD >"$stage/commit"
+  echo "gpu_check: staged $(du -sh "$stage" | cut -f1) in .gpu (limit 64 MiB with the tree)"
+}
+
+[ "$mode" = prepare ] && { prepare; exit $?; }
+if [ "$mode" != run ]; then
+  echo "usage: scripts/gpu_check.sh prepare | run [DIR]" >&2
+  exit 2
+fi
+
+out="${2:-${OUT:-$stage/out}}"
+mkdir -p "$out"
+log="$out/gpu_check.log"
+md="$out/gpu_check.md"
+: >"$log"
+rows=()
+row() { rows+=("| $1 | $2 | $3 |"); echo "gpu_check: $1: $2 ($3)" | tee -a "$log"; }
+# step <name> <timeout s> <command...>: output to the log; returns the command's status.
+step() {
+  local name="$1" limit="$2"; shift 2
+  echo "=== $name: $*" >>"$log"
+  local t0=$SECONDS
+  timeout -k 5 "$limit" "$@" >"$out/step.out" 2>&1
+  local rc=$?
+  cat "$out/step.out" >>"$log"
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s" >>"$log"
+  return $rc
+}
+gtest_summary() {  # "N passed, M failed, K skipped" from the last step's output
+  local p f s
+  p=$(grep -oE '\[  PASSED  \] [0-9]+' "$out/step.out" | grep -oE '[0-9]+$' | tail -1)
+  # (gtest names each failed or skipped test twice: as it runs and in its summary)
+  f=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$out/step.out" | awk '{print $4}' | sort -u | wc -l)
+  s=$(grep -E '^\[  SKIPPED \] [A-Za-z]' "$out/step.out" | awk '{print $4}' | sort -u | wc -l)
+  echo "${p:-0} passed, $f failed, $s skipped"
+}
+perf_summary() {  # the largest row's out-of-place busbw, #wrong and the footer
+  local last wrong
+  last=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$out/step.out" | tail -1 | awk '{print $1" B: "$8" GB/s busbw, "$9" wrong"}')
+  wrong=$(grep -E 'Out of bounds values' "$out/step.out" | sed 's/# *//')
+  echo "${last:-no rows}; ${wrong:-no footer}"
+}
+
+[ -d "$stage/bin" ] || { echo "gpu_check: no .gpu/bin: run 'scripts/gpu_check.sh prepare' here and carry .gpu" >&2; exit 2; }
+export LD_LIBRARY_PATH="$stage/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LOOM_TIMEOUT=120
+echo "gpu_check: Loom $(cat "$stage/commit" 2>/dev/null) on $(hostname)" | tee -a "$log"
+
+# 1. The GPU and stock NCCL.
+if step gpu 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; then
+  row "GPU" ok "$(head -1 "$out/step.out")"
+else
+  row "GPU" FAILED "nvidia-smi: $(head -1 "$out/step.out")"
+fi
+py=python3
+stock=$($py - <<'EOF' 2>/dev/null
+import glob, os
+try:
+    import nvidia.nccl as n
+    roots = list(n.__path__)
+except Exception:
+    roots = []
+for r in roots:
+    for f in glob.glob(os.path.join(r, "lib", "libnccl.so*")):
+        print(os.path.realpath(f)); raise SystemExit
+EOF
+)
+if [ -n "$stock" ]; then
+  row "stock NCCL" ok "$stock"
+  export LOOM_NCCL_LIBRARY="$stock"
+else
+  row "stock NCCL" missing "no nvidia.nccl beside python3's torch: fallback rows run without it"
+fi
+
+# 2. Loom's tests against the real driver.
+for t in engine_mem_kind_cuda_test engine_staged_cuda_test; do
+  step "$t" 120 "$stage/bin/$t"
+  rc=$?
+  row "$t" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
+done
+step kernels_cuda_parity 120 "$stage/bin/kernels_test" --gtest_filter='*Cuda*'
+rc=$?
+row "CUDA reduction kernels vs CPU" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
+
+# 3. Loom's own benchmark on device buffers.
+perf=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -M device)
+run_perf() {  # run_perf <label> <env...> -- <args...>
+  local label="$1"; shift
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  step "$label" 150 env "${envs[@]}" "$stage/bin/all_reduce_perf" "${perf[@]}" "$@"
+  local rc=$?
+  row "$label" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
+}
+[ -n "$stock" ] && run_perf "all_reduce_perf 1 rank, stock NCCL (fallback)" LOOM_NCCL_FALLBACK=force --
+run_perf "all_reduce_perf 1 rank, staged" LOOM_NCCL_FALLBACK=off --
+run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
+run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 2
+
+# 4. nccl-tests from source: stock, then Loom preloaded.
+nt="$stage/nccl-tests"
+nccl_home=""
+[ -n "$stock" ] && nccl_home="$(dirname "$(dirname "$stock")")"
+if [ ! -d "$nt/src" ]; then
+  row "nccl-tests" skipped "not staged (LOOM_NCCL_TESTS_SRC at prepare)"
+elif [ -z "$nccl_home" ] || [ ! -f "$nccl_home/include/nccl.h" ]; then
+  row "nccl-tests" skipped "no stock nccl.h to build against"
+else
+  mpi=0
+  command -v mpirun >/dev/null && [ -n "$(command -v mpicc)" ] && mpi=1
+  mpi_home="$(dirname "$(dirname "$(command -v mpicc 2>/dev/null || echo /usr/bin/mpicc)")")"
+  # The wheel has libnccl.so.2 only; the link wants libnccl.so: a home with both.
+  nh="$out/nccl_home"
+  mkdir -p "$nh/lib"
+  ln -sfn "$nccl_home/include" "$nh/include"
+  ln -sf "$stock" "$nh/lib/libnccl.so"
+  ln -sf "$stock" "$nh/lib/libnccl.so.2"
+  nccl_home="$nh"
+  cuda_home="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
+  if step nccl-tests-build 240 make -C "$nt/src" -j 16 BUILDDIR="$nt/build" \
+      NCCL_HOME="$nccl_home" CUDA_HOME="$cuda_home" MPI=$mpi MPI_HOME="$mpi_home" \
+      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"; then
+    ntp="$nt/build/all_reduce_perf"
+    args=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -g 1)
+    step "nccl-tests stock" 150 env LD_LIBRARY_PATH="$nccl_home/lib" "$ntp" "${args[@]}"
+    rc=$?; row "nccl-tests all_reduce_perf, stock NCCL, 1 rank" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
+    step "nccl-tests loom" 150 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" LOOM_NCCL_FALLBACK=off \
+      LD_LIBRARY_PATH="$nccl_home/lib" "$ntp" "${args[@]}"
+    rc=$?; row "nccl-tests all_reduce_perf, Loom preloaded (staged), 1 rank" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
+    if [ $mpi = 1 ]; then
+      step "nccl-tests loom 2 ranks" 150 mpirun --allow-run-as-root -np 2 \
+        -x LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" -x NCCL_TESTS_DEVICE=0 \
+        -x LD_LIBRARY_PATH="$nccl_home/lib:$LD_LIBRARY_PATH" "$ntp" "${args[@]}"
+      rc=$?; row "nccl-tests all_reduce_perf, Loom preloaded, 2 ranks on GPU 0" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
+    else
+      row "nccl-tests, 2 ranks on GPU 0" skipped "no mpirun/mpicc (nccl-tests needs MPI for processes; its threads take one GPU each)"
+    fi
+  else
+    row "nccl-tests" FAILED "build: $(grep -m1 -E 'error' "$out/step.out")"
+  fi
+fi
+
+# 5. torch's ProcessGroupNCCL over Loom, two processes on one GPU.
+if $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  step torch-preload 180 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" \
+    $py -m torch.distributed.run --standalone --nproc-per-node 2 "$repo/scripts/gpu/torch_preload_check.py"
+  rc=$?
+  row "torch ProcessGroupNCCL, Loom preloaded, 2 processes on GPU 0" \
+    "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(grep -E '^torch_preload_check:' "$out/step.out" | tail -1)"
+else
+  row "torch ProcessGroupNCCL under LD_PRELOAD" skipped "python3 has no CUDA torch"
+fi
+
+{
+  echo "# GPU check ($(date -u +%Y-%m-%d), Loom $(cat "$stage/commit" 2>/dev/null))"
+  echo
+  echo "| check | result | detail |"
+  echo "|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+} >"$md"
+rm -f "$out/step.out"
+cat "$md"
+grep -q "| FAILED |" "$md" && exit 1
+exit 0
