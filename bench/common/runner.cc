@@ -163,8 +163,8 @@ void BenchProcess::applyPlatformNotes() {
   }
   if (o.cudaGraphLaunches > 0) {
     notes_.push_back(formatString(
-        cuda_ ? "Option -G (CUDA graph): Loom's staged path for device buffers cannot be "
-                "captured yet; ignoring it\n"
+        cuda_ ? "Option -G (CUDA graph): Loom's tools do not capture their loop into a graph "
+                "yet; ignoring it\n"
               : "Option -G (CUDA graph) needs device buffers; ignoring it with host buffers\n"));
     o.cudaGraphLaunches = 0;
   }

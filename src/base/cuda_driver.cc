@@ -58,6 +58,12 @@ Driver* probe(std::string* why) {
                   d->lib.bind(st.streamWaitEvent, "cuStreamWaitEvent") &&
                   d->lib.bind(st.streamIsCapturing, "cuStreamIsCapturing") &&
                   d->api.primaryCtxRetain && d->api.ctxSetCurrent && d->api.ctxGetCurrent;
+  d->hasCapture = d->hasStreams &&
+                  d->lib.bind(st.streamGetCaptureInfo, "cuStreamGetCaptureInfo_v3") &&
+                  d->lib.bind(st.userObjectCreate, "cuUserObjectCreate") &&
+                  d->lib.bind(st.graphRetainUserObject, "cuGraphRetainUserObject") &&
+                  d->lib.bind(st.threadExchangeStreamCaptureMode,
+                              "cuThreadExchangeStreamCaptureMode");
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;

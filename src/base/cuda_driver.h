@@ -72,7 +72,22 @@ struct StreamApi {
   CuResult (*eventRecord)(CuEvent e, CuStream s) = nullptr;
   CuResult (*streamWaitEvent)(CuStream s, CuEvent e, unsigned flags) = nullptr;
   CuResult (*streamIsCapturing)(CuStream s, int* status) = nullptr;
+  // Capture (optional: `hasCapture` when all are bound): the graph a stream is being
+  // captured into, user objects that keep a launch's resources alive for the graph's life,
+  // and the calling thread's capture mode (allocations during a capture need RELAXED).
+  CuResult (*streamGetCaptureInfo)(CuStream s, int* status, unsigned long long* id, void** graph,
+                                   const void** deps, const void** edgeData,
+                                   size_t* numDeps) = nullptr;
+  CuResult (*userObjectCreate)(void** obj, void* ptr, CuHostFn destroy, unsigned refs,
+                               unsigned flags) = nullptr;
+  CuResult (*graphRetainUserObject)(void* graph, void* obj, unsigned count,
+                                    unsigned flags) = nullptr;
+  CuResult (*threadExchangeStreamCaptureMode)(int* mode) = nullptr;
 };
+constexpr int kStreamCaptureStatusActive = 1;   // CU_STREAM_CAPTURE_STATUS_ACTIVE
+constexpr int kStreamCaptureModeRelaxed = 2;    // CU_STREAM_CAPTURE_MODE_RELAXED
+constexpr unsigned kUserObjectNoDestructorSync = 1;  // CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+constexpr unsigned kGraphUserObjectMove = 1;         // CU_GRAPH_USER_OBJECT_MOVE
 
 // Plain data, created once and never freed (a driver must outlive every static
 // destructor that might still classify a buffer during exit).
@@ -80,7 +95,8 @@ struct Driver {
   DynLib lib;
   DriverApi api;
   StreamApi streams;
-  bool hasStreams = false;  // every StreamApi entry is bound
+  bool hasStreams = false;  // every StreamApi entry up to streamIsCapturing is bound
+  bool hasCapture = false;  // ... and the capture entries
   int version = 0;  // 1000 * major + 10 * minor, as cuDriverGetVersion reports it
   // "CUDA error text (code)", for messages.
   std::string errorText(CuResult r) const;

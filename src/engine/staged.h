@@ -45,6 +45,7 @@ class StagedProxy {
   StagedProxy(const StagedProxy&) = delete;
   StagedProxy& operator=(const StagedProxy&) = delete;
 
+  void start();  // starts the thread (push starts it too)
   void push(StagedRecord* rec);
   // Whether records are queued or running: one relaxed load, for the host fast path.
   bool busy() const { return queued_.load(std::memory_order_acquire) > 0; }

@@ -9,7 +9,10 @@
 // and writes, event waits) that a worker thread of its own runs in order. Device memory is
 // host pages kept PROT_NONE, so that a direct host access by Loom faults; the workers reach
 // it through /proc/self/mem, whose writes and reads ignore page protection. Events, the
-// legacy stream's implicit ordering and stream capture into linear graphs follow cuda.h.
+// legacy stream's implicit ordering and stream capture into linear graphs follow cuda.h,
+// as do the per-thread capture interaction mode (cuThreadExchangeStreamCaptureMode) and
+// user objects that graphs and execs own (their destroy callbacks run on a thread of the
+// stand-in's own, as CUDA runs them on an internal one).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -338,14 +341,106 @@ struct Stream : std::enable_shared_from_this<Stream> {
 
 constexpr int kCaptureGlobal = 0, kCaptureThreadLocal = 1, kCaptureRelaxed = 2;
 
-// A capture sequence: what its streams queue is recorded here instead of run. The graph is
-// linear: operations in the order they were queued, which respects every dependency.
+// The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode).
+thread_local int tlsCaptureMode = kCaptureGlobal;
+
+// ---- user objects
+
+// A user object (cuUserObjectCreate): ptr and the callback that destroys it once the last
+// reference is released. References are owned by callers, graphs and graph execs.
+struct UserObject {
+  void* ptr;
+  CUhostFn destroy;
+  uint64_t refs;  // guarded by UserObjects::mu
+};
+
+// As in CUDA, destroy callbacks run on a shared internal thread of the driver's own, so
+// that none runs on a caller's thread or while the stand-in holds any of its mutexes.
+struct UserObjects {
+  std::mutex mu;  // a leaf: locked under the registry's mutex at times, never before it
+  std::condition_variable cv;
+  std::unordered_map<const void*, std::unique_ptr<UserObject>> live;  // by handle, refs > 0
+  std::deque<std::unique_ptr<UserObject>> doomed;  // refs reached 0, callback still to run
+  pid_t workerPid = 0;  // the process whose destructor thread runs (a fork has none)
+  std::atomic<long> pending{0};  // created, destroy callback not yet returned
+};
+
+UserObjects& userObjects() {
+  static UserObjects* u = new UserObjects();  // never destroyed: its thread may still run
+  return *u;
+}
+
+void destructorThread() {
+  UserObjects& u = userObjects();
+  std::unique_lock<std::mutex> lock(u.mu);
+  for (;;) {
+    u.cv.wait(lock, [&] { return !u.doomed.empty(); });
+    std::unique_ptr<UserObject> o = std::move(u.doomed.front());
+    u.doomed.pop_front();
+    lock.unlock();
+    o->destroy(o->ptr);
+    o.reset();
+    u.pending.fetch_sub(1);
+    lock.lock();
+  }
+}
+
+// Drops n references of o; the last one hands it to the destructor thread. The object's
+// refs must allow it (callers check). UserObjects::mu held.
+void releaseLocked(UserObject* o, uint64_t n) {
+  UserObjects& u = userObjects();
+  o->refs -= n;
+  if (o->refs > 0) return;
+  auto it = u.live.find(o);
+  u.doomed.push_back(std::move(it->second));
+  u.live.erase(it);
+  if (u.workerPid != getpid()) {
+    u.workerPid = getpid();
+    std::thread(destructorThread).detach();
+  }
+  u.cv.notify_all();
+}
+
+// References that a graph or an exec owns, released when it goes. Its map is guarded by
+// the registry's mutex while it belongs to a graph; an exec's never changes.
+struct UserRefs {
+  std::unordered_map<UserObject*, uint64_t> held;
+  UserRefs() = default;
+  UserRefs(const UserRefs&) = delete;
+  UserRefs& operator=(const UserRefs&) = delete;
+  ~UserRefs() {
+    if (held.empty()) return;
+    std::lock_guard<std::mutex> lock(userObjects().mu);
+    for (const auto& [o, n] : held) releaseLocked(o, n);
+  }
+};
+
+// ---- graphs
+
+struct Graph {
+  std::vector<Op> ops;
+  UserRefs userRefs;
+  bool capturing = false;  // being captured into: not to be destroyed before the capture ends
+};
+
+// An instantiated graph. A launch carries `userRefs` in its last operation, so that an exec
+// destroyed while launches are queued or running keeps its objects until they finish, as
+// CUDA frees an exec in flight on completion.
+struct Exec {
+  std::vector<Op> ops;
+  std::shared_ptr<const UserRefs> userRefs;
+};
+
+// A capture sequence: what its streams queue is recorded into its graph instead of run. The
+// graph is linear: operations in the order they were queued, which respects every
+// dependency.
 struct Capture {
   int mode = kCaptureGlobal;
+  uint64_t id = 0;  // unique over the process's lifetime (cuStreamGetCaptureInfo)
   std::thread::id thread;  // that began it
   Stream* origin = nullptr;
   std::vector<std::shared_ptr<Stream>> members;  // origin and streams that joined by event
-  std::vector<Op> ops;
+  std::shared_ptr<Graph> graph;  // registered in the registry's graphs while capturing
   bool invalidated = false;
 };
 
@@ -355,19 +450,17 @@ struct Event {
   std::weak_ptr<Capture> capturedIn;
 };
 
-struct Graph {
-  std::vector<Op> ops;
-};
-
 struct Registry {
-  // Locked before any Stream::mu (and state().mu), never after; never held while waiting.
+  // Locked before any Stream::mu (and state().mu, UserObjects::mu), never after; never
+  // held while waiting.
   std::mutex mu;
   std::shared_ptr<Stream> legacy;
   std::unordered_map<const void*, std::shared_ptr<Stream>> streams;  // created, per-thread
   std::unordered_map<const void*, std::shared_ptr<Event>> events;
   std::unordered_map<const void*, std::shared_ptr<Graph>> graphs;
-  std::unordered_map<const void*, std::shared_ptr<Graph>> execs;  // instantiated graphs
-  std::vector<std::shared_ptr<Capture>> captures;                 // in progress
+  std::unordered_map<const void*, std::shared_ptr<Exec>> execs;  // instantiated graphs
+  std::vector<std::shared_ptr<Capture>> captures;                // in progress
+  uint64_t lastCaptureId = 0;
 };
 
 Registry& registry() {
@@ -383,13 +476,16 @@ struct PerThreadStream {
 };
 thread_local PerThreadStream tlsStream;
 
-// Takes s out of its capture, which cannot be ended as recorded any more.
+// Takes s out of its capture, which cannot be ended as recorded any more. A capture no
+// stream is left in is dropped with its graph (and the graph's user object references).
 void leaveCaptureLocked(const std::shared_ptr<Stream>& s) {
   std::shared_ptr<Capture> c = std::move(s->capture);
   if (!c) return;
   c->invalidated = true;
   std::erase(c->members, s);
-  if (c->members.empty()) std::erase(registry().captures, c);
+  if (!c->members.empty()) return;
+  std::erase(registry().captures, c);
+  registry().graphs.erase(c->graph.get());
 }
 
 PerThreadStream::~PerThreadStream() {
@@ -463,14 +559,19 @@ bool allReached(const Points& points) {
   return true;
 }
 
-// Whether a capture's mode forbids a potentially unsafe call (a synchronous copy, an
-// allocation) from this thread now: any capture in GLOBAL mode, one in THREAD_LOCAL mode
-// begun by this thread. As in CUDA the call fails and the capture is broken.
+// Whether capture forbids a potentially unsafe call (a synchronous copy, an allocation, an
+// event's creation) from this thread now, as cuThreadExchangeStreamCaptureMode describes:
+// in the thread's mode GLOBAL (the default), a capture of this thread's not begun in
+// RELAXED mode, or another thread's begun in GLOBAL mode; in THREAD_LOCAL, only the former;
+// in RELAXED, none. As in CUDA the call fails and breaks the captures that forbid it.
 bool forbiddenByCaptureLocked() {
+  const int mode = tlsCaptureMode;
+  if (mode == kCaptureRelaxed) return false;
+  const std::thread::id self = std::this_thread::get_id();
   bool forbidden = false;
   for (const auto& c : registry().captures)
-    if (c->mode == kCaptureGlobal ||
-        (c->mode == kCaptureThreadLocal && c->thread == std::this_thread::get_id())) {
+    if ((c->thread == self && c->mode != kCaptureRelaxed) ||
+        (mode == kCaptureGlobal && c->mode == kCaptureGlobal)) {
       c->invalidated = true;
       forbidden = true;
     }
@@ -496,7 +597,7 @@ bool legacyBlockedLocked(bool invalidate) {
 CUresult enqueueLocked(const std::shared_ptr<Stream>& s, std::vector<Op> ops) {
   if (Capture* c = s->capture.get()) {
     if (c->invalidated) return kCaptureInvalidated;
-    for (Op& op : ops) c->ops.push_back(std::move(op));
+    for (Op& op : ops) c->graph->ops.push_back(std::move(op));
     return kSuccess;
   }
   if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
@@ -740,6 +841,10 @@ __attribute__((visibility("default"))) CUresult cuMemHostAlloc(void** pp, size_t
     return kInvalidValue;
   const int device = callerDevice();
   if (device < 0) return kInvalidContext;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
+  }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return kOutOfMemory;
   const auto b = reinterpret_cast<uintptr_t>(p);
@@ -933,6 +1038,7 @@ __attribute__((visibility("default"))) CUresult cuEventCreate(void** phEvent, un
   if (callerDevice() < 0) return kInvalidContext;
   auto e = std::make_shared<Event>();
   std::lock_guard<std::mutex> lock(registry().mu);
+  if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
   registry().events[e.get()] = e;
   *phEvent = e.get();
   return kSuccess;
@@ -985,7 +1091,7 @@ __attribute__((visibility("default"))) CUresult cuStreamWaitEvent(void* stream, 
     }
     if (flags & kWaitExternal) {
       // An external event node: each launch waits for the event as last recorded then.
-      c->ops.push_back(Op{{}, [e] {
+      c->graph->ops.push_back(Op{{}, [e] {
         Points points;
         {
           std::lock_guard<std::mutex> inner(registry().mu);
@@ -1056,16 +1162,21 @@ __attribute__((visibility("default"))) CUresult cuStreamBeginCapture_v2(void* st
   if (s->capture) return kIllegalState;
   auto c = std::make_shared<Capture>();
   c->mode = mode;
+  c->id = ++registry().lastCaptureId;
   c->thread = std::this_thread::get_id();
   c->origin = s.get();
   c->members.push_back(s);
+  c->graph = std::make_shared<Graph>();
+  c->graph->capturing = true;
+  registry().graphs[c->graph.get()] = c->graph;
   s->capture = c;
   registry().captures.push_back(c);
   return kSuccess;
 }
 
 // Ends the capture on every stream in it. Forks that were never joined back are not
-// detected (CUDA: CUDA_ERROR_STREAM_CAPTURE_UNJOINED).
+// detected (CUDA: CUDA_ERROR_STREAM_CAPTURE_UNJOINED). A broken capture's graph is
+// destroyed, with the user object references it was given.
 __attribute__((visibility("default"))) CUresult cuStreamEndCapture(void* stream, void** phGraph) {
   if (!phGraph) return kInvalidValue;
   std::lock_guard<std::mutex> lock(registry().mu);
@@ -1079,11 +1190,12 @@ __attribute__((visibility("default"))) CUresult cuStreamEndCapture(void* stream,
   for (const auto& m : c->members) m->capture.reset();
   std::erase(registry().captures, c);
   *phGraph = nullptr;
-  if (c->invalidated) return kCaptureInvalidated;
-  auto g = std::make_shared<Graph>();
-  g->ops = std::move(c->ops);
-  registry().graphs[g.get()] = g;
-  *phGraph = g.get();
+  if (c->invalidated) {
+    registry().graphs.erase(c->graph.get());
+    return kCaptureInvalidated;
+  }
+  c->graph->capturing = false;
+  *phGraph = c->graph.get();
   return kSuccess;
 }
 
@@ -1098,36 +1210,185 @@ __attribute__((visibility("default"))) CUresult cuStreamIsCapturing(void* stream
   return kSuccess;
 }
 
+// cuStreamGetCaptureInfo (CUDA 12.3+): the status as cuStreamIsCapturing; while it is
+// active, the capture's id and the graph being captured into. Captured graphs are linear
+// and have no node handles: the dependency set is reported empty. The status is required;
+// the rest is optional, but edge data only with dependencies (as cuda.h says).
+__attribute__((visibility("default"))) CUresult cuStreamGetCaptureInfo_v3(
+    void* stream, int* status, uint64_t* id, void** graph, const void* const** deps,
+    const void** edgeData, size_t* numDeps) {
+  if (!status || (edgeData && !deps)) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+  if (s->kind == StreamKind::Legacy && legacyBlockedLocked(false)) return kCaptureImplicit;
+  const Capture* c = s->capture.get();
+  *status = !c ? 0 : c->invalidated ? 2 : 1;
+  const bool active = *status == 1;  // anything else is valid only while active
+  if (id) *id = active ? c->id : 0;
+  if (graph) *graph = active ? c->graph.get() : nullptr;
+  if (deps) *deps = nullptr;
+  if (edgeData) *edgeData = nullptr;
+  if (numDeps) *numDeps = 0;
+  return kSuccess;
+}
+
+// Swaps the calling thread's capture interaction mode (see forbiddenByCaptureLocked).
+__attribute__((visibility("default"))) CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+  if (!mode || (*mode != kCaptureGlobal && *mode != kCaptureThreadLocal &&
+                *mode != kCaptureRelaxed))
+    return kInvalidValue;
+  std::swap(*mode, tlsCaptureMode);
+  return kSuccess;
+}
+
+// The exec holds a reference to every user object the graph holds now, so that each lives
+// until the graph and every exec made from it are gone. A graph still being captured into
+// may be instantiated as far as it goes, as in CUDA.
 __attribute__((visibility("default"))) CUresult cuGraphInstantiateWithFlags(
     void** phGraphExec, void* graph, unsigned long long flags) {
   if (!phGraphExec) return kInvalidValue;
   std::lock_guard<std::mutex> lock(registry().mu);
   std::shared_ptr<Graph> g = findLocked(registry().graphs, graph);
   if (!g) return kInvalidHandle;
-  auto exec = std::make_shared<Graph>(*g);  // later changes to the graph do not reach it
+  auto exec = std::make_shared<Exec>();
+  exec->ops = g->ops;  // later changes to the graph do not reach it
+  auto refs = std::make_shared<UserRefs>();
+  if (!g->userRefs.held.empty()) {
+    std::lock_guard<std::mutex> inner(userObjects().mu);
+    for (const auto& [o, n] : g->userRefs.held) {
+      ++o->refs;
+      refs->held[o] = 1;
+    }
+  }
+  exec->userRefs = std::move(refs);
   registry().execs[exec.get()] = exec;
   *phGraphExec = exec.get();
   return kSuccess;
 }
 
-// Queues the graph's operations in order; a host function runs at every launch.
+// Queues the graph's operations in order; a host function runs at every launch. The last
+// one carries the exec's user object references until the launch is done.
 __attribute__((visibility("default"))) CUresult cuGraphLaunch(void* graphExec, void* stream) {
   std::lock_guard<std::mutex> lock(registry().mu);
-  std::shared_ptr<Graph> exec = findLocked(registry().execs, graphExec);
+  std::shared_ptr<Exec> exec = findLocked(registry().execs, graphExec);
   if (!exec) return kInvalidHandle;
   std::shared_ptr<Stream> s;
   if (CUresult r = resolveLocked(stream, &s)) return r;
-  return enqueueLocked(s, exec->ops);
+  std::vector<Op> ops = exec->ops;
+  if (!ops.empty() && !exec->userRefs->held.empty()) {
+    Op& last = ops.back();
+    last.run = [run = std::move(last.run), keep = exec->userRefs] {
+      if (run) run();
+    };
+  }
+  return enqueueLocked(s, std::move(ops));
 }
 
+// Launches still queued or running keep the exec's user objects (see Exec).
 __attribute__((visibility("default"))) CUresult cuGraphExecDestroy(void* graphExec) {
   std::lock_guard<std::mutex> lock(registry().mu);
   return registry().execs.erase(graphExec) ? kSuccess : kInvalidHandle;
 }
 
+// Releases the graph's user object references; execs made from it keep their own. A graph
+// being captured into cannot be destroyed before its capture ends.
 __attribute__((visibility("default"))) CUresult cuGraphDestroy(void* graph) {
   std::lock_guard<std::mutex> lock(registry().mu);
-  return registry().graphs.erase(graph) ? kSuccess : kInvalidHandle;
+  auto it = registry().graphs.find(graph);
+  if (it == registry().graphs.end()) return kInvalidHandle;
+  if (it->second->capturing) return kIllegalState;
+  registry().graphs.erase(it);
+  return kSuccess;
+}
+
+// ---- user objects
+
+constexpr unsigned kUserObjectNoDestructorSync = 1;  // CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+constexpr unsigned kGraphUserObjectMove = 1;         // CU_GRAPH_USER_OBJECT_MOVE
+constexpr uint64_t kMaxRefCount = 0x7fffffff;        // counts are at most INT_MAX
+
+// The caller owns the initial references. CUDA requires CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.
+__attribute__((visibility("default"))) CUresult cuUserObjectCreate(void** out, void* ptr,
+                                                                   CUhostFn destroy,
+                                                                   unsigned initialRefcount,
+                                                                   unsigned flags) {
+  if (!out || !destroy || initialRefcount == 0 || initialRefcount > kMaxRefCount ||
+      flags != kUserObjectNoDestructorSync)
+    return kInvalidValue;
+  auto o = std::make_unique<UserObject>(UserObject{ptr, destroy, initialRefcount});
+  UserObjects& u = userObjects();
+  std::lock_guard<std::mutex> lock(u.mu);
+  *out = o.get();
+  u.live[o.get()] = std::move(o);
+  u.pending.fetch_add(1);
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuUserObjectRetain(void* object, unsigned count) {
+  if (count == 0 || count > kMaxRefCount) return kInvalidValue;
+  UserObjects& u = userObjects();
+  std::lock_guard<std::mutex> lock(u.mu);
+  auto it = u.live.find(object);
+  if (it == u.live.end()) return kInvalidValue;
+  it->second->refs += count;
+  return kSuccess;
+}
+
+// Releasing more than is left (undefined in CUDA) is refused.
+__attribute__((visibility("default"))) CUresult cuUserObjectRelease(void* object,
+                                                                    unsigned count) {
+  if (count == 0 || count > kMaxRefCount) return kInvalidValue;
+  UserObjects& u = userObjects();
+  std::lock_guard<std::mutex> lock(u.mu);
+  auto it = u.live.find(object);
+  if (it == u.live.end() || it->second->refs < count) return kInvalidValue;
+  releaseLocked(it->second.get(), count);
+  return kSuccess;
+}
+
+// New references for the graph, or with CU_GRAPH_USER_OBJECT_MOVE the caller's moved to it.
+// A graph being captured into (cuStreamGetCaptureInfo) counts.
+__attribute__((visibility("default"))) CUresult cuGraphRetainUserObject(void* graph,
+                                                                        void* object,
+                                                                        unsigned count,
+                                                                        unsigned flags) {
+  if (count == 0 || count > kMaxRefCount || (flags & ~kGraphUserObjectMove))
+    return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Graph> g = findLocked(registry().graphs, graph);
+  if (!g) return kInvalidValue;
+  UserObjects& u = userObjects();
+  std::lock_guard<std::mutex> inner(u.mu);
+  auto it = u.live.find(object);
+  if (it == u.live.end()) return kInvalidValue;
+  UserObject* o = it->second.get();
+  if (flags & kGraphUserObjectMove) {
+    if (o->refs < count) return kInvalidValue;  // more than anyone holds: not the caller's
+  } else {
+    o->refs += count;
+  }
+  g->userRefs.held[o] += count;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuGraphReleaseUserObject(void* graph,
+                                                                         void* object,
+                                                                         unsigned count) {
+  if (count == 0 || count > kMaxRefCount) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Graph> g = findLocked(registry().graphs, graph);
+  if (!g) return kInvalidValue;
+  UserObjects& u = userObjects();
+  std::lock_guard<std::mutex> inner(u.mu);
+  auto it = u.live.find(object);
+  if (it == u.live.end()) return kInvalidValue;
+  UserObject* o = it->second.get();
+  auto held = g->userRefs.held.find(o);
+  if (held == g->userRefs.held.end() || held->second < count) return kInvalidValue;
+  if ((held->second -= count) == 0) g->userRefs.held.erase(held);
+  releaseLocked(o, count);
+  return kSuccess;
 }
 
 // ---- test hooks
@@ -1193,6 +1454,12 @@ __attribute__((visibility("default"))) long loomStandInStreamOps(void* stream) {
   }
   std::lock_guard<std::mutex> lock(s->mu);
   return static_cast<long>(s->completed);
+}
+
+// User objects whose destroy callback has not returned yet: created and not released by
+// every owner, or released and waiting for (or in) the callback.
+__attribute__((visibility("default"))) long loomStandInLiveUserObjects() {
+  return userObjects().pending.load();
 }
 
 }  // extern "C"

@@ -24,6 +24,7 @@ struct StandInHooks {
   void (*pauseStream)(void* stream) = nullptr;   // starts nothing more until resumed
   void (*resumeStream)(void* stream) = nullptr;
   long (*streamOps)(void* stream) = nullptr;     // operations completed on it so far
+  long (*liveUserObjects)() = nullptr;  // user objects whose destroy callback has not run
 
   // The library open reached: for dlsym of the stand-in's driver functions too.
   void* handle = nullptr;
@@ -52,7 +53,8 @@ struct StandInHooks {
   bool bindStreams() {
     return handle && bind(handle, pauseStream, "loomStandInPauseStream") &&
            bind(handle, resumeStream, "loomStandInResumeStream") &&
-           bind(handle, streamOps, "loomStandInStreamOps");
+           bind(handle, streamOps, "loomStandInStreamOps") &&
+           bind(handle, liveUserObjects, "loomStandInLiveUserObjects");
   }
 
  private:

@@ -32,7 +32,8 @@ constexpr CUresult kInvalidValue = 1, kInvalidContext = 201, kInvalidHandle = 40
 constexpr CUresult kNotReady = 600, kCaptureUnsupported = 900, kCaptureInvalidated = 901;
 constexpr CUresult kCaptureImplicit = 906, kCapturedEvent = 907;
 constexpr unsigned kWaitGeq = 0, kWaitEq = 1, kWaitAnd = 2, kWaitNor = 3, kWaitFlush = 1u << 30;
-constexpr int kCaptureGlobal = 0, kCaptureRelaxed = 2;
+constexpr int kCaptureGlobal = 0, kCaptureThreadLocal = 1, kCaptureRelaxed = 2;
+constexpr unsigned kUserObjectNoDestructorSync = 1, kGraphUserObjectMove = 1;
 constexpr int kStatusNone = 0, kStatusActive = 1, kStatusInvalidated = 2;
 void* const kLegacy = reinterpret_cast<void*>(0x1);
 void* const kPerThread = reinterpret_cast<void*>(0x2);
@@ -44,6 +45,7 @@ struct Driver {
   CUresult (*memAlloc)(CUdeviceptr*, size_t);
   CUresult (*memFree)(CUdeviceptr);
   CUresult (*memHostAlloc)(void**, size_t, unsigned);
+  CUresult (*memAllocHost)(void**, size_t);
   CUresult (*memFreeHost)(void*);
   CUresult (*memHostGetDevicePointer)(CUdeviceptr*, void*, unsigned);
   CUresult (*memcpy)(CUdeviceptr, CUdeviceptr, size_t);
@@ -72,6 +74,14 @@ struct Driver {
   CUresult (*graphLaunch)(void*, void*);
   CUresult (*graphExecDestroy)(void*);
   CUresult (*graphDestroy)(void*);
+  CUresult (*streamGetCaptureInfo)(void*, int*, uint64_t*, void**, const void* const**,
+                                   const void**, size_t*);
+  CUresult (*threadExchangeStreamCaptureMode)(int*);
+  CUresult (*userObjectCreate)(void**, void*, CUhostFn, unsigned, unsigned);
+  CUresult (*userObjectRetain)(void*, unsigned);
+  CUresult (*userObjectRelease)(void*, unsigned);
+  CUresult (*graphRetainUserObject)(void*, void*, unsigned, unsigned);
+  CUresult (*graphReleaseUserObject)(void*, void*, unsigned);
 };
 
 template <typename Fn>
@@ -96,6 +106,7 @@ std::string bindDriver(Driver& d, StandInHooks& hooks) {
       {bind(lib, d.memAlloc, "cuMemAlloc_v2"), "cuMemAlloc_v2"},
       {bind(lib, d.memFree, "cuMemFree_v2"), "cuMemFree_v2"},
       {bind(lib, d.memHostAlloc, "cuMemHostAlloc"), "cuMemHostAlloc"},
+      {bind(lib, d.memAllocHost, "cuMemAllocHost_v2"), "cuMemAllocHost_v2"},
       {bind(lib, d.memFreeHost, "cuMemFreeHost"), "cuMemFreeHost"},
       {bind(lib, d.memHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
        "cuMemHostGetDevicePointer_v2"},
@@ -126,6 +137,17 @@ std::string bindDriver(Driver& d, StandInHooks& hooks) {
       {bind(lib, d.graphLaunch, "cuGraphLaunch"), "cuGraphLaunch"},
       {bind(lib, d.graphExecDestroy, "cuGraphExecDestroy"), "cuGraphExecDestroy"},
       {bind(lib, d.graphDestroy, "cuGraphDestroy"), "cuGraphDestroy"},
+      {bind(lib, d.streamGetCaptureInfo, "cuStreamGetCaptureInfo_v3"),
+       "cuStreamGetCaptureInfo_v3"},
+      {bind(lib, d.threadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode"),
+       "cuThreadExchangeStreamCaptureMode"},
+      {bind(lib, d.userObjectCreate, "cuUserObjectCreate"), "cuUserObjectCreate"},
+      {bind(lib, d.userObjectRetain, "cuUserObjectRetain"), "cuUserObjectRetain"},
+      {bind(lib, d.userObjectRelease, "cuUserObjectRelease"), "cuUserObjectRelease"},
+      {bind(lib, d.graphRetainUserObject, "cuGraphRetainUserObject"),
+       "cuGraphRetainUserObject"},
+      {bind(lib, d.graphReleaseUserObject, "cuGraphReleaseUserObject"),
+       "cuGraphReleaseUserObject"},
   };
   for (const Entry& e : entries)
     if (!e.ok) return std::string("the stand-in lacks ") + e.name;
@@ -729,6 +751,378 @@ TEST_F(StandInStreams, BadHandlesAndArgumentsAreRefused) {
   const char* text = nullptr;
   ASSERT_EQ(d_.getErrorString(kNotReady, &text), 0);
   EXPECT_STREQ(text, "device not ready");
+}
+
+// What a user object's destroy callback saw: how often it ran and with which pointer.
+struct Destroyed {
+  std::atomic<int> calls{0};
+  std::atomic<void*> ptr{nullptr};
+};
+void noteDestroyed(void* p) {
+  auto* d = static_cast<Destroyed*>(p);
+  d->ptr = p;
+  d->calls.fetch_add(1);
+}
+
+// Sets the calling thread's capture interaction mode for a scope, as cuda.h suggests.
+class CaptureMode {
+ public:
+  CaptureMode(CUresult (*exchange)(int*), int mode) : exchange_(exchange), mode_(mode) {
+    ok_ = exchange_(&mode_) == 0;
+  }
+  ~CaptureMode() {
+    if (ok_) exchange_(&mode_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  CUresult (*exchange_)(int*);
+  int mode_;
+  bool ok_ = false;
+};
+
+TEST_F(StandInStreams, CaptureInfoReportsTheGraphAndAFreshIdPerCapture) {
+  void* s = stream();
+  void* t = stream();
+  void* fork = event();
+  void* join = event();
+  std::atomic<int> calls{0};
+  int status = -1;
+  uint64_t id = 99;
+  void* graph = reinterpret_cast<void*>(0x99);
+  const void* const* deps = reinterpret_cast<const void* const*>(0x99);
+  const void* edges = reinterpret_cast<const void*>(0x99);
+  size_t numDeps = 99;
+  ASSERT_EQ(d_.streamGetCaptureInfo(s, &status, &id, &graph, &deps, &edges, &numDeps), 0);
+  EXPECT_EQ(status, kStatusNone);
+
+  std::vector<uint64_t> ids;
+  std::vector<void*> graphs;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+    ASSERT_EQ(d_.streamGetCaptureInfo(s, &status, &id, &graph, &deps, &edges, &numDeps), 0);
+    EXPECT_EQ(status, kStatusActive);
+    EXPECT_NE(id, 0u);
+    ASSERT_NE(graph, nullptr);
+    EXPECT_EQ(deps, nullptr);
+    EXPECT_EQ(edges, nullptr);
+    EXPECT_EQ(numDeps, 0u);
+    // Only the status is required; a stream that joined by event is in the same capture.
+    ASSERT_EQ(d_.streamGetCaptureInfo(s, &status, nullptr, nullptr, nullptr, nullptr, nullptr),
+              0);
+    EXPECT_EQ(status, kStatusActive);
+    ASSERT_EQ(d_.launchHostFunc(s, bump, &calls), 0);
+    ASSERT_EQ(d_.eventRecord(fork, s), 0);
+    ASSERT_EQ(d_.streamWaitEvent(t, fork, 0), 0);
+    uint64_t forkId = 0;
+    void* forkGraph = nullptr;
+    ASSERT_EQ(d_.streamGetCaptureInfo(t, &status, &forkId, &forkGraph, nullptr, nullptr,
+                                      nullptr),
+              0);
+    EXPECT_EQ(forkId, id);
+    EXPECT_EQ(forkGraph, graph);
+    ASSERT_EQ(d_.eventRecord(join, t), 0);
+    ASSERT_EQ(d_.streamWaitEvent(s, join, 0), 0);
+    EXPECT_EQ(d_.graphDestroy(graph), 401) << "a graph being captured into stays";
+    void* ended = nullptr;
+    ASSERT_EQ(d_.streamEndCapture(s, &ended), 0);
+    EXPECT_EQ(ended, graph) << "the graph captured into is the one the capture returns";
+    ids.push_back(id);
+    graphs.push_back(ended);
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_NE(graphs[0], graphs[1]);
+
+  // Arguments cuda.h refuses; a broken capture reports its status only.
+  EXPECT_EQ(d_.streamGetCaptureInfo(s, nullptr, &id, nullptr, nullptr, nullptr, nullptr),
+            kInvalidValue);
+  EXPECT_EQ(d_.streamGetCaptureInfo(s, &status, nullptr, nullptr, nullptr, &edges, nullptr),
+            kInvalidValue);
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  EXPECT_EQ(d_.streamSynchronize(s), kCaptureUnsupported);
+  ASSERT_EQ(d_.streamGetCaptureInfo(s, &status, &id, nullptr, nullptr, nullptr, nullptr), 0);
+  EXPECT_EQ(status, kStatusInvalidated);
+  void* broken = nullptr;
+  EXPECT_EQ(d_.streamEndCapture(s, &broken), kCaptureInvalidated);
+
+  void* exec = nullptr;
+  ASSERT_EQ(d_.graphInstantiate(&exec, graphs[1], 0), 0);
+  ASSERT_EQ(d_.graphLaunch(exec, s), 0);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(d_.graphExecDestroy(exec), 0);
+  for (void* g : graphs) EXPECT_EQ(d_.graphDestroy(g), 0);
+}
+
+TEST_F(StandInStreams, CaptureModeExchangeRoundTripsPerThread) {
+  int mode = kCaptureRelaxed;
+  ASSERT_EQ(d_.threadExchangeStreamCaptureMode(&mode), 0);
+  EXPECT_EQ(mode, kCaptureGlobal) << "the default";
+  mode = kCaptureThreadLocal;
+  ASSERT_EQ(d_.threadExchangeStreamCaptureMode(&mode), 0);
+  EXPECT_EQ(mode, kCaptureRelaxed);
+  std::thread([&] {
+    int theirs = kCaptureRelaxed;
+    EXPECT_EQ(d_.threadExchangeStreamCaptureMode(&theirs), 0);
+    EXPECT_EQ(theirs, kCaptureGlobal) << "another thread's mode is its own";
+    EXPECT_EQ(d_.threadExchangeStreamCaptureMode(&theirs), 0);
+    EXPECT_EQ(theirs, kCaptureRelaxed);
+  }).join();
+  int bad = 3;
+  EXPECT_EQ(d_.threadExchangeStreamCaptureMode(&bad), kInvalidValue);
+  EXPECT_EQ(bad, 3);
+  EXPECT_EQ(d_.threadExchangeStreamCaptureMode(nullptr), kInvalidValue);
+  mode = kCaptureGlobal;
+  ASSERT_EQ(d_.threadExchangeStreamCaptureMode(&mode), 0);
+  EXPECT_EQ(mode, kCaptureThreadLocal) << "unchanged by the other thread and the refusals";
+}
+
+TEST_F(StandInStreams, UnsafeCallsDuringAGlobalCaptureFailUnlessTheThreadIsRelaxed) {
+  // Potentially unsafe calls, each undone when it succeeds. The capture is on a
+  // non-blocking stream, so that a synchronous copy does not meet the legacy stream's
+  // implicit ordering instead.
+  uint32_t from = 1, to = 0;
+  const std::pair<const char*, std::function<CUresult()>> calls[] = {
+      {"cuMemHostAlloc", [&] {
+         void* p = nullptr;
+         CUresult r = d_.memHostAlloc(&p, 64, 0);
+         if (r == 0) {
+           EXPECT_EQ(d_.memFreeHost(p), 0);
+         }
+         return r;
+       }},
+      {"cuMemAllocHost_v2", [&] {
+         void* p = nullptr;
+         CUresult r = d_.memAllocHost(&p, 64);
+         if (r == 0) {
+           EXPECT_EQ(d_.memFreeHost(p), 0);
+         }
+         return r;
+       }},
+      {"cuMemAlloc_v2", [&] {
+         CUdeviceptr p = 0;
+         CUresult r = d_.memAlloc(&p, 64);
+         if (r == 0) {
+           EXPECT_EQ(d_.memFree(p), 0);
+         }
+         return r;
+       }},
+      {"cuEventCreate", [&] {
+         void* e = nullptr;
+         CUresult r = d_.eventCreate(&e, 0);
+         if (r == 0) {
+           EXPECT_EQ(d_.eventDestroy(e), 0);
+         }
+         return r;
+       }},
+      {"cuMemcpy", [&] { return d_.memcpy(dptr(&to), dptr(&from), 4); }},
+  };
+  void* s = stream(0x1);
+  std::atomic<int> bumps{0};
+  int status = -1;
+  void* graph = nullptr;
+  for (const auto& [name, call] : calls) {
+    SCOPED_TRACE(name);
+    // The thread's own global capture forbids the call, which breaks it.
+    ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+    EXPECT_EQ(call(), kCaptureUnsupported);
+    ASSERT_EQ(d_.streamIsCapturing(s, &status), 0);
+    EXPECT_EQ(status, kStatusInvalidated);
+    EXPECT_EQ(d_.streamEndCapture(s, &graph), kCaptureInvalidated);
+    EXPECT_EQ(graph, nullptr);
+
+    // A thread that exchanged RELAXED may: the capture stays valid.
+    ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+    {
+      CaptureMode relaxed(d_.threadExchangeStreamCaptureMode, kCaptureRelaxed);
+      ASSERT_TRUE(relaxed.ok());
+      EXPECT_EQ(call(), 0);
+    }
+    ASSERT_EQ(d_.streamIsCapturing(s, &status), 0);
+    EXPECT_EQ(status, kStatusActive);
+    ASSERT_EQ(d_.launchHostFunc(s, bump, &bumps), 0);
+    ASSERT_EQ(d_.streamEndCapture(s, &graph), 0);
+    void* exec = nullptr;
+    ASSERT_EQ(d_.graphInstantiate(&exec, graph, 0), 0);
+    ASSERT_EQ(d_.graphLaunch(exec, s), 0);
+    ASSERT_EQ(d_.streamSynchronize(s), 0);
+    EXPECT_EQ(d_.graphExecDestroy(exec), 0);
+    EXPECT_EQ(d_.graphDestroy(graph), 0);
+  }
+  EXPECT_EQ(bumps, 5);
+  EXPECT_EQ(to, 1u);
+
+  // Another thread's global capture: it forbids this thread's calls in GLOBAL mode, not in
+  // THREAD_LOCAL mode, which only minds this thread's own captures.
+  for (int mode : {kCaptureThreadLocal, kCaptureGlobal}) {
+    SCOPED_TRACE(mode);
+    Gate begun, done;
+    CUresult ended = -1;
+    std::thread capturer([&] {
+      void* g = nullptr;
+      EXPECT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+      begun.open();
+      std::unique_lock<std::mutex> lock(done.mu);
+      done.cv.wait(lock, [&] { return done.isOpen; });
+      ended = d_.streamEndCapture(s, &g);
+      if (g) {
+        EXPECT_EQ(d_.graphDestroy(g), 0);
+      }
+    });
+    {
+      std::unique_lock<std::mutex> lock(begun.mu);
+      begun.cv.wait(lock, [&] { return begun.isOpen; });
+    }
+    CUresult got = -1;
+    {
+      CaptureMode m(d_.threadExchangeStreamCaptureMode, mode);
+      got = std::get<1>(calls[3])();  // cuEventCreate
+    }
+    done.open();
+    capturer.join();
+    if (mode == kCaptureThreadLocal) {
+      EXPECT_EQ(got, 0);
+      EXPECT_EQ(ended, 0);
+    } else {
+      EXPECT_EQ(got, kCaptureUnsupported);
+      EXPECT_EQ(ended, kCaptureInvalidated);
+    }
+  }
+
+  // In THREAD_LOCAL mode the thread's own capture (not begun RELAXED) still forbids.
+  {
+    CaptureMode local(d_.threadExchangeStreamCaptureMode, kCaptureThreadLocal);
+    ASSERT_TRUE(local.ok());
+    ASSERT_EQ(d_.streamBeginCapture(s, kCaptureThreadLocal), 0);
+    EXPECT_EQ(std::get<1>(calls[3])(), kCaptureUnsupported);
+    EXPECT_EQ(d_.streamEndCapture(s, &graph), kCaptureInvalidated);
+  }
+}
+
+TEST_F(StandInStreams, UserObjectMovedIntoACapturedGraphLivesUntilItsLastExecIsDestroyed) {
+  const long live = hooks_.liveUserObjects();
+  void* s = stream();
+  std::atomic<int> bumps{0};
+  Destroyed rec;
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &bumps), 0);
+  int status = -1;
+  void* graph = nullptr;
+  ASSERT_EQ(d_.streamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr, nullptr), 0);
+  void* obj = nullptr;
+  ASSERT_EQ(d_.userObjectCreate(&obj, &rec, noteDestroyed, 1, kUserObjectNoDestructorSync), 0);
+  EXPECT_EQ(hooks_.liveUserObjects(), live + 1);
+  ASSERT_EQ(d_.graphRetainUserObject(graph, obj, 1, kGraphUserObjectMove), 0);
+  void* ended = nullptr;
+  ASSERT_EQ(d_.streamEndCapture(s, &ended), 0);
+  ASSERT_EQ(ended, graph);
+
+  void* exec = nullptr;
+  ASSERT_EQ(d_.graphInstantiate(&exec, graph, 0), 0);
+  ASSERT_EQ(d_.graphDestroy(graph), 0);
+  EXPECT_TRUE(stillTrue([&] { return rec.calls == 0; })) << "the exec holds it";
+  EXPECT_EQ(hooks_.liveUserObjects(), live + 1);
+  ASSERT_EQ(d_.graphLaunch(exec, s), 0);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(bumps, 1);
+  EXPECT_TRUE(stillTrue([&] { return rec.calls == 0; }));
+  ASSERT_EQ(d_.graphExecDestroy(exec), 0);
+  ASSERT_TRUE(eventually([&] { return rec.calls == 1; }));
+  EXPECT_EQ(rec.ptr.load(), &rec);
+  ASSERT_TRUE(eventually([&] { return hooks_.liveUserObjects() == live; }));
+  EXPECT_TRUE(stillTrue([&] { return rec.calls == 1; })) << "exactly once";
+
+  // The graph of a capture that broke is dropped with the references it was given.
+  Destroyed lost;
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  ASSERT_EQ(d_.streamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr, nullptr), 0);
+  ASSERT_EQ(d_.userObjectCreate(&obj, &lost, noteDestroyed, 1, kUserObjectNoDestructorSync), 0);
+  ASSERT_EQ(d_.graphRetainUserObject(graph, obj, 1, kGraphUserObjectMove), 0);
+  EXPECT_EQ(d_.streamSynchronize(s), kCaptureUnsupported);
+  EXPECT_TRUE(stillTrue([&] { return lost.calls == 0; })) << "until the capture ends";
+  EXPECT_EQ(d_.streamEndCapture(s, &ended), kCaptureInvalidated);
+  ASSERT_TRUE(eventually([&] { return lost.calls == 1; }));
+  ASSERT_TRUE(eventually([&] { return hooks_.liveUserObjects() == live; }));
+}
+
+TEST_F(StandInStreams, UserObjectReferencesAreCountedAcrossCallersGraphsAndExecs) {
+  const long live = hooks_.liveUserObjects();
+  void* s = stream();
+  Destroyed rec;
+  void* obj = nullptr;
+  ASSERT_EQ(d_.userObjectCreate(&obj, &rec, noteDestroyed, 2, kUserObjectNoDestructorSync), 0);
+  ASSERT_EQ(d_.userObjectRetain(obj, 3), 0);  // the caller holds 5
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  void* graph = nullptr;
+  ASSERT_EQ(d_.streamEndCapture(s, &graph), 0);
+  ASSERT_EQ(d_.graphRetainUserObject(graph, obj, 2, 0), 0);  // new: 7 in all
+  ASSERT_EQ(d_.graphRetainUserObject(graph, obj, 1, kGraphUserObjectMove), 0);  // still 7
+  EXPECT_EQ(d_.graphReleaseUserObject(graph, obj, 4), kInvalidValue) << "the graph holds 3";
+  ASSERT_EQ(d_.graphReleaseUserObject(graph, obj, 1), 0);  // 6: the caller 4, the graph 2
+  void* exec = nullptr;
+  ASSERT_EQ(d_.graphInstantiate(&exec, graph, 0), 0);  // and the exec 1
+  ASSERT_EQ(d_.userObjectRelease(obj, 4), 0);
+  ASSERT_EQ(d_.graphExecDestroy(exec), 0);
+  EXPECT_TRUE(stillTrue([&] { return rec.calls == 0; })) << "the graph still holds 2";
+  ASSERT_EQ(d_.graphReleaseUserObject(graph, obj, 2), 0);
+  ASSERT_TRUE(eventually([&] { return rec.calls == 1; }));
+  EXPECT_EQ(rec.ptr.load(), &rec);
+  ASSERT_TRUE(eventually([&] { return hooks_.liveUserObjects() == live; }));
+  EXPECT_EQ(d_.graphDestroy(graph), 0);
+  EXPECT_TRUE(stillTrue([&] { return rec.calls == 1; }));
+
+  // Arguments cuda.h refuses.
+  EXPECT_EQ(d_.userObjectCreate(&obj, &rec, noteDestroyed, 1, 0), kInvalidValue)
+      << "CU_USER_OBJECT_NO_DESTRUCTOR_SYNC is required";
+  EXPECT_EQ(d_.userObjectCreate(&obj, &rec, noteDestroyed, 0, kUserObjectNoDestructorSync),
+            kInvalidValue);
+  EXPECT_EQ(d_.userObjectCreate(&obj, &rec, nullptr, 1, kUserObjectNoDestructorSync),
+            kInvalidValue);
+  ASSERT_EQ(d_.userObjectCreate(&obj, &rec, noteDestroyed, 1, kUserObjectNoDestructorSync), 0);
+  EXPECT_EQ(d_.userObjectRetain(obj, 0), kInvalidValue);
+  EXPECT_EQ(d_.userObjectRelease(obj, 2), kInvalidValue) << "only 1 is held";
+  void* bogus = reinterpret_cast<void*>(0x1234);
+  EXPECT_EQ(d_.graphRetainUserObject(bogus, obj, 1, 0), kInvalidValue);
+  EXPECT_EQ(d_.userObjectRetain(bogus, 1), kInvalidValue);
+  ASSERT_EQ(d_.userObjectRelease(obj, 1), 0);
+  ASSERT_TRUE(eventually([&] { return rec.calls == 2; }));
+  ASSERT_TRUE(eventually([&] { return hooks_.liveUserObjects() == live; }));
+}
+
+TEST_F(StandInStreams, ExecDestroyedWhileItsLaunchIsQueuedKeepsItsObjectsUntilItRan) {
+  const long live = hooks_.liveUserObjects();
+  void* s = stream();
+  std::atomic<int> bumps{0};
+  Destroyed rec;
+  OnExit release{[&] { hooks_.resumeStream(s); }, d_.ctxSynchronize};
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureGlobal), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &bumps), 0);
+  ASSERT_EQ(d_.launchHostFunc(s, bump, &bumps), 0);
+  int status = -1;
+  void* graph = nullptr;
+  ASSERT_EQ(d_.streamGetCaptureInfo(s, &status, nullptr, &graph, nullptr, nullptr, nullptr), 0);
+  void* obj = nullptr;
+  ASSERT_EQ(d_.userObjectCreate(&obj, &rec, noteDestroyed, 1, kUserObjectNoDestructorSync), 0);
+  ASSERT_EQ(d_.graphRetainUserObject(graph, obj, 1, kGraphUserObjectMove), 0);
+  ASSERT_EQ(d_.streamEndCapture(s, &graph), 0);
+  void* exec = nullptr;
+  ASSERT_EQ(d_.graphInstantiate(&exec, graph, 0), 0);
+  ASSERT_EQ(d_.graphDestroy(graph), 0);
+
+  hooks_.pauseStream(s);
+  ASSERT_EQ(d_.graphLaunch(exec, s), 0);
+  ASSERT_EQ(d_.graphExecDestroy(exec), 0);
+  EXPECT_EQ(d_.graphLaunch(exec, s), kInvalidHandle);
+  EXPECT_TRUE(stillTrue([&] { return bumps == 0 && rec.calls == 0; }))
+      << "the queued launch holds the exec's objects";
+  EXPECT_EQ(hooks_.liveUserObjects(), live + 1);
+  hooks_.resumeStream(s);
+  ASSERT_EQ(d_.streamSynchronize(s), 0);
+  EXPECT_EQ(bumps, 2);
+  ASSERT_TRUE(eventually([&] { return rec.calls == 1; }));
+  EXPECT_EQ(rec.ptr.load(), &rec);
+  ASSERT_TRUE(eventually([&] { return hooks_.liveUserObjects() == live; }));
 }
 
 #if defined(__SANITIZE_THREAD__)

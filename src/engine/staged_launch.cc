@@ -1,0 +1,354 @@
+// The staged path's launcher: stages a launch's buffers and queues its work on the
+// caller's streams (engine/staged.h describes the sequence).
+#include <algorithm>
+#include <vector>
+
+#include "base/cuda_driver.h"
+#include "base/error.h"
+#include "engine/communicator.h"
+#include "engine/staged_record.h"
+
+namespace loom::staged {
+namespace {
+
+using cuda::CuDevicePtr;
+using cuda::CuEvent;
+using cuda::CuResult;
+
+// Allocations while a stream captures must not invalidate the capture (CUDA prohibits
+// "unsafe" calls during a global-mode capture): the calling thread goes RELAXED meanwhile.
+class RelaxedCapture {
+ public:
+  RelaxedCapture(const cuda::StreamApi& st, bool on) : st_(on ? &st : nullptr) {
+    if (st_ && st_->threadExchangeStreamCaptureMode(&mode_) != cuda::kCudaSuccess) st_ = nullptr;
+  }
+  ~RelaxedCapture() {
+    if (st_) st_->threadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  const cuda::StreamApi* st_;
+  int mode_ = cuda::kStreamCaptureModeRelaxed;
+};
+void release(void* p) { dropHold(static_cast<StagedRecord*>(p)); }
+
+size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Bytes an operation reads from its send buffer and writes to its receive buffer on this
+// rank.
+struct Extent {
+  size_t in, out;
+};
+Extent extentOf(const Op& op) {
+  const size_t b = op.bytes();
+  const int rank = op.comm.core->rank(), n = op.comm.core->nranks();
+  if (op.isSend) return {b, 0};
+  if (op.isRecv) return {0, b};
+  switch (op.coll) {
+    case Collective::kAllReduce: return {b, b};
+    case Collective::kBroadcast: return {rank == op.root ? b : 0, b};
+    case Collective::kReduce: return {b, rank == op.root ? b : 0};
+    case Collective::kAllGather: return {b, b * n};
+    case Collective::kReduceScatter: return {b * n, b};
+    default: break;
+  }
+  LOOM_THROW(kInternalError, "%s has no staged form", collectiveName(op.coll));
+}
+
+void check(const cuda::Driver& drv, CuResult r, const char* what, const Op& op) {
+  if (r != cuda::kCudaSuccess)
+    LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: %s failed: %s",
+               op.comm.core->rank(), collectiveName(op.coll), what, drv.errorText(r).c_str());
+}
+
+int deviceOf(const Op& op) {
+  if (op.device >= 0) return op.device;
+  return classifyPointer(op.sendbuff ? op.sendbuff : op.recvbuff).device;
+}
+
+class Launcher {
+ public:
+  Launcher(const cuda::Driver& drv, std::span<const Op> ops) : drv_(drv), st_(drv.streams), ops_(ops) {}
+
+  void run() {
+    devices_.resize(ops_.size());
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const Op& op = ops_[i];
+      LOOM_CHECK_USAGE(op.mem == MemKind::kDevice,
+                       "rank %d: a group mixes host-memory and device-memory operations (%s on "
+                       "host memory); Loom's staged path takes device memory only: issue them "
+                       "in separate groups",
+                       op.comm.core->rank(), collectiveName(op.coll));
+      devices_[i] = deviceOf(op);
+      if (std::find(streams_.begin(), streams_.end(), op.stream) == streams_.end()) {
+        streams_.push_back(op.stream);
+        streamDevice_.push_back(devices_[i]);
+        capturing_.push_back(isCapturing(op, devices_[i]));
+      }
+    }
+    captured_ = capturing_[0];
+    for (size_t s = 0; s < streams_.size(); ++s)
+      LOOM_CHECK_USAGE(capturing_[s] == captured_,
+                       "rank %d: a group on device buffers spans streams %p (%s) and %p (%s): "
+                       "its streams must all be captured into the CUDA graph, or none",
+                       ops_[0].comm.core->rank(), streams_[0],
+                       captured_ ? "captured" : "not captured", streams_[s],
+                       capturing_[s] ? "captured" : "not captured");
+    if (captured_) return runCaptured();
+    std::vector<StreamUse> uses;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      StreamUse u{ops_[i].stream, devices_[i], ops_[i].comm.core->commHash(),
+                  ops_[i].comm.core->rank()};
+      bool seen = false;
+      for (const StreamUse& v : uses)
+        seen |= v.stream == u.stream && v.device == u.device && v.commHash == u.commHash &&
+                v.rank == u.rank;
+      if (!seen) uses.push_back(u);
+    }
+    rec_ = takeRecord();
+    rec_->uses = std::move(uses);
+    rec_->captured = false;
+    try {
+      claimStreams(&rec_->uses, collectiveName(ops_[0].coll));
+    } catch (...) {
+      rec_->holds.store(1);
+      dropHold(rec_);
+      throw;
+    }
+    try {
+      bindStaging();
+      queueOnProxies();
+      issue();
+    } catch (...) {
+      if (queued_) {
+        // The proxies skip it; a stream that already holds part of its work keeps the
+        // record (it never returns to the pool, so that work stays valid).
+        rec_->cancelled.store(true, std::memory_order_release);
+        wakeAll();
+      } else {
+        releaseStreams(&rec_->uses);
+        rec_->holds.store(1);
+        dropHold(rec_);
+      }
+      throw;
+    }
+  }
+
+ private:
+  bool isCapturing(const Op& op, int device) {
+    cuda::ScopedDevice sd;
+    setDevice(sd, device, op);
+    int status = cuda::kStreamCaptureStatusNone;
+    check(drv_, st_.streamIsCapturing(op.stream, &status), "cuStreamIsCapturing", op);
+    if (status == cuda::kStreamCaptureStatusNone) return false;
+    LOOM_CHECK_USAGE(status == cuda::kStreamCaptureStatusActive,
+                     "rank %d: %s on device buffers on stream %p, whose CUDA graph capture has "
+                     "been invalidated (status %d)",
+                     op.comm.core->rank(), collectiveName(op.coll), op.stream, status);
+    LOOM_CHECK_USAGE(drv_.hasCapture,
+                     "rank %d: %s on device buffers while stream %p is being captured into a CUDA "
+                     "graph: %s lacks cuStreamGetCaptureInfo_v3, cuUserObjectCreate, "
+                     "cuGraphRetainUserObject or cuThreadExchangeStreamCaptureMode, which the "
+                     "staged path needs to be captured (CUDA 12.3 or newer)",
+                     op.comm.core->rank(), collectiveName(op.coll), op.stream,
+                     drv_.lib.path().c_str());
+    return true;
+  }
+
+  // Captured into a CUDA graph: the stream work is recorded, not run. Each replay's arrive
+  // hands the record to its proxies; a user object moved into the graph returns the record
+  // to the pool once the graph and every executable made from it are gone.
+  void runCaptured() {
+    rec_ = takeRecord();
+    rec_->uses.clear();
+    rec_->captured = true;
+    rec_->proxies.clear();
+    for (const Op& op : ops_) {
+      StagedProxy* px = &op.comm.core->staged();
+      if (std::find(rec_->proxies.begin(), rec_->proxies.end(), px) == rec_->proxies.end())
+        rec_->proxies.push_back(px);
+    }
+    for (StagedProxy* px : rec_->proxies) px->start();  // no thread starts in a host function
+    rec_->holds.store(1);  // the graph's
+    // On failure the capture may hold part of the work: the record stays out of the pool.
+    RelaxedCapture relaxed(st_, true);
+    bindStaging();
+    issue();
+    const Op& op = ops_[0];
+    cuda::ScopedDevice sd;
+    setDevice(sd, streamDevice_[0], op);
+    void* graph = nullptr;
+    int status = 0;
+    unsigned long long id = 0;
+    check(drv_, st_.streamGetCaptureInfo(streams_[0], &status, &id, &graph, nullptr, nullptr,
+                                         nullptr),
+          "cuStreamGetCaptureInfo", op);
+    void* obj = nullptr;
+    check(drv_, st_.userObjectCreate(&obj, rec_, &releaseCaptured, 1,
+                                     cuda::kUserObjectNoDestructorSync),
+          "cuUserObjectCreate", op);
+    check(drv_, st_.graphRetainUserObject(graph, obj, 1, cuda::kGraphUserObjectMove),
+          "cuGraphRetainUserObject", op);
+  }
+
+  void setDevice(cuda::ScopedDevice& sd, int device, const Op& op) {
+    std::string why;
+    if (device >= 0 && !sd.set(device, &why))
+      LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: %s", op.comm.core->rank(),
+                 collectiveName(op.coll), why.c_str());
+  }
+
+  // Lays the operations out in the record's pinned block (grown as needed) and rebinds
+  // them to it.
+  void bindStaging() {
+    size_t need = kFlagBytes;
+    extents_.clear();
+    for (const Op& op : ops_) {
+      extents_.push_back(extentOf(op));
+      need += alignUp(extents_.back().in) + alignUp(extents_.back().out);
+    }
+    if (need > rec_->capacity) {
+      cuda::ScopedDevice sd;
+      setDevice(sd, devices_[0], ops_[0]);
+      if (rec_->block) st_.memFreeHost(rec_->block);
+      rec_->block = nullptr;
+      rec_->capacity = 0;
+      size_t bytes = std::max<size_t>(need, 1 << 16);
+      bytes = size_t{1} << (64 - __builtin_clzll(bytes - 1));
+      void* p = nullptr;
+      check(drv_, st_.memHostAlloc(&p, bytes, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
+            "cuMemHostAlloc (staging)", ops_[0]);
+      rec_->block = static_cast<char*>(p);
+      rec_->capacity = bytes;
+      check(drv_, st_.memHostGetDevicePointer(&rec_->flagDev, p, 0), "cuMemHostGetDevicePointer",
+            ops_[0]);
+    }
+    rec_->hostOps.assign(ops_.begin(), ops_.end());
+    char* at = rec_->block + kFlagBytes;
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      Op& h = rec_->hostOps[i];
+      char* in = at;
+      char* out = at + alignUp(extents_[i].in);
+      at = out + alignUp(extents_[i].out);
+      // A rank that reads nothing (broadcast off the root) or writes nothing (reduce off
+      // the root) gets the other staging buffer: in place, never a device address.
+      h.sendbuff = extents_[i].in ? in : out;
+      h.recvbuff = extents_[i].out ? out : in;
+      h.mem = MemKind::kHost;
+      h.stream = nullptr;
+      stageIn_.push_back(in);
+      stageOut_.push_back(out);
+    }
+    __atomic_store_n(rec_->flag(), 0u, __ATOMIC_RELEASE);
+  }
+
+  void queueOnProxies() {
+    std::vector<Communicator*> comms;
+    for (const Op& op : ops_)
+      if (std::find(comms.begin(), comms.end(), op.comm.core) == comms.end())
+        comms.push_back(op.comm.core);
+    rec_->gate.store(0);
+    rec_->done.store(false);
+    rec_->cancelled.store(false);
+    rec_->arrivals.store(static_cast<int>(comms.size()));
+    rec_->holds.store(static_cast<int>(comms.size()) + 1);  // + the stream's release
+    for (Communicator* c : comms) c->staged().push(rec_);
+    queued_ = true;
+  }
+
+  CuEvent event(size_t slot, int device, const Op& op) {
+    if (rec_->events.size() <= slot) rec_->events.resize(slot + 1, {nullptr, -2});
+    StagedRecord::Event& e = rec_->events[slot];
+    if (e.ev == nullptr || e.device != device) {  // events belong to a device's context
+      check(drv_, st_.eventCreate(&e.ev, cuda::kEventDisableTiming), "cuEventCreate", op);
+      e.device = device;
+    }
+    return e.ev;
+  }
+
+  // An event marking what stream `s` has queued so far.
+  CuEvent mark(size_t slot, size_t s) {
+    const Op& op = ops_[0];
+    cuda::ScopedDevice sd;
+    setDevice(sd, streamDevice_[s], op);
+    CuEvent ev = event(slot, streamDevice_[s], op);
+    check(drv_, st_.eventRecord(ev, streams_[s]), "cuEventRecord", op);
+    return ev;
+  }
+  void waitOn(size_t waiter, CuEvent ev) {
+    const Op& op = ops_[0];
+    cuda::ScopedDevice sd;
+    setDevice(sd, streamDevice_[waiter], op);
+    check(drv_, st_.streamWaitEvent(streams_[waiter], ev, 0), "cuStreamWaitEvent", op);
+  }
+
+  void copies(bool inputs) {
+    for (size_t i = 0; i < ops_.size(); ++i) {
+      const Op& op = ops_[i];
+      size_t bytes = inputs ? extents_[i].in : extents_[i].out;
+      if (bytes == 0) continue;
+      cuda::ScopedDevice sd;
+      setDevice(sd, devices_[i], op);
+      auto dev = [](const void* p) { return reinterpret_cast<CuDevicePtr>(p); };
+      CuResult r = inputs ? st_.memcpyAsync(dev(stageIn_[i]), dev(op.sendbuff), bytes, op.stream)
+                          : st_.memcpyAsync(dev(op.recvbuff), dev(stageOut_[i]), bytes, op.stream);
+      check(drv_, r, inputs ? "cuMemcpyAsync (device to staging)" : "cuMemcpyAsync (staging to device)",
+            op);
+    }
+  }
+
+  // As ncclGroupEnd does, the group's streams are joined: its work starts once every
+  // stream has reached it, and every stream goes on only after all of it (here: after
+  // every operation's results were copied back).
+  void issue() {
+    const Op& op = ops_[0];
+    const size_t k = streams_.size();
+    copies(true);
+    size_t slot = 0;
+    for (size_t s = 1; s < k; ++s) waitOn(0, mark(slot++, s));  // the first stream has every input
+    {
+      cuda::ScopedDevice sd;
+      setDevice(sd, streamDevice_[0], op);
+      check(drv_, st_.launchHostFunc(streams_[0], &arrive, rec_), "cuLaunchHostFunc", op);
+      check(drv_, st_.streamWaitValue32(streams_[0], rec_->flagDev, 1, cuda::kStreamWaitValueEq),
+            "cuStreamWaitValue32", op);
+    }
+    if (k > 1) {
+      CuEvent ran = mark(slot++, 0);
+      for (size_t s = 1; s < k; ++s) waitOn(s, ran);  // every stream waits for the results
+    }
+    copies(false);
+    if (k > 1) {  // every stream waits for every stream's copies
+      std::vector<CuEvent> copied;
+      for (size_t s = 0; s < k; ++s) copied.push_back(mark(slot++, s));
+      for (size_t t = 0; t < k; ++t)
+        for (size_t s = 0; s < k; ++s)
+          if (s != t) waitOn(t, copied[s]);
+    }
+    if (captured_) return;  // the graph holds the record (runCaptured)
+    cuda::ScopedDevice sd;
+    setDevice(sd, streamDevice_[0], op);
+    check(drv_, st_.launchHostFunc(streams_[0], &release, rec_), "cuLaunchHostFunc", op);
+  }
+
+  const cuda::Driver& drv_;
+  const cuda::StreamApi& st_;
+  std::span<const Op> ops_;
+  std::vector<int> devices_;
+  std::vector<void*> streams_;
+  std::vector<int> streamDevice_;
+  std::vector<bool> capturing_;
+  bool captured_ = false;
+  std::vector<Extent> extents_;
+  std::vector<char*> stageIn_, stageOut_;
+  StagedRecord* rec_ = nullptr;
+  bool queued_ = false;
+};
+
+}  // namespace
+
+void launch(const cuda::Driver& drv, std::span<const Op> ops) { Launcher(drv, ops).run(); }
+
+}  // namespace loom::staged

@@ -1,0 +1,131 @@
+#include "engine/staged_record.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace loom::staged {
+namespace {
+
+// Leaked: host functions may still run while the process exits.
+struct Wake {
+  std::mutex mu;
+  std::condition_variable cv;
+};
+Wake& wake() {
+  static Wake* w = new Wake();
+  return *w;
+}
+
+}  // namespace
+
+std::mutex& wakeMutex() { return wake().mu; }
+std::condition_variable& wakeCondition() { return wake().cv; }
+
+void wakeAll() {
+  Wake& w = wake();
+  { std::lock_guard<std::mutex> lock(w.mu); }
+  w.cv.notify_all();
+}
+
+namespace {
+
+struct Pool {
+  std::mutex mu;
+  std::vector<StagedRecord*> free;
+};
+Pool& pool() {
+  static Pool* p = new Pool();
+  return *p;
+}
+
+}  // namespace
+
+StagedRecord* takeRecord() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (p.free.empty()) return new StagedRecord();
+  StagedRecord* r = p.free.back();
+  p.free.pop_back();
+  return r;
+}
+
+void dropHold(StagedRecord* r) {
+  if (r->holds.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.free.push_back(r);
+}
+
+namespace {
+
+// Staged work queued and not yet run. A record holds every stream of its launch until it
+// has run (a group's streams are joined), and it runs only once every rank it waits for has
+// reached the host. If a rank of the same communicator that the record lacks queues work on
+// one of those streams, that work never reaches the host: both wait forever. Refused instead
+// (ncclInvalidUsage); what ranks of one process must do is use a stream each or one group.
+struct StreamUses {
+  std::mutex mu;
+  std::vector<const std::vector<StreamUse>*> pending;  // each pending record's uses
+};
+StreamUses& streamUses() {
+  static StreamUses* u = new StreamUses();
+  return *u;
+}
+
+}  // namespace
+
+// Throws when `uses` would queue behind a pending record that waits for one of its ranks;
+// otherwise registers `uses` (a record's, alive until releaseStreams).
+void claimStreams(const std::vector<StreamUse>* uses, const char* coll) {
+  StreamUses& u = streamUses();
+  std::lock_guard<std::mutex> lock(u.mu);
+  for (const StreamUse& a : *uses)
+    for (const std::vector<StreamUse>* r : u.pending) {
+      const StreamUse* holder = nullptr;  // the record's rank on a's stream
+      bool hasRank = false;               // the record includes a's rank itself
+      for (const StreamUse& b : *r) {
+        if (b.commHash != a.commHash) continue;
+        if (b.stream == a.stream && b.device == a.device) holder = &b;
+        hasRank |= b.rank == a.rank;
+      }
+      if (holder && !hasRank)
+        LOOM_THROW(kInvalidUsage,
+                   "rank %d: %s on device buffers on stream %p (device %d), where rank %d of "
+                   "the same communicator has staged work waiting: ranks of one process that "
+                   "share a stream wait for each other forever (the first one's wait holds the "
+                   "stream). Give each rank a stream of its own, or issue the ranks' calls in "
+                   "one ncclGroupStart/ncclGroupEnd",
+                   a.rank, coll, a.stream, a.device, holder->rank);
+    }
+  u.pending.push_back(uses);
+}
+
+void releaseStreams(const std::vector<StreamUse>* uses) {
+  StreamUses& u = streamUses();
+  std::lock_guard<std::mutex> lock(u.mu);
+  auto it = std::find(u.pending.begin(), u.pending.end(), uses);
+  if (it != u.pending.end()) u.pending.erase(it);
+}
+
+// Host functions: run by CUDA on its own thread; they flip a word and return.
+void arrive(void* p) {
+  auto* r = static_cast<StagedRecord*>(p);
+  if (r->captured) {  // a replay: the record goes to its proxies now
+    __atomic_store_n(r->flag(), 0u, __ATOMIC_RELEASE);
+    r->done.store(false, std::memory_order_relaxed);
+    r->cancelled.store(false, std::memory_order_relaxed);
+    const int n = static_cast<int>(r->proxies.size());
+    r->arrivals.store(n, std::memory_order_relaxed);
+    r->holds.fetch_add(n, std::memory_order_relaxed);
+    r->gate.store(1, std::memory_order_release);
+    for (StagedProxy* px : r->proxies) px->push(r);
+    return;
+  }
+  r->gate.store(1, std::memory_order_release);
+  wakeAll();
+}
+// A captured record's user object went: the graph and its executables are gone.
+void releaseCaptured(void* p) { dropHold(static_cast<StagedRecord*>(p)); }
+
+}  // namespace loom::staged

@@ -1,0 +1,88 @@
+// The staged path's records (engine/staged.h), shared by its launcher and its proxies:
+// what one launch holds, the process-wide pool that owns them, the registry of streams with
+// staged work pending, and the host functions the streams run.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "base/cuda_driver.h"
+#include "engine/op.h"
+#include "engine/staged.h"
+
+namespace loom {
+
+// One rank's staged work waiting on a stream (of a device), for the shared-stream check.
+struct StreamUse {
+  void* stream;
+  int device;
+  uint64_t commHash;  // the same on every rank of a communicator
+  int rank;
+};
+
+// One staged launch: the host operations it runs and the pinned memory they run on. Owned
+// by a process-wide pool and never freed: a stream may still reach a record's host
+// functions after its communicator is gone.
+struct StagedRecord {
+  std::vector<Op> hostOps;         // the launch's operations, rebound to the staging
+  char* block = nullptr;           // pinned: the flag, then each operation's staging
+  size_t capacity = 0;
+  cuda::CuDevicePtr flagDev = 0;   // the flag's address for the stream's wait
+  struct Event {
+    cuda::CuEvent ev;
+    int device;
+  };
+  std::vector<Event> events;       // joins the streams of a group
+  std::atomic<int> gate{0};        // 1: the stream has copied the inputs (arrive ran)
+  std::atomic<int> arrivals{0};    // proxies that have not reached the record yet
+  std::atomic<int> holds{0};       // its proxies and its stream; 0: back to the pool
+  std::atomic<bool> done{false};   // the flag is set
+  std::atomic<bool> cancelled{false};  // its stream work could not all be queued
+  std::vector<StreamUse> uses;     // its ranks and streams, for the shared-stream check
+  // Captured into a CUDA graph: its work reaches the proxies at each replay (arrive pushes
+  // it), and the graph holds it until the graph and its executables are destroyed.
+  bool captured = false;
+  std::vector<StagedProxy*> proxies;
+
+  uint32_t* flag() { return reinterpret_cast<uint32_t*>(block); }
+};
+
+namespace staged {
+
+constexpr size_t kFlagBytes = 64;  // the flag's line at the start of a record's block
+constexpr size_t kAlign = 256;     // each staging buffer's alignment
+
+// Proxies sleep on one process-wide condition; host functions, pushes and completions wake
+// them. waitFor wakes at least every few milliseconds (abort flags do not notify).
+std::mutex& wakeMutex();
+std::condition_variable& wakeCondition();
+void wakeAll();
+template <typename Pred>
+void waitFor(Pred ready) {
+  std::unique_lock<std::mutex> lock(wakeMutex());
+  while (!ready()) wakeCondition().wait_for(lock, std::chrono::milliseconds(5));
+}
+
+StagedRecord* takeRecord();
+void dropHold(StagedRecord* r);  // the last hold returns the record to the pool
+
+// Throws (ncclInvalidUsage) when `uses` would queue behind a pending record that waits for
+// one of its ranks; otherwise registers `uses` (a record's, alive until releaseStreams).
+void claimStreams(const std::vector<StreamUse>* uses, const char* coll);
+void releaseStreams(const std::vector<StreamUse>* uses);
+
+// Host functions, run by CUDA on its own thread: they flip words and return.
+void arrive(void* rec);           // the inputs are staged: hand the record to its proxies
+void release(void* rec);          // the outputs are copied back: the staging is free
+void releaseCaptured(void* rec);  // a captured record's graph is gone
+
+// Queues `ops` (device memory) on their streams (staged_launch.cc).
+void launch(const cuda::Driver& drv, std::span<const Op> ops);
+
+}  // namespace staged
+}  // namespace loom
