@@ -32,7 +32,6 @@ class RelaxedCapture {
   const cuda::StreamApi* st_;
   int mode_ = cuda::kStreamCaptureModeRelaxed;
 };
-void release(void* p) { dropHold(static_cast<StagedRecord*>(p)); }
 
 size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 

@@ -125,6 +125,7 @@ void arrive(void* p) {
   r->gate.store(1, std::memory_order_release);
   wakeAll();
 }
+void release(void* p) { dropHold(static_cast<StagedRecord*>(p)); }
 // A captured record's user object went: the graph and its executables are gone.
 void releaseCaptured(void* p) { dropHold(static_cast<StagedRecord*>(p)); }
 
