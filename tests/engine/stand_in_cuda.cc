@@ -953,36 +953,34 @@ __attribute__((visibility("default"))) CUresult cuStreamDestroy_v2(void* stream)
   return kSuccess;
 }
 
+namespace {
+// What synchronizing or querying `stream` waits for (everything queued on it so far), or
+// why it may not: a capturing stream (which the call invalidates), a legacy stream while
+// blocking streams capture.
+CUresult pointsToWaitFor(void* stream, Points* points) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Stream> s;
+  if (CUresult r = resolveLocked(stream, &s)) return r;
+  if (s->capture) {
+    s->capture->invalidated = true;
+    return kCaptureUnsupported;
+  }
+  if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
+  *points = untilNowLocked(s);
+  return kSuccess;
+}
+}  // namespace
+
 __attribute__((visibility("default"))) CUresult cuStreamSynchronize(void* stream) {
   Points points;
-  {
-    std::lock_guard<std::mutex> lock(registry().mu);
-    std::shared_ptr<Stream> s;
-    if (CUresult r = resolveLocked(stream, &s)) return r;
-    if (s->capture) {
-      s->capture->invalidated = true;
-      return kCaptureUnsupported;
-    }
-    if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
-    points = untilNowLocked(s);
-  }
+  if (CUresult r = pointsToWaitFor(stream, &points)) return r;
   waitAll(points);
   return kSuccess;
 }
 
 __attribute__((visibility("default"))) CUresult cuStreamQuery(void* stream) {
   Points points;
-  {
-    std::lock_guard<std::mutex> lock(registry().mu);
-    std::shared_ptr<Stream> s;
-    if (CUresult r = resolveLocked(stream, &s)) return r;
-    if (s->capture) {
-      s->capture->invalidated = true;
-      return kCaptureUnsupported;
-    }
-    if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
-    points = untilNowLocked(s);
-  }
+  if (CUresult r = pointsToWaitFor(stream, &points)) return r;
   return allReached(points) ? kSuccess : kNotReady;
 }
 

@@ -338,5 +338,42 @@ TEST_F(NetRails, LocalRanksSpreadOverDevicesRailAligned) {
   unlink(counts.c_str());
 }
 
+// NCCL_CROSS_NIC=1: each end takes its own rail. On 2 hosts of 2 ranks the ring's hops
+// between hosts go from local rank 1 to local rank 0, so their senders connect on device 1
+// to listeners on device 0: across rails. Where the rails are linked (the test plugin's
+// LOOM_TEST_NET_CROSS_RAIL=1) the results are exact and some connect lands on another
+// device than its listen; where they are not, the connect's refusal fails every rank with
+// an error naming the plugin, not a hang. A value outside 0..2 fails the init.
+TEST_F(NetRails, CrossNicOneLetsEachEndUseItsOwnRail) {
+  std::string counts = dir_ + "/counts";
+  EnvGuard p("NCCL_NET_PLUGIN", testPluginPath("11").c_str());
+  EnvGuard n("NCCL_NET", nullptr);
+  EnvGuard d("LOOM_TEST_NET_DEVICES", "2");
+  EnvGuard c("LOOM_TEST_NET_COUNTS", counts.c_str());
+  EnvGuard x("NCCL_CROSS_NIC", "1");
+  auto hosts = processRanks([](int rank) {
+    setenv("LOOM_HOSTID", ("railhost" + std::to_string(rank / 2)).c_str(), 1);
+  });
+  {
+    EnvGuard linked("LOOM_TEST_NET_CROSS_RAIL", "1");
+    auto f = runRanks(Mode::kProcesses, 4, exercise, hosts);
+    ASSERT_TRUE(f.empty()) << joinFailures(f);
+    std::string s = readFile(counts);
+    EXPECT_NE(occurrences(s, "connect-dev1 "), occurrences(s, "listen-dev1 "))
+        << "every connect used its listener's device: " << s;
+    unlink(counts.c_str());
+  }
+  auto f = runRanks(Mode::kProcesses, 4, exercise, hosts);
+  ASSERT_FALSE(f.empty()) << "connected across rails that have no links";
+  bool named = false;
+  for (const auto& e : f) named |= contains(e, "LoomTest") || contains(e, "plugin");
+  EXPECT_TRUE(named) << joinFailures(f);
+  unlink(counts.c_str());
+  EnvGuard bad("NCCL_CROSS_NIC", "3");
+  f = runRanks(Mode::kProcesses, 2, exercise, processRanks(ownHosts()));
+  ASSERT_EQ(f.size(), 2u);
+  for (const auto& e : f) EXPECT_TRUE(contains(e, "NCCL_CROSS_NIC=3: expected 0, 1 or 2")) << e;
+}
+
 }  // namespace
 }  // namespace loomtest

@@ -13,6 +13,10 @@
 namespace loom {
 namespace {
 
+IntKnob kCrossNic("LOOM_CROSS_NIC", "NCCL_CROSS_NIC", 2,
+                  "1: each end of a network connection uses its own rail's NIC (the NICs' rails "
+                  "must be linked); 0 or 2: both ends use the receiver's rail, so a connection "
+                  "never crosses rails");
 IntKnob kConnectTimeout("LOOM_NET_CONNECT_TIMEOUT", "", 60,
                         "Seconds a network backend may take to connect or accept one "
                         "connection (the peer alive) before the init fails naming the pair");
@@ -68,6 +72,9 @@ class NetPending : public PendingRecv {
 class NetTransport : public Transport {
  public:
   explicit NetTransport(const TransportContext& ctx) : bs_(ctx.bootstrap), shape_(ctx.shape) {
+    crossNic_ = kCrossNic.get();
+    LOOM_CHECK_ARG(crossNic_ >= 0 && crossNic_ <= 2, "NCCL_CROSS_NIC=%lld: expected 0, 1 or 2",
+                   static_cast<long long>(crossNic_));
     StartedNet n = startNetBackend(NetContext{bs_.job(), bs_.rank(), bs_.nranks(), bs_.iface()});
     if (!n.backend) return;
     name_ = "net/" + n.name;
@@ -105,7 +112,11 @@ class NetTransport : public Transport {
     memcpy(&rail, blob.data() + sizeof(h.bytes), sizeof(rail));
     if (rail < 0)
       LOOM_THROW(kRemoteError, "rank %d: rank %d sent rail %d", bs_.rank(), req.peer, rail);
-    int dev = rail % backend_->devices();
+    // NCCL_CROSS_NIC=1: this end takes its own rail (a fabric whose rails are linked);
+    // 0 and 2 (NCCL's "try the same NIC", always possible here): the receiver's rail.
+    int dev = crossNic_ == 1
+                  ? netRail(req.localRank, req.localRanks, req.index, backend_->devices())
+                  : rail % backend_->devices();
     logRail("sends to", req, dev);
     std::unique_ptr<NetStage> stage;
     if (auto comm = backend_->connect(dev, h, stage))
@@ -138,6 +149,7 @@ class NetTransport : public Transport {
   FifoShape shape_;
   std::string name_;
   std::shared_ptr<NetBackend> backend_;  // null: NCCL_NET unset and no plugin started
+  int64_t crossNic_ = 2;                 // NCCL_CROSS_NIC, read at init
 };
 
 std::unique_ptr<Connection> NetPending::finish() {
