@@ -48,6 +48,9 @@ struct ncclComm {
     bool live = false;
     int dtype = 0;
     loom::Reducer red;
+    // ncclScalarDevice: the scalar's device address, read when each operation runs (the
+    // staged path copies it from the stream); null for ncclScalarHostImmediate.
+    const void* deviceScalar = nullptr;
     bool hasStockOp = false;  // its twin on the shadow communicator
     ncclRedOp_t stockOp = ncclSum;
   };

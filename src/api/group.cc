@@ -24,11 +24,18 @@ struct GroupState {
 };
 thread_local GroupState tlsGroup;
 
-Reducer reducerFor(const OpArgs& a) {
+Reducer reducerFor(const OpArgs& a, const void** deviceScalar) {
   ncclComm_t comm = a.comm;
   if (a.op < ncclNumOps) return comm->builtinOps[a.dtype][a.op];  // both checked by the entry point
   std::lock_guard<std::mutex> lock(comm->opsMu);
-  return comm->userOps[a.op - ncclNumOps].red;
+  const auto& u = comm->userOps[a.op - ncclNumOps];
+  LOOM_CHECK_USAGE(!u.deviceScalar || a.mem == MemKind::kDevice,
+                   "%s on host buffers with reduction op %d, whose scalar is in device memory "
+                   "(ncclScalarDevice): use device buffers, or an op made with "
+                   "ncclScalarHostImmediate",
+                   collectiveName(a.coll), static_cast<int>(a.op));
+  *deviceScalar = u.deviceScalar;
+  return u.red;
 }
 
 // The engine tells us when an operation failed: the communicator is poisoned, so later
@@ -46,7 +53,7 @@ Op toOp(const OpArgs& a) {
   op.recvbuff = a.recvbuff;
   op.count = a.count;
   op.eltSize = dtypeSize(static_cast<int>(a.dtype));
-  if (!a.isSend && !a.isRecv) op.red = reducerFor(a);
+  if (!a.isSend && !a.isRecv) op.red = reducerFor(a, &op.deviceScalar);
   op.dtype = static_cast<int>(a.dtype);
   op.redop = static_cast<int>(a.op);
   op.root = a.root;

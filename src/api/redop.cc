@@ -3,6 +3,7 @@
 
 #include "api/comm.h"
 #include "api/guard.h"
+#include "base/mem_kind.h"
 #include "kernels/reduce.h"
 
 using loom::api::guard;
@@ -21,12 +22,19 @@ LOOM_NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scala
     LOOM_CHECK_ARG(residence == ncclScalarHostImmediate || residence == ncclScalarDevice,
                    "%s: residence %d is not an ncclScalarResidence_t", fn,
                    static_cast<int>(residence));
-    // A device-resident scalar is read while the collective runs, on the GPU; Loom's host
-    // executor cannot dereference device memory.
-    LOOM_CHECK_USAGE(residence == ncclScalarHostImmediate,
-                     "%s: ncclScalarDevice needs Loom's CUDA executor, which this build does not "
-                     "have; pass the scalar with ncclScalarHostImmediate",
-                     fn);
+    // A device-resident scalar is read when each collective runs: the staged path copies it
+    // from device memory on the stream (stock NCCL's twin reads it itself).
+    if (residence == ncclScalarDevice) {
+      loom::MemInfo where = loom::classifyPointer(scalar);
+      LOOM_CHECK_USAGE(where.kind == loom::MemKind::kDevice,
+                       "%s: ncclScalarDevice with a scalar at %p that is not CUDA device memory; "
+                       "pass a host scalar with ncclScalarHostImmediate",
+                       fn, scalar);
+      LOOM_CHECK_USAGE(comm->staged || comm->shadow,
+                       "%s: ncclScalarDevice on a communicator whose device buffers nobody "
+                       "serves (%s)",
+                       fn, comm->deviceServer.c_str());
+    }
     loom::api::CallScope scope(comm);  // the shadow stays while its twin op is made
     std::lock_guard<std::mutex> lock(comm->opsMu);
     size_t idx = 0;
@@ -35,7 +43,13 @@ LOOM_NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scala
     auto& u = comm->userOps[idx];
     u.live = true;
     u.dtype = static_cast<int>(datatype);
-    u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), scalar);
+    u.deviceScalar = residence == ncclScalarDevice ? scalar : nullptr;
+    if (u.deviceScalar) {
+      const uint64_t one = 0;  // a placeholder: the scalar is read when each call runs
+      u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), &one);
+    } else {
+      u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), scalar);
+    }
     // Its twin on stock NCCL, for the calls the shadow serves; without one, those calls
     // fail naming the op (host calls are unaffected).
     u.hasStockOp = false;

@@ -34,6 +34,9 @@ struct Op {
   size_t count = 0;    // elements per rank, as the NCCL call counts them
   size_t eltSize = 1;  // bytes per element
   Reducer red;         // the reduction (built-in or the communicator's user op)
+  // A pre-multiplied sum whose scalar lives in device memory (ncclScalarDevice): read when
+  // the operation runs, not when it is issued. Device buffers only.
+  const void* deviceScalar = nullptr;
   int dtype = 0;       // ncclDataType_t and ncclRedOp_t, for logs
   int redop = 0;
   int root = 0;  // root, or the peer of a send/receive

@@ -24,6 +24,9 @@ void runRecord(StagedRecord* rec) {
   if (!rec->cancelled.load(std::memory_order_acquire) &&
       rec->gate.load(std::memory_order_acquire)) {
     try {
+      // ncclScalarDevice: the scalar as the stream copied it, just before arrive.
+      for (Op& op : rec->hostOps)
+        if (op.deviceScalar) op.red = Reducer::preMulSum(op.dtype, op.deviceScalar);
       enqueue(rec->hostOps, Completion::kBeforeReturn);
     } catch (const Error& e) {
       // The call returned long ago: the error reaches ncclCommGetAsyncError.

@@ -207,6 +207,7 @@ class Launcher {
     for (const Op& op : ops_) {
       extents_.push_back(extentOf(op));
       need += alignUp(extents_.back().in) + alignUp(extents_.back().out);
+      if (op.deviceScalar) need += kAlign;  // the scalar, copied when the stream gets here
     }
     if (need > rec_->capacity) {
       cuda::ScopedDevice sd;
@@ -228,6 +229,10 @@ class Launcher {
     char* at = rec_->block + kFlagBytes;
     for (size_t i = 0; i < ops_.size(); ++i) {
       Op& h = rec_->hostOps[i];
+      if (h.deviceScalar) {  // the proxy makes the reducer from this copy (runRecord)
+        h.deviceScalar = at;
+        at += kAlign;
+      }
       char* in = at;
       char* out = at + alignUp(extents_[i].in);
       at = out + alignUp(extents_[i].out);
@@ -284,13 +289,18 @@ class Launcher {
   }
 
   void copies(bool inputs) {
+    auto dev = [](const void* p) { return reinterpret_cast<CuDevicePtr>(p); };
     for (size_t i = 0; i < ops_.size(); ++i) {
       const Op& op = ops_[i];
       size_t bytes = inputs ? extents_[i].in : extents_[i].out;
-      if (bytes == 0) continue;
+      if (bytes == 0 && !(inputs && op.deviceScalar)) continue;
       cuda::ScopedDevice sd;
       setDevice(sd, devices_[i], op);
-      auto dev = [](const void* p) { return reinterpret_cast<CuDevicePtr>(p); };
+      if (inputs && op.deviceScalar)
+        check(drv_, st_.memcpyAsync(dev(rec_->hostOps[i].deviceScalar), dev(op.deviceScalar),
+                                    op.eltSize, op.stream),
+              "cuMemcpyAsync (device scalar to staging)", op);
+      if (bytes == 0) continue;
       CuResult r = inputs ? st_.memcpyAsync(dev(stageIn_[i]), dev(op.sendbuff), bytes, op.stream)
                           : st_.memcpyAsync(dev(op.recvbuff), dev(stageOut_[i]), bytes, op.stream);
       check(drv_, r, inputs ? "cuMemcpyAsync (device to staging)" : "cuMemcpyAsync (staging to device)",

@@ -342,6 +342,72 @@ TEST(STAGED_SUITE, RanksSharingAStreamWorkInAGroupAndAreRefusedApart) {
   EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
 }
 
+// ncclScalarDevice: a pre-multiplied sum whose scalar is device memory, read when each call
+// runs on its stream (a later call sees a scalar changed in between). Host buffers with such
+// an op, or a host scalar passed as ncclScalarDevice, are refused.
+TEST(STAGED_SUITE, PreMulSumReadsADeviceScalarWhenTheCallRuns) {
+  NEED_DEVICE();
+  mem().makeCurrent(0);
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  auto devFloats = [](const std::vector<float>& v) {
+    auto* p = static_cast<float*>(mem().allocDevice(v.size() * sizeof(float), 0, 0));
+    mem().toDevice(p, v.data(), v.size() * sizeof(float));
+    return p;
+  };
+  const size_t k = 301;
+  float* scalar[2] = {devFloats({0.5f}), devFloats({2.0f})};
+  float* x[2];
+  float* y[2];
+  ncclRedOp_t op[2];
+  cudaStream_t s[2];
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> in(k);
+    for (size_t i = 0; i < k; ++i) in[i] = static_cast<float>(r + 1 + i % 7);
+    x[r] = devFloats(in);
+    y[r] = devFloats(std::vector<float>(k, -1));
+    s[r] = static_cast<cudaStream_t>(mem().createStream());
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&op[r], scalar[r], ncclFloat, ncclScalarDevice, comms[r]),
+              ncclSuccess) << ncclGetLastError(comms[r]);
+  }
+  auto run = [&](float a, float b) {
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; ++r)
+      ASSERT_EQ(ncclAllReduce(x[r], y[r], k, ncclFloat, op[r], comms[r], s[r]), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    for (cudaStream_t st : s) mem().syncStream(st);
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> got(k);
+      mem().fromDevice(got.data(), y[r], k * sizeof(float));
+      for (size_t i = 0; i < k; ++i) {
+        float want = a * static_cast<float>(1 + i % 7) + b * static_cast<float>(2 + i % 7);
+        ASSERT_EQ(got[i], want) << "rank " << r << " [" << i << "]";
+      }
+    }
+  };
+  run(0.5f, 2.0f);
+  float four = 4.0f, quarter = 0.25f;
+  mem().toDevice(scalar[0], &four, sizeof(float));
+  mem().toDevice(scalar[1], &quarter, sizeof(float));
+  run(4.0f, 0.25f);  // read when the call runs, not when the op was made
+
+  std::vector<float> h(k, 1.0f);
+  EXPECT_EQ(ncclAllReduce(h.data(), h.data(), k, ncclFloat, op[0], comms[0], nullptr),
+            ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comms[0])).find("ncclScalarDevice"), std::string::npos)
+      << ncclGetLastError(comms[0]);
+  ncclRedOp_t bad;
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&bad, &four, ncclFloat, ncclScalarDevice, comms[0]),
+            ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comms[0])).find("not CUDA device memory"),
+            std::string::npos) << ncclGetLastError(comms[0]);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(ncclRedOpDestroy(op[r], comms[r]), ncclSuccess);
+    EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+  }
+}
+
 // The driver's graph calls, for the capture test (stand-in or real driver alike).
 struct GraphApi {
   int (*begin)(void* stream, int mode);
