@@ -26,6 +26,13 @@ struct CudaDriver::Api {
   CUresult (*memcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*memcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*getErrorString)(CUresult, const char**);
+  // Optional: CUDA graphs.
+  CUresult (*beginCapture)(void*, int);
+  CUresult (*endCapture)(void*, void**);
+  CUresult (*instantiate)(void**, void*, unsigned long long);
+  CUresult (*graphLaunch)(void*, void*);
+  CUresult (*execDestroy)(void*);
+  CUresult (*graphDestroy)(void*);
 };
 
 namespace {
@@ -62,6 +69,12 @@ const CudaDriver* CudaDriver::get(std::string* why) {
               bind(lib, api->memcpyDtoH, "cuMemcpyDtoH_v2");
     bind(lib, api->deviceGetName, "cuDeviceGetName");
     bind(lib, api->getErrorString, "cuGetErrorString");
+    bind(lib, api->beginCapture, "cuStreamBeginCapture_v2");
+    bind(lib, api->endCapture, "cuStreamEndCapture");
+    bind(lib, api->instantiate, "cuGraphInstantiateWithFlags");
+    bind(lib, api->graphLaunch, "cuGraphLaunch");
+    bind(lib, api->execDestroy, "cuGraphExecDestroy");
+    bind(lib, api->graphDestroy, "cuGraphDestroy");
     int count = 0;
     if (!ok) {
       absent = std::string(path) + " lacks a CUDA driver function the tools use";
@@ -135,6 +148,34 @@ std::string CudaDriver::name(int device) const {
   if (!api_->deviceGetName || api_->deviceGetName(buf, sizeof(buf) - 1, device) != 0)
     return "CUDA device " + std::to_string(device);
   return buf;
+}
+
+bool CudaDriver::hasGraphs() const {
+  return api_->beginCapture && api_->endCapture && api_->instantiate && api_->graphLaunch &&
+         api_->execDestroy && api_->graphDestroy;
+}
+
+void CudaDriver::beginCapture(void* stream) const {
+  check(api_, api_->beginCapture(stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */),
+        "cuStreamBeginCapture");
+}
+
+void* CudaDriver::endCapture(void* stream) const {
+  void* graph = nullptr;
+  check(api_, api_->endCapture(stream, &graph), "cuStreamEndCapture");
+  void* exec = nullptr;
+  CUresult r = api_->instantiate(&exec, graph, 0);
+  api_->graphDestroy(graph);  // the executable keeps what it needs
+  check(api_, r, "cuGraphInstantiateWithFlags");
+  return exec;
+}
+
+void CudaDriver::launchGraph(void* exec, void* stream) const {
+  check(api_, api_->graphLaunch(exec, stream), "cuGraphLaunch");
+}
+
+void CudaDriver::destroyGraph(void* exec) const {
+  if (exec) api_->execDestroy(exec);
 }
 
 DeviceBuffer::DeviceBuffer(const CudaDriver& drv, size_t bytes) : drv_(drv), size_(bytes) {

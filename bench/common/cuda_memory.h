@@ -27,6 +27,14 @@ class CudaDriver {
   void toHost(void* dst, const void* src, size_t bytes) const;      // synchronous
   std::string name(int device) const;
 
+  // CUDA graphs (-G): capture a stream's work, then replay it. hasGraphs() is false where
+  // the driver lacks them.
+  bool hasGraphs() const;
+  void beginCapture(void* stream) const;   // thread-local mode: other threads go on
+  void* endCapture(void* stream) const;    // the graph, instantiated; free with destroyGraph
+  void launchGraph(void* exec, void* stream) const;
+  void destroyGraph(void* exec) const;
+
   struct Api;  // the driver functions (cuda_memory.cc)
 
  private:

@@ -301,6 +301,10 @@ void RankRunner::benchTime(bool inPlace) {
 
   std::vector<double> iterTimes;
   double collOnly = 0;
+  if (o_.cudaGraphLaunches > 0) {  // nccl-tests' -G: the iterations as one graph, replayed
+    timeGraph(inPlace);
+    return;
+  }
   const double t0 = now();
   // Per-call clock reads only where per-call times are asked for: at 8 B two of them
   // would be a tenth of the time measured, and MPI's loop has none.
@@ -331,7 +335,39 @@ void RankRunner::benchTime(bool inPlace) {
   double elapsed = o_.blocking == 3 ? collOnly : now() - t0;
   double deltaSec = elapsed / totalIters;
   double cpuSec = o_.blocking == 3 ? deltaSec : (cpuEnd - t0) / totalIters;  // host: equal
+  report(inPlace, deltaSec, cpuSec, iterTimes);
+}
 
+// -G: every iteration captured once into a CUDA graph on the rank's stream, the graph
+// launched -G times, the time per call over all of them (device buffers; BenchProcess
+// turns -G off where it cannot apply).
+void RankRunner::timeGraph(bool inPlace) {
+  const CudaDriver& cuda = *proc_.cuda();
+  cuda.beginCapture(stream_);
+  for (int iter = 0; iter < o_.iters; ++iter) {
+    if (o_.aggIters > 1) BENCH_NCCL(ncclGroupStart(), comm_);
+    for (int a = 0; a < o_.aggIters; ++a) startColl(inPlace, iter * o_.aggIters + a);
+    if (o_.aggIters > 1) BENCH_NCCL(ncclGroupEnd(), comm_);
+  }
+  void* exec = cuda.endCapture(stream_);
+  barrier();
+  const double t0 = now();
+  for (int l = 0; l < o_.cudaGraphLaunches; ++l) cuda.launchGraph(exec, stream_);
+  const double cpuEnd = now();
+  {
+    Watchdog::Busy busy(proc_.watchdog(), thread_);
+    syncStream();
+  }
+  const double calls = double(o_.iters) * o_.aggIters * o_.cudaGraphLaunches;
+  const double deltaSec = (now() - t0) / calls;
+  cuda.destroyGraph(exec);
+  report(inPlace, deltaSec, (cpuEnd - t0) / calls, {});
+}
+
+// The row's second half: times and bandwidths (averaged over ranks as -a says), then the
+// data check (-c) and the output.
+void RankRunner::report(bool inPlace, double deltaSec, double cpuSec,
+                        std::vector<double> iterTimes) {
   deltaSec = reduceScalar(deltaSec, o_.average);
   const double bytes = double(counts_.paramCount) * type_->size * coll_.algBytesFactor(nranks_);
   const double algBw = bytes / 1.0e9 / deltaSec;

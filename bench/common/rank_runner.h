@@ -50,6 +50,8 @@ class RankRunner {
   void setupSize(size_t bytes);
   size_t nextSize(size_t size) const;
   void benchTime(bool inPlace);
+  void timeGraph(bool inPlace);
+  void report(bool inPlace, double deltaSec, double cpuSec, std::vector<double> iterTimes);
   void startColl(bool inPlace, int iter);
   void injectWrong(const DataContext& c) const;
   DataContext dataContext(bool inPlace, uint64_t seed) const;

@@ -161,12 +161,18 @@ void BenchProcess::applyPlatformNotes() {
         o.nGpus));
     o.nGpus = 1;
   }
-  if (o.cudaGraphLaunches > 0) {
+  if (o.cudaGraphLaunches > 0 && !(cuda_ && cuda_->hasGraphs() && !o.streamNull)) {
     notes_.push_back(formatString(
-        cuda_ ? "Option -G (CUDA graph): Loom's tools do not capture their loop into a graph "
-                "yet; ignoring it\n"
+        cuda_ ? "Option -G (CUDA graph) needs a stream of the rank's own (not -y) and a driver "
+                "with graphs; ignoring it\n"
               : "Option -G (CUDA graph) needs device buffers; ignoring it with host buffers\n"));
     o.cudaGraphLaunches = 0;
+  }
+  if (o.cudaGraphLaunches > 0 && (o.blocking || o.perIterTiming)) {
+    notes_.push_back(formatString("# -G: the graph's calls are timed together; ignoring %s\n",
+                                  o.blocking ? "-z" : "-I"));
+    o.blocking = 0;
+    o.perIterTiming = 0;
   }
   if (o.streamNull && !cuda_) notes_.push_back("# -y: host buffers use no CUDA stream; ignoring\n");
   if (o.localRegister == 2) {
