@@ -86,9 +86,11 @@ gtest_summary() {  # "N passed, M failed, K skipped" from the last step's output
   s=$(grep -E '^\[  SKIPPED \] [A-Za-z]' "$out/step.out" | awk '{print $4}' | sort -u | wc -l)
   echo "${p:-0} passed, $f failed, $s skipped"
 }
-perf_summary() {  # the largest row's out-of-place busbw, #wrong and the footer
-  local last wrong
-  last=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$out/step.out" | tail -1 | awk '{print $1" B: "$8" GB/s busbw, "$9" wrong"}')
+perf_summary() {  # the first and largest rows' out-of-place time and busbw, #wrong, footer
+  local first last wrong
+  first=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$out/step.out" | head -1 | awk '{print $1" B: "$6" us"}')
+  last=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$out/step.out" | tail -1 | awk '{print $1" B: "$6" us, "$8" GB/s busbw, "$9" wrong"}')
+  [ -n "$first" ] && last="$first; $last"
   wrong=$(grep -E 'Out of bounds values' "$out/step.out" | sed 's/# *//')
   echo "${last:-no rows}; ${wrong:-no footer}"
 }
@@ -149,6 +151,11 @@ run_perf() {  # run_perf <label> <env...> -- <args...>
 run_perf "all_reduce_perf 1 rank, staged" LOOM_NCCL_FALLBACK=off --
 run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
 run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 2
+# Small messages, plain and inside a CUDA graph (issue 11's latency targets).
+perf=(-b 8 -e 1K -f 4 -n 50 -w 5 -c 1 -M device)
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -t 2 -G 10
+[ -n "$stock" ] && run_perf "all_reduce_perf 8 B-1 KiB 1 rank, stock NCCL, CUDA graph" LOOM_NCCL_FALLBACK=force -- -G 10
 
 # 4. nccl-tests from source: stock, then Loom preloaded.
 nt="$stage/nccl-tests"
