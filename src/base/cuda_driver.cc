@@ -58,6 +58,7 @@ Driver* probe(std::string* why) {
                   d->lib.bind(st.streamWaitEvent, "cuStreamWaitEvent") &&
                   d->lib.bind(st.streamIsCapturing, "cuStreamIsCapturing") &&
                   d->api.primaryCtxRetain && d->api.ctxSetCurrent && d->api.ctxGetCurrent;
+  d->lib.bind(st.eventDestroy, "cuEventDestroy_v2");
   d->hasCapture = d->hasStreams &&
                   d->lib.bind(st.streamGetCaptureInfo, "cuStreamGetCaptureInfo_v3") &&
                   d->lib.bind(st.userObjectCreate, "cuUserObjectCreate") &&

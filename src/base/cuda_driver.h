@@ -83,6 +83,7 @@ struct StreamApi {
   CuResult (*graphRetainUserObject)(void* graph, void* obj, unsigned count,
                                     unsigned flags) = nullptr;
   CuResult (*threadExchangeStreamCaptureMode)(int* mode) = nullptr;
+  CuResult (*eventDestroy)(CuEvent e) = nullptr;  // optional: null, events are kept
 };
 constexpr int kStreamCaptureStatusActive = 1;   // CU_STREAM_CAPTURE_STATUS_ACTIVE
 constexpr int kStreamCaptureModeRelaxed = 2;    // CU_STREAM_CAPTURE_MODE_RELAXED

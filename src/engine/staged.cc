@@ -21,8 +21,17 @@ thread_local bool tlsOnProxy = false;
 
 // Runs a record's operations on the host engine and lets its stream go on.
 void runRecord(StagedRecord* rec) {
-  if (!rec->cancelled.load(std::memory_order_acquire) &&
-      rec->gate.load(std::memory_order_acquire)) {
+  if (rec->cancelled.load(std::memory_order_acquire)) {
+    // Its stream work could not all be queued: the launch already failed with that error.
+  } else if (!rec->gate.load(std::memory_order_acquire)) {
+    // A communicator was aborted before the stream reached the record: its outputs will
+    // not be written, which every communicator of the record must learn (a healthy one of
+    // a group would otherwise copy stale staging back without an error).
+    Error e(Code::kInvalidUsage, "a staged operation was dropped: a communicator of its "
+                                 "launch was aborted before its stream reached it");
+    for (const Op& op : rec->hostOps)
+      if (op.comm.onFailure) op.comm.onFailure(op.comm.owner, e);
+  } else {
     try {
       // ncclScalarDevice: the scalar as the stream copied it, just before arrive.
       for (Op& op : rec->hostOps)

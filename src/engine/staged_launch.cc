@@ -1,6 +1,7 @@
 // The staged path's launcher: stages a launch's buffers and queues its work on the
 // caller's streams (engine/staged.h describes the sequence).
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "base/cuda_driver.h"
@@ -81,7 +82,12 @@ class Launcher {
                        "in separate groups",
                        op.comm.core->rank(), collectiveName(op.coll));
       devices_[i] = deviceOf(op);
-      if (std::find(streams_.begin(), streams_.end(), op.stream) == streams_.end()) {
+      // A stream is a (handle, device) pair: the legacy and per-thread default streams have
+      // one handle on every device.
+      bool known = false;
+      for (size_t s = 0; s < streams_.size(); ++s)
+        known |= streams_[s] == op.stream && streamDevice_[s] == devices_[i];
+      if (!known) {
         streams_.push_back(op.stream);
         streamDevice_.push_back(devices_[i]);
         capturing_.push_back(isCapturing(op, devices_[i]));
@@ -160,6 +166,13 @@ class Launcher {
   // hands the record to its proxies; a user object moved into the graph returns the record
   // to the pool once the graph and every executable made from it are gone.
   void runCaptured() {
+    for (const Op& op : ops_)
+      LOOM_CHECK_USAGE(op.comm.core == ops_[0].comm.core,
+                       "rank %d: a group spanning several communicators on device buffers is "
+                       "being captured into a CUDA graph: Loom's staged path captures groups "
+                       "of one communicator only (capture each communicator's calls in a "
+                       "group of its own)",
+                       ops_[0].comm.core->rank());
     rec_ = takeRecord();
     rec_->uses.clear();
     rec_->captured = true;
@@ -217,13 +230,19 @@ class Launcher {
       rec_->capacity = 0;
       size_t bytes = std::max<size_t>(need, 1 << 16);
       bytes = size_t{1} << (64 - __builtin_clzll(bytes - 1));
+      rec_->flagDev = 0;
       void* p = nullptr;
       check(drv_, st_.memHostAlloc(&p, bytes, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
             "cuMemHostAlloc (staging)", ops_[0]);
+      CuDevicePtr flagDev = 0;
+      if (CuResult r = st_.memHostGetDevicePointer(&flagDev, p, 0); r != cuda::kCudaSuccess) {
+        st_.memFreeHost(p);
+        check(drv_, r, "cuMemHostGetDevicePointer", ops_[0]);
+      }
+      // Only a block whose flag address is known is kept (a pooled record reuses it).
       rec_->block = static_cast<char*>(p);
       rec_->capacity = bytes;
-      check(drv_, st_.memHostGetDevicePointer(&rec_->flagDev, p, 0), "cuMemHostGetDevicePointer",
-            ops_[0]);
+      rec_->flagDev = flagDev;
     }
     rec_->hostOps.assign(ops_.begin(), ops_.end());
     char* at = rec_->block + kFlagBytes;
@@ -258,7 +277,12 @@ class Launcher {
     rec_->cancelled.store(false);
     rec_->arrivals.store(static_cast<int>(comms.size()));
     rec_->holds.store(static_cast<int>(comms.size()) + 1);  // + the stream's release
-    for (Communicator* c : comms) c->staged().push(rec_);
+    {
+      // Records spanning several communicators reach every proxy in one order.
+      static std::mutex pushMu;
+      std::lock_guard<std::mutex> lock(pushMu);
+      for (Communicator* c : comms) c->staged().push(rec_);
+    }
     queued_ = true;
   }
 
@@ -266,6 +290,12 @@ class Launcher {
     if (rec_->events.size() <= slot) rec_->events.resize(slot + 1, {nullptr, -2});
     StagedRecord::Event& e = rec_->events[slot];
     if (e.ev == nullptr || e.device != device) {  // events belong to a device's context
+      if (e.ev && st_.eventDestroy) {  // the old device's, destroyed under its device
+        cuda::ScopedDevice old;
+        std::string why;
+        if (old.set(e.device, &why)) st_.eventDestroy(e.ev);
+      }
+      e.ev = nullptr;
       check(drv_, st_.eventCreate(&e.ev, cuda::kEventDisableTiming), "cuEventCreate", op);
       e.device = device;
     }

@@ -431,6 +431,32 @@ struct GraphApi {
   }
 };
 
+// A captured group spanning two communicators is refused before it touches the stream
+// (each replay would have to reach two proxies at once), and the capture stays usable.
+TEST(STAGED_SUITE, CapturedGroupOfTwoCommunicatorsIsRefused) {
+  NEED_DEVICE();
+  GraphApi g;
+  ASSERT_TRUE(g.bind());
+  mem().makeCurrent(0);
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  void* stream = mem().createStream();
+  auto s = static_cast<cudaStream_t>(stream);
+  int32_t* a[2] = {devInts(inputs(1, 0, 64)), devInts(inputs(1, 1, 64))};
+  ASSERT_EQ(g.begin(stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */), 0);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclAllReduce(a[r], a[r], 64, ncclInt32, ncclSum, comms[r], s), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  std::string msg = ncclGetLastError(nullptr);
+  EXPECT_NE(msg.find("captures groups of one communicator only"), std::string::npos) << msg;
+  void* graph = nullptr;
+  EXPECT_EQ(g.end(stream, &graph), 0) << "the refusal broke the capture";
+  if (graph) g.destroy(graph);
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 // Captured into a CUDA graph (each rank a thread capturing its own stream), the staged
 // collectives run at every replay on what the buffers hold then.
 TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
