@@ -44,12 +44,10 @@ LOOM_NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scala
     u.live = true;
     u.dtype = static_cast<int>(datatype);
     u.deviceScalar = residence == ncclScalarDevice ? scalar : nullptr;
-    if (u.deviceScalar) {
-      const uint64_t one = 0;  // a placeholder: the scalar is read when each call runs
-      u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), &one);
-    } else {
-      u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), scalar);
-    }
+    // A device scalar is not known here: the reducer carries the kind and the type, and the
+    // staged path makes each call's reducer from the scalar its stream copied (runRecord).
+    const uint64_t zero = 0;
+    u.red = loom::Reducer::preMulSum(static_cast<int>(datatype), u.deviceScalar ? &zero : scalar);
     // Its twin on stock NCCL, for the calls the shadow serves; without one, those calls
     // fail naming the op (host calls are unaffected).
     u.hasStockOp = false;

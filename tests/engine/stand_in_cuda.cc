@@ -1123,27 +1123,27 @@ __attribute__((visibility("default"))) CUresult cuStreamWaitEvent(void* stream, 
   return enqueueLocked(s, std::move(ops));
 }
 
+namespace {
+// The points an event stands for, or why it has none to wait for.
+CUresult eventPoints(void* event, Points* points) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  std::shared_ptr<Event> e = findLocked(registry().events, event);
+  if (!e) return kInvalidHandle;
+  if (e->captured) return kCapturedEvent;
+  *points = e->points;
+  return kSuccess;
+}
+}  // namespace
+
 __attribute__((visibility("default"))) CUresult cuEventQuery(void* event) {
   Points points;
-  {
-    std::lock_guard<std::mutex> lock(registry().mu);
-    std::shared_ptr<Event> e = findLocked(registry().events, event);
-    if (!e) return kInvalidHandle;
-    if (e->captured) return kCapturedEvent;
-    points = e->points;
-  }
+  if (CUresult r = eventPoints(event, &points)) return r;
   return allReached(points) ? kSuccess : kNotReady;
 }
 
 __attribute__((visibility("default"))) CUresult cuEventSynchronize(void* event) {
   Points points;
-  {
-    std::lock_guard<std::mutex> lock(registry().mu);
-    std::shared_ptr<Event> e = findLocked(registry().events, event);
-    if (!e) return kInvalidHandle;
-    if (e->captured) return kCapturedEvent;
-    points = e->points;
-  }
+  if (CUresult r = eventPoints(event, &points)) return r;
   waitAll(points);
   return kSuccess;
 }
