@@ -61,6 +61,10 @@ struct DeviceAtomics {
 #endif
 
 // One side's view of a connection FIFO. `step` counts this side's own progress.
+// `headAt`, when set, is where the head counter lives instead of ctrl->head: a device
+// connection keeps tail, slot info and slots in the receiver's memory (the sender writes
+// them across the link) and the head in the sender's (the receiver writes it), so that each
+// side polls only its own memory.
 template <class Atomics>
 struct FifoEndT {
   FifoCtrl* ctrl = nullptr;
@@ -68,11 +72,13 @@ struct FifoEndT {
   size_t slotBytes = 0;
   int depth = 0;
   uint64_t step = 0;
+  uint64_t* headAt = nullptr;
 
   LOOM_HD char* slot(uint64_t s) const { return slots + (s % depth) * slotBytes; }
+  LOOM_HD uint64_t& head() const { return headAt ? *headAt : ctrl->head; }
 
   // Sender side.
-  LOOM_HD bool canSend() const { return Atomics::load(ctrl->head) + depth > step; }
+  LOOM_HD bool canSend() const { return Atomics::load(head()) + depth > step; }
   LOOM_HD char* sendSlot() const { return slot(step); }
   LOOM_HD void post(uint64_t bytes, uint64_t remote = 0) {
     FifoSlotInfo& i = ctrl->info[step % depth];
@@ -81,13 +87,13 @@ struct FifoEndT {
     Atomics::store(ctrl->tail, ++step);
   }
   // True once the receiver has released every step this side posted.
-  LOOM_HD bool drained() const { return Atomics::load(ctrl->head) >= step; }
+  LOOM_HD bool drained() const { return Atomics::load(head()) >= step; }
 
   // Receiver side.
   LOOM_HD bool canRecv() const { return Atomics::load(ctrl->tail) > step; }
   LOOM_HD const char* recvSlot() const { return slot(step); }
   LOOM_HD const FifoSlotInfo& recvInfo() const { return ctrl->info[step % depth]; }
-  LOOM_HD void release() { Atomics::store(ctrl->head, ++step); }
+  LOOM_HD void release() { Atomics::store(head(), ++step); }
 };
 
 }  // namespace loom

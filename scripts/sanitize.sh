@@ -10,14 +10,16 @@
 #                                                 hier_test (processes posing as hosts;
 #                                                 one layout of each kind), diag_test
 #                                                 (flight recorder, status queries, a
-#                                                 SIGSTOPped rank)
+#                                                 SIGSTOPped rank), the staged path, the plan
+#                                                 interpreter (alone and LOOM_EXECUTOR=interp)
 #   LOOM_SANITIZER=thread scripts/sanitize.sh     ThreadSanitizer: core_test with ranks as
 #                                                 threads (TSan does not follow fork()), the
 #                                                 net transport's proxy thread and the
 #                                                 transport registry with ranks as threads,
 #                                                 the step primitive's FIFO pipeline,
 #                                                 status queries and the metrics exporter
-#                                                 reading recorders the ranks write
+#                                                 reading recorders the ranks write, the
+#                                                 plan interpreter's channel threads
 #   LOOM_SANITIZE_SUBSET=quick|ci|full            how much to run (default ci; full adds
 #                                                 TSan's slower cases)
 #   LOOM_SANITIZE_DIR=<dir>                       build dir (default build-asan / build-tsan)
@@ -28,10 +30,11 @@ kind="${LOOM_SANITIZER:-address}"
 subset="${LOOM_SANITIZE_SUBSET:-ci}"
 case "$kind" in
   address) flags=address,undefined; name="asan+ubsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-asan}"
-    targets=(core_test chaos_test fault_test hier_test diag_test engine_staged_stand_in_test) ;;
+    targets=(core_test chaos_test fault_test hier_test diag_test engine_staged_stand_in_test
+             engine_interp_test) ;;
   thread) flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
     targets=(core_test transports_test kernels_test diag_test engine_metrics_test
-             engine_staged_stand_in_test engine_stand_in_stream_test) ;;
+             engine_staged_stand_in_test engine_stand_in_stream_test engine_interp_test) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
 esac
 jobs="${LOOM_JOBS:-$(nproc)}"
@@ -78,6 +81,9 @@ if [ "$kind" = address ]; then
   # Device buffers through the staged path (stand-in driver: streams, host functions).
   staged_filter='*'
   stream_filter=''
+  # The device executor's plan interpreter on host threads (one per channel), alone and
+  # under communicators (LOOM_EXECUTOR=interp), threads and processes.
+  interp_core_filter='Core/CollectivesTest.*:Core/AllReduceAlgoTest.*:Core/AllReduceTest.EveryTypeAndOp/*'
 else
   # TSan follows threads, not fork(): ranks run as threads of one process. Reports go to
   # the log and the test goes on (halt_on_error=0) so one run lists every race.
@@ -100,6 +106,9 @@ else
   # stand-in driver) sharing records, flags and the staging pool; ranks as threads.
   staged_filter='*Threads*:*Group*:*CallsReturn*:*Abort*:*Capture*:*Sharing*'
   stream_filter='*:-*Fork*'
+  # The interpreter's channel threads sharing FIFOs with each other, with the thread that
+  # drives socket connections and with aborts.
+  interp_core_filter='Core/CollectivesTest.*/threads_3_*:Core/CollectivesTest.*/threads_8_shm:Core/AllReduceAlgoTest.*/threads_4_*:Core/AllReduceTest.CountZero/threads_*'
   chaos_trials=0
   fault_chaos_trials=0
 fi
@@ -175,6 +184,11 @@ fi
 if [ -n "${stream_filter:-}" ]; then
   run engine_stand_in_stream_test "$build/tests/engine/engine_stand_in_stream_test" \
     --gtest_filter="$stream_filter"
+fi
+
+if [ -n "${interp_core_filter:-}" ]; then
+  run engine_interp_test "$build/tests/engine/engine_interp_test"
+  LOOM_EXECUTOR=interp run core_test_interp "$build/tests/core/core_test" --gtest_filter="$interp_core_filter"
 fi
 
 if [ ${#failed[@]} -ne 0 ]; then

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 #define LOOM_CUDA_KERNELS_LIBRARY "libloom-cuda-kernels.so"
-#define LOOM_CUDA_KERNELS_ABI_VERSION 1
+#define LOOM_CUDA_KERNELS_ABI_VERSION 2
 
 /* What loomCudaReduce computes, element-wise over n elements (see loom::Reducer):
  * REDUCE  dst = a OP pre(b)   (b is this rank's own contribution)
@@ -38,6 +38,52 @@ typedef int (*loomCudaKernelsAbiVersion_t)(void);
 
 int loomCudaReduce(int fn, int dtype, int kind, uint64_t scalarBits, void* dst, const void* a,
                    const void* b, size_t n, loomCudaStream_t stream);
+
+/* The device executor: the plan interpreter of kernels/interp.h, one block per channel.
+ * A connection FIFO end as the kernel finds it (kernels/fifo_sync.h's FifoEndT): ctrl,
+ * slots and headAt in memory the GPU reaches; `step` is where this end's step count is kept
+ * between launches (device memory; the kernel reads it at start and writes it back). */
+typedef struct loomCudaFifo {
+  int peer;
+  int conn;
+  int send; /* 1: the sending end of the connection; 0: the receiving end */
+  int depth;
+  void* ctrl;  /* FifoCtrl */
+  void* slots; /* depth * slotBytes */
+  uint64_t slotBytes;
+  uint64_t* step;
+  uint64_t* headAt; /* NULL: the head is ctrl's */
+} loomCudaFifo;
+
+/* More FIFO ends than this per launch are refused (LOOM_CUDA_INTERP_TOO_MANY_FIFOS). */
+#define LOOM_CUDA_INTERP_MAX_FIFOS 32
+
+/* What a launch leaves in *status (device memory, zeroed before the launch). */
+#define LOOM_CUDA_INTERP_OK 0u
+#define LOOM_CUDA_INTERP_SIZE_MISMATCH 1u  /* a peer posted a step of another size */
+#define LOOM_CUDA_INTERP_REMOTE_PAYLOAD 2u /* a peer posted an address, not data */
+
+typedef struct loomCudaInterpArgs {
+  const void* plan; /* a FlatPlan (kernels/interp.h) in device memory */
+  size_t count;     /* elements, as the plan's builder counts them */
+  size_t elt;       /* bytes per element */
+  const void* sendbuf;
+  void* recvbuf;
+  void* scratch;
+  const loomCudaFifo* fifos; /* device memory */
+  int nFifos;
+  int dtype; /* ncclDataType_t */
+  int kind;  /* loom::RedKind */
+  uint64_t scalarBits;
+  const uint32_t* abortWord; /* host-mapped: nonzero stops the kernel at its next wait */
+  uint32_t* status;
+} loomCudaInterpArgs;
+
+/* Enqueues the interpreter for `channels` channels on stream; returns a cudaError_t
+ * (cudaErrorInvalidValue (1) for an unknown dtype or kind, or too many FIFOs). */
+typedef int (*loomCudaInterpLaunch_t)(const loomCudaInterpArgs* args, int channels,
+                                      loomCudaStream_t stream);
+int loomCudaInterpLaunch(const loomCudaInterpArgs* args, int channels, loomCudaStream_t stream);
 int loomCudaKernelsAbiVersion(void);
 
 #ifdef __cplusplus

@@ -36,55 +36,9 @@
 #include <vector>
 
 #include "algo/collective.h"
+#include "kernels/plan_steps.h"
 
 namespace loom {
-
-enum class StepOp : uint8_t {
-  kSend,
-  kRecv,
-  kRecvReduceSend,
-  kRecvReduceCopy,
-  kRecvReduceCopySend,
-  kRecvCopySend,
-  kCopy,
-  kLocalReduce,
-};
-
-// kShare: the data the step sends stays unchanged in this rank's memory until the whole
-// operation completes, so a transport that can read peer memory may take it from there
-// (one copy instead of two); the executor then waits for the peer before completing.
-enum StepFlags : uint8_t { kSrcPartial = 1, kDstPartial = 2, kShare = 4 };
-
-// kAbsolute: offset is an address (per-call plans such as a group's send/recv batch).
-enum class Buf : uint8_t { kNone, kSend, kRecv, kScratch, kAbsolute };
-
-struct BufRef {
-  Buf buf = Buf::kNone;
-  size_t offset = 0;  // bytes
-  // Builder input only (see partial()); PlanBuilder turns it into step flags.
-  bool partial = false;
-};
-
-struct Step {
-  StepOp op;
-  int sendPeer = -1;
-  int recvPeer = -1;
-  BufRef src;
-  BufRef dst;
-  size_t bytes = 0;
-  uint8_t flags = 0;
-  uint8_t conn = 0;
-  uint16_t piece = 0;  // loop bodies: which of the iteration's pieces the step moves
-  uint8_t lag = 0;     // loop bodies: the step trails the iteration by this many (see Loop)
-};
-
-inline bool stepRecvs(StepOp op) {
-  return op != StepOp::kSend && op != StepOp::kCopy && op != StepOp::kLocalReduce;
-}
-inline bool stepSends(StepOp op) {
-  return op == StepOp::kSend || op == StepOp::kRecvReduceSend ||
-         op == StepOp::kRecvReduceCopySend || op == StepOp::kRecvCopySend;
-}
 
 // One loop of a size-free plan. Iteration i covers elements [b + i * perIter, + perIter)
 // of the channel's share [b, e) (the last one what remains), split into `pieces` nearly
@@ -214,34 +168,28 @@ class PlanBuilder {
   uint8_t lag_ = 0;
 };
 
-// Channel c's share [begin, end) of `count` elements split over `channels`: channels work
-// on contiguous, nearly equal parts of the buffer.
-struct Share {
-  size_t begin, end;
-  size_t size() const { return end - begin; }
-};
-inline Share channelShare(size_t count, int channels, int c) {
-  return {count * static_cast<size_t>(c) / static_cast<size_t>(channels),
-          count * static_cast<size_t>(c + 1) / static_cast<size_t>(channels)};
-}
-
 // The concrete steps of one channel of a plan for a call of `count` elements of `elt`
 // bytes (count as the plan's builder took it), one at a time: executors run size-free
 // plans through it without writing their steps out. For explicit plans, the steps.
-class StepSeq {
- public:
-  StepSeq(const Plan& plan, size_t channel, size_t count, size_t elt);
-  size_t size() const { return size_; }
-  Step operator[](size_t i) const;
-  // The sum of the steps' bytes, without visiting them.
-  size_t bytes() const;
+// (kernels/plan_steps.h's StepSeqT over a channel of a std::vector-held plan.)
+struct ChannelSteps {
+  const ChannelPlan* ch = nullptr;
+  size_t explicitCount() const { return ch->steps.size(); }
+  const Step& explicitStep(size_t i) const { return ch->steps[i]; }
+  size_t loopCount() const { return ch->loops.size(); }
+  LoopView loop(size_t i) const {
+    const Loop& l = ch->loops[i];
+    return {l.perIter, l.pieces, l.atLeastOnce, l.lag, l.body.data(), l.body.size()};
+  }
+};
 
- private:
-  const ChannelPlan& ch_;
-  size_t count_, elt_;
-  Share share_{0, 0};
-  size_t size_ = 0;
-  size_t loopEnd_[ChannelPlan::kMaxLoops] = {};  // steps up to the end of each loop
+class StepSeq : public StepSeqT<ChannelSteps> {
+ public:
+  StepSeq(const Plan& plan, size_t channel, size_t count, size_t elt)
+      : StepSeqT<ChannelSteps>(ChannelSteps{&plan.channels[channel]},
+                               plan.sizeFree() ? channelShare(count, plan.shares, static_cast<int>(channel))
+                                               : Share{0, 0},
+                               count, elt) {}
 };
 
 // A size-free plan written out for one count as an explicit plan (simulation, printing,

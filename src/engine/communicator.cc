@@ -13,6 +13,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "base/shm.h"
+#include "engine/interp_executor.h"
 #include "engine/job_status.h"
 #include "engine/metrics.h"
 #include "topo/load.h"
@@ -130,6 +131,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   // per host; within a host they follow the topology search's rings.
   planCtx_.loadRings();
   oversubscribed_ = localRanks() > hostCpus();
+  interp_ = interpExecutorSelected();
   if (nranks > 1) connect({{ring().next(), 0}}, {{ring().prev(), 0}});
   startMetricsExporter(planCtx_.layout.local);
   bootstrap_->setStatusSource([this](uint64_t detail) { return statusPayload(*this, detail); });
@@ -182,9 +184,10 @@ void* Communicator::scratch(size_t bytes) {
 }
 
 std::string Communicator::initSummary() const {
-  return strprintf("rank %d nranks %d host %s pid %d localRanks %d transports [%s]", rank_,
+  return strprintf("rank %d nranks %d host %s pid %d localRanks %d transports [%s]%s", rank_,
                    nranks_, peers_[rank_].hostname, peers_[rank_].pid, localRanks(),
-                   transports_->summary().c_str());
+                   transports_->summary().c_str(),
+                   interp_ ? " executor interp (LOOM_EXECUTOR)" : "");
 }
 
 }  // namespace loom

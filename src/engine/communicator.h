@@ -39,6 +39,8 @@ class Communicator {
   int localRanks() const;  // ranks on this host (including this one)
   // More ranks of this communicator on this host than the host's CPUs (base/host.h).
   bool oversubscribed() const { return oversubscribed_; }
+  // Host-memory work runs on the plan interpreter's host threads (LOOM_EXECUTOR=interp).
+  bool interp() const { return interp_; }
 
   // Makes sure the connections a plan needs exist (collective between each pair).
   void connect(const std::vector<TransportManager::ConnKey>& sends,
@@ -79,6 +81,7 @@ class Communicator {
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   uint64_t seq_ = 0;
   bool oversubscribed_ = false;
+  bool interp_ = false;
   std::unique_ptr<char[]> scratch_;
   size_t scratchBytes_ = 0;
   PlanCache planCache_;

@@ -30,6 +30,7 @@ Task bindTask(const Op& op, const Plan& plan, uint64_t seq, const char* name) {
   t.seq = seq;
   t.name = name;
   t.oversubscribed = op.comm.core->oversubscribed();
+  t.interp = op.comm.core->interp();
   return t;
 }
 

@@ -12,8 +12,9 @@
 #include "base/time.h"
 #include "engine/flight_recorder.h"
 #include "engine/job_status.h"
-#include "kernels/cpu_step_ops.h"
-#include "kernels/step_primitive.h"
+#include "engine/host_step_ops.h"
+#include "engine/interp_executor.h"
+#include "kernels/plan_steps.h"
 
 namespace loom {
 namespace {
@@ -106,32 +107,6 @@ class ChannelRun {
     }
     return nullptr;
   }
-  char* mptr(BufRef r, size_t off) const { return const_cast<char*>(ptr(r, off)); }
-
-  // The step primitive (kernels/step_primitive.h) over host memory, with the CPU's part
-  // of a receive: checking the size the sender posted and fetching a payload the sender
-  // posted by address.
-  struct Ops : CpuStepOps {
-    Connection* rc;
-    std::vector<char>* tmp;
-    const void* received(FifoEnd& f, StepPiece& p) const {
-      const FifoSlotInfo& info = f.recvInfo();
-      if (info.bytes != p.bytes)
-        LOOM_THROW(kInvalidUsage,
-                   "%s sent %llu bytes where %zu were expected; do all ranks call the same "
-                   "collective with the same count and datatype?",
-                   rc->describe().c_str(), static_cast<unsigned long long>(info.bytes), p.bytes);
-      if (!info.remote) return f.recvSlot();
-      // Without a second source the payload goes straight to dst (one copy).
-      void* to = p.dst && !p.b ? p.dst : nullptr;
-      if (!to) {
-        if (tmp->size() < p.bytes) tmp->resize(p.bytes);
-        to = tmp->data();
-      }
-      rc->readRemote(to, info.remote, p.bytes);
-      return to;
-    }
-  };
 
   bool tryPiece() {
     const Step& s = step_;
@@ -145,15 +120,7 @@ class ChannelRun {
     if (n > slot) n = slot;
 
     const Reducer& red = t_.red;
-    StepPiece p;
-    p.bytes = n;
-    p.bPartial = s.flags & kSrcPartial;
-    p.postDst = !(s.flags & kDstPartial) && red.hasPost();
-    if (s.src.buf != Buf::kNone) p.b = ptr(s.src, off_);
-    if (s.dst.buf != Buf::kNone) p.dst = mptr(s.dst, off_);
-    if (s.op == StepOp::kLocalReduce) p.a = p.dst;
-    // A send with a dst also copies src there (all-gather's own block), unless in place.
-    if (s.op == StepOp::kSend && p.dst == p.b) p.dst = nullptr;
+    StepPiece p = pieceOf(s, off_, n, red.hasPost(), [this](BufRef r, size_t o) { return ptr(r, o); });
     // Single copy: post where the data sits unchanged until the operation completes.
     if ((s.flags & kShare) && sc && n >= kShareMinBytes && sc->supportsRemoteRead()) {
       if (s.op == StepOp::kSend && (p.bPartial || !red.hasPre()))
@@ -162,7 +129,7 @@ class ChannelRun {
                !p.postDst)
         p.remote = reinterpret_cast<uint64_t>(p.dst);
     }
-    Ops ops;
+    HostStepOps ops;
     ops.red = &red;
     // Local copies write data this rank reads again: no streaming stores there.
     ops.stream = stream_ && s.op != StepOp::kCopy && s.op != StepOp::kLocalReduce;
@@ -317,7 +284,23 @@ struct QueuePool {
 
 }  // namespace
 
+int64_t hostSpinPolls(bool oversubscribed) {
+  // Knobs are read once per process: getenv on every call would cost more than a small
+  // collective itself.
+  static const int64_t spinKnob = kSpin.get();
+  static const bool spinSet = kSpin.isSet();
+  // A rank that spins while its peers have no CPU to run on only delays them: with more
+  // ranks than CPUs, yield from the first idle poll.
+  return oversubscribed && !spinSet ? 0 : spinKnob;
+}
+
+double hostTimeoutSec() {
+  static const double timeoutSec = static_cast<double>(kTimeout.get());
+  return timeoutSec;
+}
+
 void runTasks(std::span<Task* const> tasks) {
+  if (__builtin_expect(tasks[0]->interp, 0)) return runTasksInterp(tasks);
   // Reused from call to call on this thread (a thread runs one launch at a time), so a
   // small collective allocates nothing here. A collective called from an atexit handler
   // runs after the thread's TLS destructors: it gets a pool of its own.
@@ -341,16 +324,10 @@ void runTasks(std::span<Task* const> tasks) {
       for (CommQueue& c : q) c.reset(nullptr);
     }
   } clear{queues};
-  // Knobs are read once per process: getenv on every call would cost more than a small
-  // collective itself.
-  static const int64_t spinKnob = kSpin.get();
-  static const bool spinSet = kSpin.isSet();
-  // A rank that spins while its peers have no CPU to run on only delays them: with more
-  // ranks than CPUs, yield from the first idle poll.
   bool oversubscribed = false;
   for (Task* t : tasks) oversubscribed |= t->oversubscribed;
-  const int64_t spin = oversubscribed && !spinSet ? 0 : spinKnob;
-  static const double timeoutSec = static_cast<double>(kTimeout.get());
+  const int64_t spin = hostSpinPolls(oversubscribed);
+  const double timeoutSec = hostTimeoutSec();
   int64_t idle = 0;
   // The clock is read when a wait begins and ends, not on every step of progress.
   uint64_t idleSince = 0, lastCheck = 0;

@@ -40,6 +40,7 @@ struct Task {
   uint64_t seq = 0;          // operation sequence number, for messages
   const char* name = "";     // "AllReduce", ...
   bool oversubscribed = false;  // this host runs more ranks than it has CPUs for
+  bool interp = false;          // run on the plan interpreter (engine/interp_executor.h)
   Communicator* core = nullptr;        // for the job view in time-out messages
   FlightRecorder* recorder = nullptr;  // the communicator's flight recorder
   FlightEntry* rec = nullptr;          // this operation's entry there (nullptr: recorder off)
@@ -48,6 +49,13 @@ struct Task {
 // Runs every task to completion. Tasks of one communicator must be given in issue order;
 // they run one after another, tasks of different communicators concurrently. Throws
 // loom::Error (kRemoteError for a dead peer, kInvalidUsage after an abort, ...).
+// Tasks marked `interp` run on the plan interpreter's host threads instead.
 void runTasks(std::span<Task* const> tasks);
+
+// The waiting policy host executors share: polls before a waiting thread yields
+// (LOOM_SPIN_COUNT; none when the host is oversubscribed and the knob is unset), and the
+// seconds without progress before an operation fails (LOOM_TIMEOUT; 0: none).
+int64_t hostSpinPolls(bool oversubscribed);
+double hostTimeoutSec();
 
 }  // namespace loom

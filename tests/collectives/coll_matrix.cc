@@ -113,6 +113,8 @@ class CaseRunner {
 
   std::string run();
   bool fatal() const { return fatal_; }
+  // A hash of the reduced output this rank got (0: the case reduces nothing here).
+  uint64_t digest() const { return digest_; }
 
  private:
   std::string allReduce();
@@ -150,6 +152,7 @@ class CaseRunner {
   ncclRedOp_t op_ = ncclSum;
   bool userOp_ = false;
   bool fatal_ = false;
+  uint64_t digest_ = 0;
 };
 
 #define TRY(expr)                 \
@@ -207,6 +210,7 @@ std::string CaseRunner::allReduce() {
   TRY(makeOp(in));
   NCCL(ncclAllReduce(send.data(), out, n, t_, op_, comm_, nullptr));
   TRY(dropOp());
+  digest_ = hashBytes(out, n * sz_) | 1;
   // Every rank must hold the same bytes (the hashes show it), so each checks only its
   // share of blocks against the reference: every element is still checked by some rank.
   // A rank whose bytes differ checks all of its own, to say where it is wrong.
@@ -263,6 +267,7 @@ std::string CaseRunner::reduce() {
   if (c_.inPlace) {
     NCCL(ncclReduce(send.data(), send.data(), n, t_, op_, root, comm_, nullptr));
     TRY(dropOp());
+    if (rank_ == root) digest_ = hashBytes(send.data(), n * sz_) | 1;
     if (rank_ == root)
       TRY(checkReduced("buff (root)", t_, send.data(), n, in, n_, 0));
     else
@@ -272,6 +277,7 @@ std::string CaseRunner::reduce() {
     void* recvp = rank_ != root && c_.variant % 2 ? nullptr : recv.data();
     NCCL(ncclReduce(send.data(), recvp, n, t_, op_, root, comm_, nullptr));
     TRY(dropOp());
+    if (rank_ == root) digest_ = hashBytes(recv.data(), n * sz_) | 1;
     if (rank_ == root)
       TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, 0));
     else
@@ -312,6 +318,7 @@ std::string CaseRunner::reduceScatter() {
     uint8_t* out = send.data() + rank_ * n * sz_;
     NCCL(ncclReduceScatter(send.data(), out, n, t_, op_, comm_, nullptr));
     TRY(dropOp());
+    digest_ = hashBytes(out, n * sz_) | 1;
     TRY(checkReduced("recvbuff", t_, out, n, in, n_, rank_ * n));
     // The other ranks' blocks are input only.
     TRY(checkUnchanged("sendbuff before recvbuff", t_, send.data(), orig.data(), rank_ * n * sz_));
@@ -323,6 +330,7 @@ std::string CaseRunner::reduceScatter() {
   GuardedBuffer recv = buffer(n);
   NCCL(ncclReduceScatter(send.data(), recv.data(), n, t_, op_, comm_, nullptr));
   TRY(dropOp());
+  digest_ = hashBytes(recv.data(), n * sz_) | 1;
   TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, rank_ * n));
   TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
@@ -462,7 +470,8 @@ std::string checkSelection(ncclComm_t comm, Algo algo, const Case& c) {
 }  // namespace
 
 std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
-                     const std::vector<Case>& cases) {
+                     const std::vector<Case>& cases, std::vector<uint64_t>* digests) {
+  if (digests) digests->assign(cases.size(), 0);
   constexpr size_t kShown = 6;
   const bool profile = getenv("COLLTEST_PROFILE") != nullptr;  // per-case times on stderr
   std::vector<std::string> shown;
@@ -472,6 +481,7 @@ std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
     CaseRunner runner(rank, nranks, comm, c);
     auto t0 = std::chrono::steady_clock::now();
     if (err.empty()) err = runner.run();
+    if (digests) (*digests)[&c - cases.data()] = runner.digest();
     if (profile && rank == 0) {
       std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - t0;
       fprintf(stderr, "PROFILE %.3f ms %s\n", ms.count(), describe(c, nranks, algo, rank).c_str());

@@ -1,0 +1,195 @@
+// The device executor's kernel: kernels/interp.h's plan interpreter with one block per
+// channel. Thread 0 polls the FIFOs (and the abort word); the block then runs the piece
+// together through the step primitive with DeviceOps, the element functors of
+// kernels/arith.h (the CPU loops' arithmetic, so both executors give the same bits).
+// Each interp_<types>.cu instantiates interpLaunch<D> for some data types.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/arith.h"
+#include "kernels/cuda/cuda_kernels_abi.h"
+#include "kernels/interp.h"
+
+namespace loom {
+namespace cuda {
+
+constexpr int kInterpThreads = 256;
+// FIFO ends one block keeps: a direct algorithm over 8 ranks uses 7 sends and 7 receives.
+constexpr int kInterpMaxFifos = LOOM_CUDA_INTERP_MAX_FIFOS;
+
+using DevFifo = FifoEndT<DeviceAtomics>;
+
+// Every thread keeps its own copy of the connection FIFO ends (their step counters advance
+// alike on every thread); thread 0 writes the counters back at the end, so the next
+// launch goes on from there.
+struct DeviceEnv {
+  const loomCudaInterpArgs* a;
+  DevFifo ends[kInterpMaxFifos];
+  int n = 0;
+
+  __device__ explicit DeviceEnv(const loomCudaInterpArgs* args) : a(args) {
+    n = a->nFifos < kInterpMaxFifos ? a->nFifos : kInterpMaxFifos;
+    for (int i = 0; i < n; ++i) {
+      const loomCudaFifo& f = a->fifos[i];
+      ends[i].ctrl = static_cast<FifoCtrl*>(f.ctrl);
+      ends[i].slots = static_cast<char*>(f.slots);
+      ends[i].slotBytes = f.slotBytes;
+      ends[i].depth = f.depth;
+      ends[i].step = *f.step;
+      ends[i].headAt = f.headAt;
+    }
+  }
+  __device__ void writeBack() const {
+    for (int i = 0; i < n; ++i)
+      if (ends[i].step != *a->fifos[i].step) *a->fifos[i].step = ends[i].step;
+  }
+  __device__ DevFifo* find(int peer, int conn, int send) {
+    for (int i = 0; i < n; ++i) {
+      const loomCudaFifo& f = a->fifos[i];
+      if (f.peer == peer && f.conn == conn && f.send == send) return &ends[i];
+    }
+    return nullptr;
+  }
+  __device__ DevFifo* recvFifo(int peer, int conn) { return find(peer, conn, 0); }
+  __device__ DevFifo* sendFifo(int peer, int conn) { return find(peer, conn, 1); }
+  __device__ const char* ptr(BufRef r, size_t off) const {
+    switch (r.buf) {
+      case Buf::kSend: return static_cast<const char*>(a->sendbuf) + r.offset + off;
+      case Buf::kRecv: return static_cast<const char*>(a->recvbuf) + r.offset + off;
+      case Buf::kScratch: return static_cast<const char*>(a->scratch) + r.offset + off;
+      case Buf::kAbsolute: return reinterpret_cast<const char*>(r.offset) + off;
+      case Buf::kNone: break;
+    }
+    return nullptr;
+  }
+};
+
+// The step primitive's Ops for a block of threads, each taking every blockDim.x-th element.
+template <DataType D>
+struct DeviceOps {
+  using S = typename Traits<D>::Storage;
+  static constexpr size_t kBlockBytes = size_t(1) << 30;  // one pass: no cache to reuse
+
+  RedKind kind;
+  uint64_t scalarBits;
+  uint32_t* status;
+
+  __device__ size_t eltSize() const { return sizeof(S); }
+  __device__ bool hasPre() const { return kind == RedKind::kPreMulSum; }
+
+  template <typename F>
+  __device__ void binary(void* d, const void* a, const void* b, size_t n, F f) const {
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+      static_cast<S*>(d)[i] = f(static_cast<const S*>(a)[i], static_cast<const S*>(b)[i]);
+  }
+  template <typename F>
+  __device__ void unary(void* d, const void* s, size_t n, F f) const {
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+      static_cast<S*>(d)[i] = f(static_cast<const S*>(s)[i]);
+  }
+  __device__ void reduce2(void* d, const void* a, const void* b, size_t n) const {
+    switch (kind) {
+      case RedKind::kProd: return binary(d, a, b, n, ReduceElt<D, OpProd>{});
+      case RedKind::kMax: return binary(d, a, b, n, ReduceElt<D, OpMax>{});
+      case RedKind::kMin: return binary(d, a, b, n, ReduceElt<D, OpMin>{});
+      default: return binary(d, a, b, n, ReduceElt<D, OpSum>{});
+    }
+  }
+  __device__ void reduce(void* d, const void* in, const void* local, size_t n) const {
+    if (kind == RedKind::kPreMulSum)
+      return binary(d, in, local, n, PreSumElt<D>{scalarFromBits<D>(scalarBits)});
+    reduce2(d, in, local, n);
+  }
+  __device__ void pre(void* d, const void* s, size_t n) const {
+    if (kind == RedKind::kPreMulSum) unary(d, s, n, ScaleElt<D>{scalarFromBits<D>(scalarBits)});
+    else copy(d, s, n * sizeof(S));
+  }
+  __device__ void post(void* d, const void* s, size_t n) const {
+    if (kind != RedKind::kSumPostDiv) return copy(d, s, n * sizeof(S));
+    if constexpr (Traits<D>::kIsFloat) {
+      unary(d, s, n, ScaleElt<D>{scalarFromBits<D>(scalarBits)});
+    } else {
+      using Wide = typename DivElt<D>::Wide;
+      unary(d, s, n, DivElt<D>{Wide(scalarBits)});
+    }
+  }
+  __device__ void copy(void* d, const void* s, size_t bytes) const {
+    if (d == s) return;
+    const bool vec = ((reinterpret_cast<uintptr_t>(d) | reinterpret_cast<uintptr_t>(s)) & 15u) == 0;
+    const size_t packs = vec ? bytes / 16 : 0;
+    for (size_t i = threadIdx.x; i < packs; i += blockDim.x)
+      static_cast<uint4*>(d)[i] = static_cast<const uint4*>(s)[i];
+    for (size_t i = packs * 16 + threadIdx.x; i < bytes; i += blockDim.x)
+      static_cast<char*>(d)[i] = static_cast<const char*>(s)[i];
+  }
+  __device__ void copyOut(void* d, const void* s, size_t bytes) const { copy(d, s, bytes); }
+  // Every thread's writes are done (the barrier) and visible to every observer (the
+  // system fence) before the counters move.
+  __device__ void fence() const {
+    __syncthreads();
+    __threadfence_system();
+  }
+  __device__ const void* received(DevFifo& f, StepPiece& p) const {
+    const FifoSlotInfo& info = f.recvInfo();
+    if (info.bytes != p.bytes && threadIdx.x == 0)
+      atomicCAS(status, LOOM_CUDA_INTERP_OK, LOOM_CUDA_INTERP_SIZE_MISMATCH);
+    if (info.remote && threadIdx.x == 0)
+      atomicCAS(status, LOOM_CUDA_INTERP_OK, LOOM_CUDA_INTERP_REMOTE_PAYLOAD);
+    return f.recvSlot();
+  }
+};
+
+template <DataType D>
+__global__ void __launch_bounds__(kInterpThreads) interpKernel(loomCudaInterpArgs args) {
+  __shared__ int go;  // 1: the piece is ready; 0: stop (aborted or failed)
+  const FlatPlan& plan = *static_cast<const FlatPlan*>(args.plan);
+  DeviceEnv env(&args);
+  DeviceOps<D> ops{static_cast<RedKind>(args.kind), args.scalarBits, args.status};
+  const bool hasPost = args.kind == int(RedKind::kSumPostDiv);
+  ChannelInterp<DeviceAtomics, DeviceEnv> in(plan, blockIdx.x, args.count, args.elt);
+  volatile const uint32_t* abortWord = args.abortWord;
+  volatile const uint32_t* status = args.status;
+  while (!in.done()) {
+    if (threadIdx.x == 0) {
+      int g = *status ? 0 : 1;  // a piece failed (here or in another block): stop
+      // The abort word lives in host memory: look at it now and then, not on every poll.
+      for (uint32_t polls = 0; g && !in.ready(env); ++polls)
+        if ((polls & 1023u) == 1023u && (*abortWord || *status)) g = 0;
+      go = g;
+    }
+    __syncthreads();
+    if (!go) break;  // the same shared value on every thread: the block leaves together
+    in.run(env, ops, hasPost);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) env.writeBack();
+}
+
+template <DataType D>
+cudaError_t interpLaunch(const loomCudaInterpArgs* args, int channels, cudaStream_t stream) {
+  interpKernel<D><<<channels, kInterpThreads, 0, stream>>>(*args);
+  return cudaGetLastError();
+}
+
+}  // namespace cuda
+}  // namespace loom
+
+#define LOOM_CUDA_INTERP_TYPE(T)                                    \
+  template cudaError_t loom::cuda::interpLaunch<loom::DataType::T>( \
+      const loomCudaInterpArgs*, int, cudaStream_t);
+#define LOOM_CUDA_EXTERN_INTERP_TYPE(T) extern LOOM_CUDA_INTERP_TYPE(T)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kInt8)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kUint8)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kInt32)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kUint32)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kInt64)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kUint64)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kFloat16)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kFloat32)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kFloat64)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kBfloat16)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kFloat8e4m3)
+LOOM_CUDA_EXTERN_INTERP_TYPE(kFloat8e5m2)
