@@ -30,6 +30,9 @@ struct CpuStepOps {
     if (stream) copyStreaming(d, s, bytes);
     else memcpy(d, s, bytes);
   }
+  // One host thread runs the whole piece.
+  unsigned lane() const { return 0; }
+  unsigned lanes() const { return 1; }
   // Streaming stores are weakly ordered: they must land before a post.
   void fence() const {
     if (stream) streamFence();

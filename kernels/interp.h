@@ -13,7 +13,19 @@
 //   FifoEndT<Atomics>* recvFifo(int peer, int conn)   the connection FIFOs of the channel
 //   FifoEndT<Atomics>* sendFifo(int peer, int conn)
 //   const char* ptr(BufRef r, size_t off) const        a step's buffer, resolved
-// and the step primitive's Ops policy (kernels/step_primitive.h).
+//   bool llRecv(int peer, int conn), llSend(...)       LL on: whether the FIFO's slots are
+//                                                      shared by both ends (LL lines) or
+//                                                      shipped (plain slots)
+//   void* llStage(int which, size_t bytes)             LL on: a staging buffer of the
+//                                                      channel (0: received, 1: to send)
+// and the step primitive's Ops policy (kernels/step_primitive.h), plus lane() / lanes():
+// which of how many threads runs it (0 / 1 on a host thread).
+//
+// Protocols: Simple moves a piece of up to a slot through the FIFO and publishes it with
+// the tail counter; LL (kernels/ll.h) moves up to half a slot in flagged lines that the
+// receiver polls directly. LL is on or off for a whole job (every rank cuts pieces to LL's
+// size when it is on), and it applies to FIFOs whose slots both ends share; a transport
+// that ships slots (TCP) carries plain LL-sized slots.
 #pragma once
 
 #include <stddef.h>
@@ -21,6 +33,7 @@
 
 #include "kernels/fifo_sync.h"
 #include "kernels/hd.h"
+#include "kernels/ll.h"
 #include "kernels/plan_steps.h"
 #include "kernels/step_primitive.h"
 
@@ -103,8 +116,8 @@ class ChannelInterp {
  public:
   using Fifo = FifoEndT<Atomics>;
 
-  LOOM_HD ChannelInterp(const FlatPlan& plan, size_t channel, size_t count, size_t elt)
-      : seq_(flatSteps(plan, channel, count, elt)) {
+  LOOM_HD ChannelInterp(const FlatPlan& plan, size_t channel, size_t count, size_t elt, bool ll = false)
+      : seq_(flatSteps(plan, channel, count, elt)), ll_(ll) {
     if (!done()) step_ = seq_[0];
   }
 
@@ -113,30 +126,76 @@ class ChannelInterp {
   LOOM_HD const Step& current() const { return step_; }
   LOOM_HD size_t stepIndex() const { return cur_; }
   LOOM_HD size_t steps() const { return seq_.size(); }
+  // The size of the current piece (what a peer must have posted).
+  LOOM_HD size_t pieceBytes(size_t slotBytes) const {
+    const size_t slot = ll_ ? llCapacity(slotBytes) : slotBytes;
+    return step_.bytes - off_ < slot ? step_.bytes - off_ : slot;
+  }
 
   LOOM_HD bool ready(Env& env) const {
-    return stepReady(recvFifo(env), sendFifo(env));
+    const Fifo* rf = recvFifo(env);
+    const Fifo* sf = sendFifo(env);
+    if (!ll_ || !rf || !env.llRecv(step_.recvPeer, step_.conn)) return stepReady(rf, sf);
+    size_t bytes;
+    return llArrived<Atomics>(rf->recvSlot(), rf->step, &bytes) && (!sf || sf->canSend());
   }
 
   // One FIFO piece of the current step (ready() held), then on to the next piece or step.
+  // Returns false when the piece the peer posted has another size (a mismatched call):
+  // nothing was consumed, and the channel cannot go on.
   template <class Ops>
-  LOOM_HD void run(Env& env, Ops& ops, bool hasPost) {
+  LOOM_HD bool run(Env& env, Ops& ops, bool hasPost) {
     Fifo* rf = recvFifo(env);
     Fifo* sf = sendFifo(env);
     const Step& s = step_;
-    const size_t slot = rf ? rf->slotBytes : sf ? sf->slotBytes : s.bytes;
+    size_t slot = rf ? rf->slotBytes : sf ? sf->slotBytes : s.bytes;
+    if (ll_ && (rf || sf)) slot = llCapacity(slot);
     size_t n = s.bytes - off_;
     if (n > slot) n = slot;
     StepPiece p = pieceOf(s, off_, n, hasPost, [&env](BufRef r, size_t o) { return env.ptr(r, o); });
-    runReadyPiece(rf, sf, p, ops);
+    if (!ll_) {
+      runReadyPiece(rf, sf, p, ops);
+    } else if (!runLL(rf, sf, p, env, ops)) {
+      return false;
+    }
     off_ += n;
     if (off_ >= s.bytes) {
       off_ = 0;
       if (++cur_ < seq_.size()) step_ = seq_[cur_];
     }
+    return true;
   }
 
  private:
+  // One piece with LL on: the pieces are LL-sized on every connection, so that both ends of
+  // each agree whichever protocol its neighbours use. A side whose FIFO both ends share
+  // (env.llRecv / env.llSend) moves flagged lines through staging; any other side (a
+  // transport that ships slots) moves plain slots as Simple does.
+  template <class Ops>
+  LOOM_HD bool runLL(Fifo* rf, Fifo* sf, StepPiece& p, Env& env, Ops& ops) {
+    const bool llIn = rf && env.llRecv(step_.recvPeer, step_.conn);
+    const bool llOut = sf && env.llSend(step_.sendPeer, step_.conn);
+    if (llIn) {
+      size_t posted = 0;
+      llArrived<Atomics>(rf->recvSlot(), rf->step, &posted);
+      if (posted != p.bytes) return false;
+      void* in = env.llStage(0, p.bytes);
+      llRead<Atomics>(rf->recvSlot(), in, p.bytes, rf->step, ops.lane(), ops.lanes());
+      ops.fence();  // every lane's part of the payload is in staging
+      p.a = in;
+    } else if (rf) {
+      p.a = ops.received(*rf, p);
+    }
+    if (llOut) p.out = env.llStage(1, p.bytes);
+    else if (sf) p.out = sf->sendSlot();
+    computePiece(p, ops);
+    ops.fence();  // the value is complete (in staging, or in the slot) before it goes out
+    if (llOut) llWrite<Atomics>(sf->sendSlot(), p.out, p.bytes, sf->step, ops.lane(), ops.lanes());
+    if (rf) rf->release();
+    if (sf) sf->post(p.bytes);
+    return true;
+  }
+
   LOOM_HD Fifo* recvFifo(Env& env) const {
     return step_.recvPeer >= 0 ? env.recvFifo(step_.recvPeer, step_.conn) : nullptr;
   }
@@ -148,6 +207,7 @@ class ChannelInterp {
   Step step_{};
   size_t cur_ = 0;
   size_t off_ = 0;
+  bool ll_ = false;
 };
 
 }  // namespace loom

@@ -84,6 +84,7 @@ if [ "$kind" = address ]; then
   # The device executor's plan interpreter on host threads (one per channel), alone and
   # under communicators (LOOM_EXECUTOR=interp), threads and processes.
   interp_core_filter='Core/CollectivesTest.*:Core/AllReduceAlgoTest.*:Core/AllReduceTest.EveryTypeAndOp/*'
+  interp_ll_filter='Core/CollectivesTest.*:Core/AllReduceAlgoTest.*'
 else
   # TSan follows threads, not fork(): ranks run as threads of one process. Reports go to
   # the log and the test goes on (halt_on_error=0) so one run lists every race.
@@ -108,7 +109,8 @@ else
   stream_filter='*:-*Fork*'
   # The interpreter's channel threads sharing FIFOs with each other, with the thread that
   # drives socket connections and with aborts.
-  interp_core_filter='Core/CollectivesTest.*/threads_3_*:Core/CollectivesTest.*/threads_8_shm:Core/AllReduceAlgoTest.*/threads_4_*:Core/AllReduceTest.CountZero/threads_*'
+  interp_core_filter='Core/CollectivesTest.*/threads_3_*:Core/AllReduceAlgoTest.*/threads_4_*:Core/AllReduceTest.CountZero/threads_*'
+  interp_ll_filter='Core/CollectivesTest.*/threads_3_shm'
   chaos_trials=0
   fault_chaos_trials=0
 fi
@@ -189,6 +191,8 @@ fi
 if [ -n "${interp_core_filter:-}" ]; then
   run engine_interp_test "$build/tests/engine/engine_interp_test"
   LOOM_EXECUTOR=interp run core_test_interp "$build/tests/core/core_test" --gtest_filter="$interp_core_filter"
+  LOOM_EXECUTOR=interp LOOM_INTERP_PROTO=ll run core_test_interp_ll "$build/tests/core/core_test" \
+    --gtest_filter="$interp_ll_filter"
 fi
 
 if [ ${#failed[@]} -ne 0 ]; then

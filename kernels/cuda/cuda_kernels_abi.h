@@ -77,7 +77,13 @@ typedef struct loomCudaInterpArgs {
   uint64_t scalarBits;
   const uint32_t* abortWord; /* host-mapped: nonzero stops the kernel at its next wait */
   uint32_t* status;
+  int proto;                 /* LOOM_CUDA_INTERP_PROTO_* (both ends of a connection alike) */
+  void* llStaging;           /* LL: 2 * llStageBytes per channel, device memory */
+  uint64_t llStageBytes;     /* LL: at least the payload of one slot (kernels/ll.h) */
 } loomCudaInterpArgs;
+
+#define LOOM_CUDA_INTERP_PROTO_SIMPLE 0
+#define LOOM_CUDA_INTERP_PROTO_LL 1
 
 /* Enqueues the interpreter for `channels` channels on stream; returns a cudaError_t
  * (cudaErrorInvalidValue (1) for an unknown dtype or kind, or too many FIFOs). */

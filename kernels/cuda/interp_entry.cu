@@ -12,6 +12,9 @@ cudaError_t dispatch(const loomCudaInterpArgs* a, int channels, cudaStream_t str
   if (!a || channels <= 0 || a->nFifos < 0 || a->nFifos > LOOM_CUDA_INTERP_MAX_FIFOS)
     return cudaErrorInvalidValue;
   if (a->kind < 0 || a->kind >= loom::kNumRedKinds) return cudaErrorInvalidValue;
+  if (a->proto != LOOM_CUDA_INTERP_PROTO_SIMPLE &&
+      (a->proto != LOOM_CUDA_INTERP_PROTO_LL || !a->llStaging))
+    return cudaErrorInvalidValue;
   switch (DataType(a->dtype)) {
     case DataType::kInt8: return interpLaunch<DataType::kInt8>(a, channels, stream);
     case DataType::kUint8: return interpLaunch<DataType::kUint8>(a, channels, stream);

@@ -53,6 +53,13 @@ struct DeviceEnv {
     }
     return nullptr;
   }
+  // LL: every device connection's slots are shared memory (peer GPU or host-mapped).
+  __device__ bool llRecv(int, int) const { return true; }
+  __device__ bool llSend(int, int) const { return true; }
+  // LL staging: two regions of a->llStageBytes per channel.
+  __device__ void* llStage(int which, size_t) const {
+    return static_cast<char*>(a->llStaging) + (size_t(blockIdx.x) * 2 + which) * a->llStageBytes;
+  }
   __device__ DevFifo* recvFifo(int peer, int conn) { return find(peer, conn, 0); }
   __device__ DevFifo* sendFifo(int peer, int conn) { return find(peer, conn, 1); }
   __device__ const char* ptr(BufRef r, size_t off) const {
@@ -78,6 +85,8 @@ struct DeviceOps {
   uint32_t* status;
 
   __device__ size_t eltSize() const { return sizeof(S); }
+  __device__ unsigned lane() const { return threadIdx.x; }
+  __device__ unsigned lanes() const { return blockDim.x; }
   __device__ bool hasPre() const { return kind == RedKind::kPreMulSum; }
 
   template <typename F>
@@ -149,7 +158,8 @@ __global__ void __launch_bounds__(kInterpThreads) interpKernel(loomCudaInterpArg
   DeviceEnv env(&args);
   DeviceOps<D> ops{static_cast<RedKind>(args.kind), args.scalarBits, args.status};
   const bool hasPost = args.kind == int(RedKind::kSumPostDiv);
-  ChannelInterp<DeviceAtomics, DeviceEnv> in(plan, blockIdx.x, args.count, args.elt);
+  ChannelInterp<DeviceAtomics, DeviceEnv> in(plan, blockIdx.x, args.count, args.elt,
+                                             args.proto == LOOM_CUDA_INTERP_PROTO_LL);
   volatile const uint32_t* abortWord = args.abortWord;
   volatile const uint32_t* status = args.status;
   while (!in.done()) {
@@ -162,7 +172,9 @@ __global__ void __launch_bounds__(kInterpThreads) interpKernel(loomCudaInterpArg
     }
     __syncthreads();
     if (!go) break;  // the same shared value on every thread: the block leaves together
-    in.run(env, ops, hasPost);
+    // A piece of another size than the peer posted: every thread sees the same header.
+    if (!in.run(env, ops, hasPost) && threadIdx.x == 0)
+      atomicCAS(args.status, LOOM_CUDA_INTERP_OK, LOOM_CUDA_INTERP_SIZE_MISMATCH);
     __syncthreads();
   }
   if (threadIdx.x == 0) env.writeBack();

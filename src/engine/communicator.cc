@@ -16,6 +16,7 @@
 #include "engine/interp_executor.h"
 #include "engine/job_status.h"
 #include "engine/metrics.h"
+#include "kernels/ll.h"
 #include "topo/load.h"
 
 namespace loom {
@@ -123,7 +124,9 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.rank = rank;
   planCtx_.nranks = nranks;
   planCtx_.layout = hostLayout(peers_, rank);
-  planCtx_.slotBytes = shape.slotBytes;
+  // Plans count on a step's pieces fitting the FIFOs: LL pieces carry half a slot.
+  interp_ = interpExecutorSelected();
+  planCtx_.slotBytes = interp_ == Task::kInterpLL ? llCapacity(shape.slotBytes) : shape.slotBytes;
   planCtx_.depth = shape.depth;
   planCtx_.loadAlgoFilter();
   planCtx_.loadTuning(tuningModel());
@@ -131,7 +134,6 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   // per host; within a host they follow the topology search's rings.
   planCtx_.loadRings();
   oversubscribed_ = localRanks() > hostCpus();
-  interp_ = interpExecutorSelected();
   if (nranks > 1) connect({{ring().next(), 0}}, {{ring().prev(), 0}});
   startMetricsExporter(planCtx_.layout.local);
   bootstrap_->setStatusSource([this](uint64_t detail) { return statusPayload(*this, detail); });
@@ -187,7 +189,9 @@ std::string Communicator::initSummary() const {
   return strprintf("rank %d nranks %d host %s pid %d localRanks %d transports [%s]%s", rank_,
                    nranks_, peers_[rank_].hostname, peers_[rank_].pid, localRanks(),
                    transports_->summary().c_str(),
-                   interp_ ? " executor interp (LOOM_EXECUTOR)" : "");
+                   interp_ == Task::kInterpLL       ? " executor interp/LL (LOOM_EXECUTOR)"
+                   : interp_ == Task::kInterpSimple ? " executor interp (LOOM_EXECUTOR)"
+                                                    : "");
 }
 
 }  // namespace loom

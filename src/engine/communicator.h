@@ -40,7 +40,7 @@ class Communicator {
   // More ranks of this communicator on this host than the host's CPUs (base/host.h).
   bool oversubscribed() const { return oversubscribed_; }
   // Host-memory work runs on the plan interpreter's host threads (LOOM_EXECUTOR=interp).
-  bool interp() const { return interp_; }
+  uint8_t interp() const { return interp_; }  // Task::kCpu, kInterpSimple or kInterpLL
 
   // Makes sure the connections a plan needs exist (collective between each pair).
   void connect(const std::vector<TransportManager::ConnKey>& sends,
@@ -81,7 +81,7 @@ class Communicator {
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   uint64_t seq_ = 0;
   bool oversubscribed_ = false;
-  bool interp_ = false;
+  uint8_t interp_ = 0;
   std::unique_ptr<char[]> scratch_;
   size_t scratchBytes_ = 0;
   PlanCache planCache_;

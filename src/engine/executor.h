@@ -40,7 +40,10 @@ struct Task {
   uint64_t seq = 0;          // operation sequence number, for messages
   const char* name = "";     // "AllReduce", ...
   bool oversubscribed = false;  // this host runs more ranks than it has CPUs for
-  bool interp = false;          // run on the plan interpreter (engine/interp_executor.h)
+  // kCpu: the CPU executor; else the plan interpreter (engine/interp_executor.h) with the
+  // Simple or the LL protocol.
+  enum : uint8_t { kCpu, kInterpSimple, kInterpLL };
+  uint8_t interp = kCpu;
   Communicator* core = nullptr;        // for the job view in time-out messages
   FlightRecorder* recorder = nullptr;  // the communicator's flight recorder
   FlightEntry* rec = nullptr;          // this operation's entry there (nullptr: recorder off)
@@ -49,7 +52,7 @@ struct Task {
 // Runs every task to completion. Tasks of one communicator must be given in issue order;
 // they run one after another, tasks of different communicators concurrently. Throws
 // loom::Error (kRemoteError for a dead peer, kInvalidUsage after an abort, ...).
-// Tasks marked `interp` run on the plan interpreter's host threads instead.
+// Tasks with `interp` set run on the plan interpreter's host threads instead.
 void runTasks(std::span<Task* const> tasks);
 
 // The waiting policy host executors share: polls before a waiting thread yields

@@ -27,6 +27,10 @@ StringKnob kExecutor("LOOM_EXECUTOR", "", "cpu",
                      "(the CPU executor) or interp (the device executor's plan interpreter on "
                      "host threads, one per channel as a GPU runs one block per channel; for "
                      "tests: slower, several threads per rank)");
+StringKnob kInterpProto("LOOM_INTERP_PROTO", "", "simple",
+                        "Protocol of the plan interpreter (LOOM_EXECUTOR=interp): simple, or ll "
+                        "(flagged 8-byte lines, half a slot per piece, on connections whose slots "
+                        "both ends share). Every rank of a job must use the same");
 
 // A channel's FIFOs, as a kernel would find them in its connection table.
 struct HostEnv {
@@ -35,8 +39,18 @@ struct HostEnv {
   void* recvbuf = nullptr;
   void* scratch = nullptr;
 
+  std::vector<char> stage[2];  // LL staging
+
   FifoEnd* recvFifo(int peer, int conn) { return &tm->recvConn(peer, conn)->fifo(); }
   FifoEnd* sendFifo(int peer, int conn) { return &tm->sendConn(peer, conn)->fifo(); }
+  // LL lines need slots both ends share; a transport that ships slots carries them plain.
+  static bool sharedSlots(const Connection* c) { return !c->needsProgress() && !c->progressOnProxy(); }
+  bool llRecv(int peer, int conn) const { return sharedSlots(tm->recvConn(peer, conn)); }
+  bool llSend(int peer, int conn) const { return sharedSlots(tm->sendConn(peer, conn)); }
+  void* llStage(int which, size_t bytes) {
+    if (stage[which].size() < bytes) stage[which].resize(bytes);
+    return stage[which].data();
+  }
   const char* ptr(BufRef r, size_t off) const {
     switch (r.buf) {
       case Buf::kSend: return static_cast<const char*>(sendbuf) + r.offset + off;
@@ -68,7 +82,7 @@ void backoff(int64_t idle, int64_t spin) {
 // One task in flight: its flat plan and one thread per channel.
 class TaskRun {
  public:
-  TaskRun(Task& t, int64_t spin) : t_(t), flat_(*t.plan), spin_(spin) {
+  TaskRun(Task& t, int64_t spin, bool ll) : t_(t), flat_(*t.plan), spin_(spin), ll_(ll) {
     const size_t n = t.plan->channels.size();
     waits_ = std::make_unique<std::atomic<uint64_t>[]>(n);
     left_.store(n);
@@ -120,7 +134,7 @@ class TaskRun {
       ops.red = &t_.red;
       ops.tmp = &tmp;
       const bool hasPost = t_.red.hasPost();
-      Interp in(flat_.plan(), ch, t_.count, t_.eltSize);
+      Interp in(flat_.plan(), ch, t_.count, t_.eltSize, ll_);
       int64_t idle = 0;
       while (!in.done()) {
         if (in.ready(env)) {
@@ -128,7 +142,16 @@ class TaskRun {
           idle = 0;
           const Step& s = in.current();
           ops.rc = s.recvPeer >= 0 ? t_.transports->recvConn(s.recvPeer, s.conn) : nullptr;
-          in.run(env, ops, hasPost);
+          if (!in.run(env, ops, hasPost)) {
+            size_t posted = 0;
+            llArrived<HostAtomics>(env.recvFifo(s.recvPeer, s.conn)->recvSlot(),
+                                   env.recvFifo(s.recvPeer, s.conn)->step, &posted);
+            LOOM_THROW(kInvalidUsage,
+                       "%s sent %zu bytes where %zu were expected; do all ranks call the same "
+                       "collective with the same count and datatype?",
+                       ops.rc->describe().c_str(), posted,
+                       in.pieceBytes(env.recvFifo(s.recvPeer, s.conn)->slotBytes));
+          }
           progress_.fetch_add(1, std::memory_order_relaxed);
           continue;
         }
@@ -163,6 +186,7 @@ class TaskRun {
   Task& t_;
   const FlatPlanBlock flat_;
   const int64_t spin_;
+  const bool ll_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
   std::atomic<size_t> left_{0};
@@ -201,7 +225,7 @@ bool advance(Queue& q, int64_t spin) {
       LOOM_THROW(kInternalError, "rank %d: %s #%llu needs %zu bytes of scratch and has none",
                  t->rank, t->name, static_cast<unsigned long long>(t->seq), t->plan->scratchBytes);
     if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->start();
-    q.run = std::make_unique<TaskRun>(*t, spin);
+    q.run = std::make_unique<TaskRun>(*t, spin, t->interp == Task::kInterpLL);
     q.seen = 0;
     return true;
   }
@@ -252,11 +276,14 @@ void checkStalled(Queue& q, double idleSec, double timeoutSec) {
 
 }  // namespace
 
-bool interpExecutorSelected() {
+uint8_t interpExecutorSelected() {
   const std::string v = kExecutor.get();
-  if (v == "cpu" || v.empty()) return false;
-  if (v == "interp") return true;
-  LOOM_THROW(kInvalidArgument, "LOOM_EXECUTOR=%s: expected cpu or interp", v.c_str());
+  if (v == "cpu" || v.empty()) return Task::kCpu;
+  if (v != "interp") LOOM_THROW(kInvalidArgument, "LOOM_EXECUTOR=%s: expected cpu or interp", v.c_str());
+  const std::string p = kInterpProto.get();
+  if (p == "simple" || p.empty()) return Task::kInterpSimple;
+  if (p == "ll" || p == "LL") return Task::kInterpLL;
+  LOOM_THROW(kInvalidArgument, "LOOM_INTERP_PROTO=%s: expected simple or ll", p.c_str());
 }
 
 void runTasksInterp(std::span<Task* const> tasks) {

@@ -19,7 +19,9 @@ namespace loom {
 // As runTasks (engine/executor.h): same order, same errors.
 void runTasksInterp(std::span<Task* const> tasks);
 
-// Whether communicators created now run host-memory work on the interpreter (LOOM_EXECUTOR).
-bool interpExecutorSelected();
+// What runs host-memory work of communicators created now (LOOM_EXECUTOR and
+// LOOM_INTERP_PROTO): Task::kCpu, kInterpSimple or kInterpLL. Throws kInvalidArgument for
+// a value it does not know.
+uint8_t interpExecutorSelected();
 
 }  // namespace loom

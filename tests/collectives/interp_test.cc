@@ -2,33 +2,50 @@
 // collectives matrix (coll_matrix.h: every collective, data type, op, in and out of place,
 // counts 0, 1, 1001, 3 slots + 7 and > 2 MiB) for every all-reduce algorithm on 1..8 ranks
 // as threads, run once by the CPU executor and once by the interpreter on host threads
-// (LOOM_EXECUTOR=interp: one thread per channel, as a GPU runs one block per channel).
+// (LOOM_EXECUTOR=interp: one thread per channel, as a GPU runs one block per channel),
+// with the Simple protocol and, for a few configurations, LL.
 // Both runs are checked against the reference; and every reduced output must hold the
 // same bits under both executors (the reference allows reductions a tolerance; every other
 // output must equal it exactly).
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
 #include "collectives/coll_env.h"
 #include "collectives/coll_matrix.h"
+#include "kernels/ll.h"
 
 namespace colltest {
 namespace {
 
 using loomtest::Mode;
 
-std::vector<MatrixConfig> configs() {
-  std::vector<MatrixConfig> v;
+struct InterpConfig {
+  MatrixConfig cfg;
+  bool ll = false;  // LOOM_INTERP_PROTO=ll
+};
+
+std::vector<InterpConfig> configs() {
+  std::vector<InterpConfig> v;
   for (int n = 1; n <= 8; ++n)
     for (Algo a : {Algo::kDefault, Algo::kRing, Algo::kTree, Algo::kHalvingDoubling, Algo::kDirect})
-      v.push_back({Mode::kThreads, n, a, true});
+      v.push_back({{Mode::kThreads, n, a, true}});
+  // The LL protocol (kernels/ll.h): every collective, and each all-reduce algorithm once.
+  v.push_back({{Mode::kThreads, 3, Algo::kDefault, true}, true});
+  v.push_back({{Mode::kThreads, 8, Algo::kRing, true}, true});
+  v.push_back({{Mode::kThreads, 4, Algo::kTree, true}, true});
+  v.push_back({{Mode::kThreads, 5, Algo::kHalvingDoubling, true}, true});
+  v.push_back({{Mode::kThreads, 7, Algo::kDirect, true}, true});
   return v;
 }
 
-class InterpMatrix : public testing::TestWithParam<MatrixConfig> {};
+class InterpMatrix : public testing::TestWithParam<InterpConfig> {};
 
 TEST_P(InterpMatrix, SameBitsAsTheCpuExecutor) {
-  const MatrixConfig& cfg = GetParam();
+  const MatrixConfig& cfg = GetParam().cfg;
   AlgoEnv env(cfg.algo);
+  ScopedEnv proto("LOOM_INTERP_PROTO", GetParam().ll ? "ll" : "simple");
   const std::vector<Case> cases = buildCases(cfg);
   std::vector<std::vector<uint64_t>> cpu(cfg.nranks), interp(cfg.nranks);
   auto run = [&](const char* executor, std::vector<std::vector<uint64_t>>& digests) {
@@ -40,7 +57,13 @@ TEST_P(InterpMatrix, SameBitsAsTheCpuExecutor) {
         },
         280));
   };
+  // With LL the interpreter's plans are cut for LL's payload per slot: the CPU executor
+  // gets FIFO slots of that size, so that both run the same plans (reductions in the same
+  // order).
+  std::optional<ScopedEnv> slot;
+  if (GetParam().ll) slot.emplace("LOOM_SLOT_BYTES", std::to_string(loom::llCapacity(256 << 10)).c_str());
   const std::string cpuErr = run("cpu", cpu);
+  slot.reset();
   ASSERT_EQ(cpuErr, "") << configName(cfg) << ", CPU executor";
   const std::string interpErr = run("interp", interp);
   ASSERT_EQ(interpErr, "") << configName(cfg) << ", interpreter";
@@ -59,8 +82,8 @@ TEST_P(InterpMatrix, SameBitsAsTheCpuExecutor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Collectives, InterpMatrix, testing::ValuesIn(configs()),
-                         [](const testing::TestParamInfo<MatrixConfig>& info) {
-                           return configName(info.param);
+                         [](const testing::TestParamInfo<InterpConfig>& info) {
+                           return configName(info.param.cfg) + (info.param.ll ? "_ll" : "");
                          });
 
 }  // namespace

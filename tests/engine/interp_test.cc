@@ -112,7 +112,8 @@ struct DeviceLayoutConn {
   alignas(128) uint64_t head = 0;     // "sender's memory"
   FifoEnd send, recv;
 
-  DeviceLayoutConn(size_t slotBytes, int depth) : slots(new char[slotBytes * depth]) {
+  // Slots start zeroed, as a transport's fresh memory does: LL lines flag themselves.
+  DeviceLayoutConn(size_t slotBytes, int depth) : slots(new char[slotBytes * depth]()) {
     for (FifoEnd* e : {&send, &recv}) {
       e->ctrl = &ctrl;
       e->slots = slots.get();
@@ -123,12 +124,24 @@ struct DeviceLayoutConn {
   }
 };
 
-// What a kernel's connection table gives one rank: its FIFO ends by (peer, conn).
+// What a kernel's connection table gives one rank: its FIFO ends by (peer, conn). With LL
+// on, the connections between ranks whose sum is a multiple of 3 carry plain slots (as a
+// transport that ships slots would), the others LL lines.
 struct TableEnv {
+  int rank = 0;
   std::map<std::pair<int, int>, FifoEnd*> sends, recvs;
   const void* sendbuf = nullptr;
   void* recvbuf = nullptr;
   void* scratch = nullptr;
+  std::vector<char> stage[2];
+
+  static bool lines(int a, int b) { return (a + b) % 3 != 0; }
+  bool llRecv(int peer, int) const { return lines(peer, rank); }
+  bool llSend(int peer, int) const { return lines(rank, peer); }
+  void* llStage(int which, size_t bytes) {
+    if (stage[which].size() < bytes) stage[which].resize(bytes);
+    return stage[which].data();
+  }
 
   FifoEnd* recvFifo(int peer, int conn) { return recvs.at({peer, conn}); }
   FifoEnd* sendFifo(int peer, int conn) { return sends.at({peer, conn}); }
@@ -155,7 +168,7 @@ struct InterpOps : CpuStepOps {
 // Runs every rank's plan with the interpreter, one thread per (rank, channel), over
 // device-layout connections. False if a channel was still waiting after 20 s.
 bool runInterp(const std::vector<Plan>& plans, size_t count, const Reducer& red, std::vector<TableEnv>& envs,
-               size_t slotBytes, int depth) {
+               size_t slotBytes, int depth, bool ll) {
   const int n = static_cast<int>(plans.size());
   std::map<std::tuple<int, int, int>, std::unique_ptr<DeviceLayoutConn>> conns;  // (from, to, conn)
   for (int r = 0; r < n; ++r) {
@@ -190,11 +203,15 @@ bool runInterp(const std::vector<Plan>& plans, size_t count, const Reducer& red,
           }
         InterpOps ops;
         ops.red = &red;
-        ChannelInterp<HostAtomics, TableEnv> in(flat[r]->plan(), c, count, red.eltSize);
+        ChannelInterp<HostAtomics, TableEnv> in(flat[r]->plan(), c, count, red.eltSize, ll);
         auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
         while (!in.done()) {
           if (in.ready(env)) {
-            in.run(env, ops, red.hasPost());
+            if (!in.run(env, ops, red.hasPost())) {
+              ADD_FAILURE() << "rank " << r << " channel " << c << ": a piece of another size arrived";
+              stuck.store(true);
+              return;
+            }
             continue;
           }
           if (stuck.load() || std::chrono::steady_clock::now() > deadline) {
@@ -208,13 +225,18 @@ bool runInterp(const std::vector<Plan>& plans, size_t count, const Reducer& red,
   return !stuck.load();
 }
 
-TEST(Interp, RunsEveryAlgorithmToTheExactResultOnDeviceLayoutFifos) {
+class Interp : public testing::TestWithParam<bool> {};
+
+// Simple, and LL (kernels/ll.h) with some connections carrying plain slots.
+TEST_P(Interp, RunsEveryAlgorithmToTheExactResultOnDeviceLayoutFifos) {
+  const bool ll = GetParam();
   const std::vector<std::vector<int>> layouts = {{0}, {0, 0}, {0, 0, 0}, {0, 0, 0, 0, 0}, {0, 0, 1, 1}};
   const size_t slot = 4096;
   const int depth = 4;
   size_t runs = 0;
   for (const auto& hostOf : layouts) {
-    JobContexts j = job(hostOf, slot, depth);
+    // Plans count on a step's pieces fitting the FIFOs: with LL they are cut for its payload.
+    JobContexts j = job(hostOf, ll ? llCapacity(slot) : slot, depth);
     const int n = j.nranks();
     for (Collective coll : kColls)
       for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{5000}})
@@ -241,12 +263,13 @@ TEST(Interp, RunsEveryAlgorithmToTheExactResultOnDeviceLayoutFifos) {
               envs[r].sendbuf = in[r].data();
               envs[r].recvbuf = out[r].data();
               envs[r].scratch = scratch[r].data();
+              envs[r].rank = r;
             }
             const Reducer red = Reducer::make(7 /* float32 */, 0 /* sum */, n);
             const std::string where = std::string(collectiveName(coll)) + "/" + algorithmName(algo) + " count " +
                                       std::to_string(count) + " on " + std::to_string(n) + " ranks, " +
                                       std::to_string(channels) + " channel(s)";
-            ASSERT_TRUE(runInterp(plans, count, red, envs, slot, depth)) << where << ": a channel never finished";
+            ASSERT_TRUE(runInterp(plans, count, red, envs, slot, depth, ll)) << where << ": a channel never finished";
             // The sum over ranks of (r + 1) + i % 17.
             auto sum = [&](size_t i) { return float(n * (n + 1) / 2) + float(n) * float(i % 17); };
             for (int r = 0; r < n; ++r) {
@@ -269,6 +292,9 @@ TEST(Interp, RunsEveryAlgorithmToTheExactResultOnDeviceLayoutFifos) {
   }
   EXPECT_GT(runs, 150u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Protocols, Interp, testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool>& info) { return info.param ? "LL" : "Simple"; });
 
 }  // namespace
 }  // namespace loom

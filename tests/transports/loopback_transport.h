@@ -39,7 +39,7 @@ struct LoopbackOptions {
 // One FIFO in the heap, shared by a sender thread and a receiver thread; whichever end
 // goes last frees it.
 struct LoopbackFifo {
-  explicit LoopbackFifo(loom::FifoShape s) : slots(new char[s.slotBytes * s.depth]) {}
+  explicit LoopbackFifo(loom::FifoShape s) : slots(new char[s.slotBytes * s.depth]()) {}
   std::atomic<int> refs{1};
   loom::FifoCtrl ctrl{};
   std::unique_ptr<char[]> slots;
