@@ -1,6 +1,6 @@
 // The step primitive: what every plan step does with one FIFO slot's worth of data, written
-// once for the CPU executor and for a CUDA kernel (nvcc compiles this header; see
-// kernels/cuda/step_primitive_check.cu).
+// once for the CPU executor and for a CUDA kernel (nvcc compiles this header: the plan
+// interpreter's kernel, kernels/cuda/interp_kernel.cuh, runs it in a block of threads).
 //
 //   wait   the receive FIFO has a step (canRecv) and the send FIFO a free slot (canSend)
 //   value  v = a R pre(b), or the single source (pre()'d unless it is a partial result)
