@@ -117,6 +117,13 @@ void ncclComm::runInit() noexcept {
     loom::dispatch::FallbackSetup fb = loom::dispatch::setUpFallback(
         c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag, &revoked);
     shadow = std::move(fb.shadow);
+    {
+      std::vector<int> pids;
+      for (const loom::PeerInfo& p : c->peers()) pids.push_back(p.pid);
+      const std::string sharing = loom::dispatch::gpuSharingWarning(
+          fb.ranks, pids, rank, loom::dispatch::mpsControlRunning());
+      if (!sharing.empty()) LOOM_WARN("%s", sharing.c_str());
+    }
     std::string noStaging = shadow || cudaDev < 0 ? "" : loom::stagedUnavailableReason();
     staged = !shadow && cudaDev >= 0 && noStaging.empty();
     if (shadow)

@@ -1,5 +1,8 @@
 #include "dispatch/fallback.h"
 
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <cstring>
 
 #include "base/config.h"
@@ -92,6 +95,33 @@ FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks) {
   d.fail = mode == FallbackMode::kForce;
   d.why = strprintf("LOOM_NCCL_FALLBACK=%s, but %s", fallbackModeName(mode), unusable.c_str());
   return d;
+}
+
+std::string gpuSharingWarning(const std::vector<RankFallbackInfo>& ranks,
+                              const std::vector<int>& pids, int rank, bool mpsRunning) {
+  const RankFallbackInfo& me = ranks[static_cast<size_t>(rank)];
+  if (mpsRunning || me.cudaDev < 0) return "";
+  std::string others;
+  bool otherProcess = false;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (static_cast<int>(r) == rank || ranks[r].cudaDev < 0 || !sameDevice(me, ranks[r])) continue;
+    if (static_cast<int>(r) < rank) return "";  // the lowest sharing rank says it
+    otherProcess |= pids[r] != pids[static_cast<size_t>(rank)];
+    others += strprintf("%s%zu (pid %d)", others.empty() ? "" : ", ", r, pids[r]);
+  }
+  if (!otherProcess) return "";
+  return strprintf("rank %d (pid %d) shares CUDA device %d with rank(s) %s, as separate processes, "
+                   "and no MPS control daemon runs on this host: their kernels take turns on the "
+                   "GPU in time slices, and collectives wait for them. Start MPS "
+                   "(nvidia-cuda-mps-control -d) or run such ranks as threads of one process",
+                   rank, pids[static_cast<size_t>(rank)], me.cudaDev, others.c_str());
+}
+
+bool mpsControlRunning() {
+  const char* dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string path = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode));
 }
 
 }  // namespace loom::dispatch

@@ -43,4 +43,16 @@ struct FallbackDecision {
 // a disagreement decides against the fallback (and fails when any rank asked for force).
 FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks);
 
+// Processes sharing a GPU run their kernels by time slices unless NVIDIA's Multi-Process
+// Service runs on the host: a rank's collective waits for a peer process whose kernel is
+// not resident. The warning `rank` gives when another process (`pids[r]` differs) of the
+// ranks has its GPU and `mpsRunning` is false; "" when none does or MPS runs. Only the
+// lowest rank of those sharing a GPU says it (one line per GPU, not one per rank).
+std::string gpuSharingWarning(const std::vector<RankFallbackInfo>& ranks,
+                              const std::vector<int>& pids, int rank, bool mpsRunning);
+
+// Whether an MPS control daemon listens on this host: its pipe directory
+// (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps) holds the control socket.
+bool mpsControlRunning();
+
 }  // namespace loom::dispatch

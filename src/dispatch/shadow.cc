@@ -217,6 +217,7 @@ FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
   infos[rank] = localInfo(cudaDev, hostHash, &device);
   bs.allGather(infos.data(), sizeof(RankFallbackInfo));
   out.decision = decideFallback(infos);
+  out.ranks = infos;
   if (out.decision.fail)
     throw Error(out.decision.badKnob ? Code::kInvalidArgument : Code::kInvalidUsage,
                 out.decision.why);

@@ -72,6 +72,7 @@ class Shadow {
 struct FallbackSetup {
   FallbackDecision decision;       // what the ranks decided, and why
   std::unique_ptr<Shadow> shadow;  // set on every rank or on none
+  std::vector<RankFallbackInfo> ranks;  // what every rank said of its device
 };
 
 // Collective: every rank of `bs` calls it after Loom's own init. `cudaDev` is this rank's

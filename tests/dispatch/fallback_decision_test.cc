@@ -107,3 +107,35 @@ TEST(FallbackDecision, RanksThatDisagreeOnTheModeNeverUseStock) {
 }
 
 }  // namespace
+
+namespace {
+
+using loom::dispatch::gpuSharingWarning;
+
+// Ranks 0 and 2 share GPU 5 (same UUID) from two processes, rank 1 has its own, rank 3 has
+// none: the warning names the sharers once, from the lowest of them, unless MPS runs.
+TEST(GpuSharing, ProcessesSharingAGpuWithoutMpsAreWarnedOnceFromTheLowestRank) {
+  const std::vector<RankFallbackInfo> ranks = {rank(kAuto, 5, 22809, 7, 1), rank(kAuto, 1, 22809, 7, 2),
+                                               rank(kAuto, 5, 22809, 7, 1), rank(kAuto, -1)};
+  const std::vector<int> pids = {100, 101, 102, 103};
+  const std::string w = gpuSharingWarning(ranks, pids, 0, false);
+  EXPECT_TRUE(has(w, "rank 0 (pid 100) shares CUDA device 5 with rank(s) 2 (pid 102)")) << w;
+  EXPECT_TRUE(has(w, "nvidia-cuda-mps-control -d")) << w;
+  EXPECT_EQ(gpuSharingWarning(ranks, pids, 2, false), "");  // rank 0 said it
+  EXPECT_EQ(gpuSharingWarning(ranks, pids, 1, false), "");  // a GPU of its own
+  EXPECT_EQ(gpuSharingWarning(ranks, pids, 3, false), "");  // no GPU
+  EXPECT_EQ(gpuSharingWarning(ranks, pids, 0, true), "");   // MPS runs
+}
+
+// Threads of one process share a context: no time slicing, no warning. Without UUIDs the
+// device index on the same host decides.
+TEST(GpuSharing, ThreadsOfOneProcessAndOtherHostsAreNotWarned) {
+  const std::vector<RankFallbackInfo> threads = {rank(kAuto, 0), rank(kAuto, 0), rank(kAuto, 0)};
+  EXPECT_EQ(gpuSharingWarning(threads, {7, 7, 7}, 0, false), "");
+  const std::vector<RankFallbackInfo> hosts = {rank(kAuto, 0, 22809, 7), rank(kAuto, 0, 22809, 8)};
+  EXPECT_EQ(gpuSharingWarning(hosts, {7, 8}, 0, false), "");
+  const std::vector<RankFallbackInfo> mixed = {rank(kAuto, 0), rank(kAuto, 0), rank(kAuto, 0)};
+  EXPECT_TRUE(has(gpuSharingWarning(mixed, {7, 7, 9}, 0, false), "rank(s) 1 (pid 7), 2 (pid 9)"));
+}
+
+}  // namespace

@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/core_util.h"
 #include "core/rank_harness.h"
 #include "device_memory.h"
 
@@ -177,6 +180,67 @@ TEST(STAGED_SUITE, EveryCollectiveInProcesses) {
         },
         opt);
     verdict(failures);
+  }
+}
+
+// Processes sharing a device without NVIDIA's MPS take turns on the GPU: the lowest of
+// them warns once, naming the others; with an MPS control socket in
+// CUDA_MPS_PIPE_DIRECTORY nobody does.
+TEST(STAGED_SUITE, ProcessesSharingADeviceWithoutMpsAreWarned) {
+  ASSERT_TRUE(kEnvSet);
+  for (bool mps : {false, true}) {
+    SCOPED_TRACE(mps ? "MPS control socket present" : "no MPS");
+    char tmpl[] = "/tmp/loom-mps-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string dir = tmpl;
+    int sock = -1;
+    if (mps) {
+      sock = socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/control", dir.c_str());
+      ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    }
+    EnvGuard pipe("CUDA_MPS_PIPE_DIRECTORY", dir.c_str());
+    RankOptions opt;
+    opt.beforeInit = [&](int rank) {
+      if (mem().unavailable().empty()) mem().makeCurrent(0);
+      setenv("NCCL_DEBUG", "WARN", 1);
+      freopen((dir + "/rank" + std::to_string(rank) + ".log").c_str(), "w", stdout);  // the log
+      ncclResetDebugInit();
+    };
+    auto failures = runRanks(
+        Mode::kProcesses, 3,
+        [](int, int, ncclComm_t) -> std::string {
+          RANK_TRY(deviceOrSkip());
+          fflush(stdout);
+          return "";
+        },
+        opt);
+    verdict(failures);
+    auto slurp = [&](int r) {
+      std::string text;
+      if (FILE* f = fopen((dir + "/rank" + std::to_string(r) + ".log").c_str(), "r")) {
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+        fclose(f);
+        unlink((dir + "/rank" + std::to_string(r) + ".log").c_str());
+      }
+      return text;
+    };
+    const std::string r0 = slurp(0), r1 = slurp(1), r2 = slurp(2);
+    if (sock >= 0) {
+      close(sock);
+      unlink((dir + "/control").c_str());
+    }
+    rmdir(dir.c_str());
+    if (HasFailure() || IsSkipped()) return;
+    const bool warned = r0.find("shares CUDA device 0 with rank(s) 1 (pid") != std::string::npos &&
+                        r0.find("no MPS control daemon") != std::string::npos;
+    EXPECT_EQ(warned, !mps) << r0;
+    EXPECT_EQ(r1.find("shares CUDA device"), std::string::npos) << r1;
+    EXPECT_EQ(r2.find("shares CUDA device"), std::string::npos) << r2;
   }
 }
 
