@@ -3,7 +3,7 @@
 
 Every collective torch offers on a backend, each checked exactly against what the ranks
 contributed; every dtype Loom moves; non-contiguous tensors; asynchronous works; new
-groups; errors as Python exceptions; a killed rank failing the others; DDP against gloo.
+groups and split groups; errors as Python exceptions; a killed rank failing the others; DDP against gloo.
 
     python -m pytest python/tests -q      (or: python python/tests/test_loom_backend.py)
 """
@@ -240,6 +240,35 @@ class LoomCollectivesTest(LoomTestBase):
             self.assertEqual(t, torch.full((3,), 4.0))
         t = torch.ones(2)
         dist.all_reduce(t)
+        self.assertEqual(t, torch.full((2,), 3.0))
+        self.fini()
+
+    def test_split_group(self):
+        """split_group splits the parent's communicator (ncclCommSplit, no new rendezvous);
+        a rank in none of the groups gets no group."""
+        if not hasattr(dist, "split_group"):
+            self.skipTest("this torch has no split_group")
+        self.init()
+        self.assertTrue(dist.group.WORLD._get_backend(torch.device("cpu")).supports_splitting)
+        try:
+            g = dist.split_group(split_ranks=[[2, 0]])
+        except RuntimeError as e:  # torch 2.9 splits only groups bound to an accelerator
+            if "No device associated" not in str(e):
+                raise
+            self.skipTest("this torch splits only groups bound to an accelerator")
+        if self.rank == 1:
+            self.assertEqual(g, dist.GroupMember.NON_GROUP_MEMBER)
+        else:
+            self.assertEqual(dist.get_world_size(g), 2)
+            self.assertEqual(dist.get_rank(g), [2, 0].index(self.rank))
+            t = torch.full((5,), float(self.rank + 1))
+            dist.all_reduce(t, group=g)
+            self.assertEqual(t, torch.full((5,), 4.0))
+            out = [torch.empty(1) for _ in range(2)]
+            dist.all_gather(out, torch.full((1,), float(self.rank)), group=g)
+            self.assertEqual(torch.cat(out), torch.tensor([2.0, 0.0]))  # the group's order
+        t = torch.ones(2)
+        dist.all_reduce(t)  # the parent still works
         self.assertEqual(t, torch.full((2,), 3.0))
         self.fini()
 

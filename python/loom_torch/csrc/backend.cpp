@@ -149,6 +149,34 @@ LoomBackend::LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   thread_ = std::thread(&LoomBackend::worker, this);
 }
 
+LoomBackend::LoomBackend(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout)
+    : Backend(rank, size), api_(loomApi()), comm_(comm), timeout_(timeout) {
+  thread_ = std::thread(&LoomBackend::worker, this);
+}
+
+#if LOOM_TORCH_AT_LEAST(2, 9)
+c10::intrusive_ptr<c10d::Backend> LoomBackend::split(const c10::intrusive_ptr<c10d::Store>&,
+                                                     const std::vector<int>& ranks,
+                                                     const c10::intrusive_ptr<Options>& opts) {
+  int key = -1;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == rank_) key = static_cast<int>(i);
+  // Members of one group pass the same list: its hash is their color (NCCL's are >= 0).
+  uint64_t h = 1469598103934665603ull;
+  for (int r : ranks) h = (h ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  const int color = key < 0 ? NCCL_SPLIT_NOCOLOR : static_cast<int>(h & 0x7fffffff);
+  ncclComm_t child = nullptr;
+  auto work = enqueue(OpType::UNKNOWN, "split", {}, [&] {
+    check(api_.commSplit(comm_, color, key < 0 ? 0 : key, &child, nullptr), "ncclCommSplit");
+  });
+  work->wait(kNoTimeout);
+  if (key < 0) return nullptr;
+  TORCH_CHECK(child, "loom rank ", rank_, ": ncclCommSplit made no communicator");
+  return c10::make_intrusive<LoomBackend>(child, key, static_cast<int>(ranks.size()),
+                                          opts ? opts->timeout : timeout_);
+}
+#endif
+
 LoomBackend::~LoomBackend() {
   stop(true);
   if (comm_) api_.commDestroy(comm_);

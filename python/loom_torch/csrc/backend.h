@@ -74,6 +74,8 @@ class LoomBackend : public c10d::Backend {
  public:
   LoomBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
               std::chrono::milliseconds timeout);
+  // A backend over a communicator split() made.
+  LoomBackend(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout);
   ~LoomBackend() override;
 
   const std::string getBackendName() const override { return "loom"; }
@@ -122,6 +124,22 @@ class LoomBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+#if LOOM_TORCH_AT_LEAST(2, 9)
+  // torch.distributed.split_group: every rank of this group calls it, each with the ranks
+  // (of this group) of the group it joins; ranks outside `ranks` join none and get null.
+  // One ncclCommSplit of this communicator, run on the worker after the work queued before
+  // it: no new rendezvous, the store is not used.
+  bool supportsSplitting() const override { return true; }
+  // What split_group clones for the child (the backend's name and timeout).
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    if (!options_) options_ = c10::make_intrusive<Options>("loom", timeout_);
+    return options_;
+  }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+#endif
+
   // Aborts the communicator: operations in flight fail, later ones fail at once.
   void abort() LOOM_NEWER_OVERRIDE;
   // Finishes what was issued, then destroys the communicator.
@@ -145,6 +163,9 @@ class LoomBackend : public c10d::Backend {
   const LoomApi& api_;
   ncclComm_t comm_ = nullptr;
   std::chrono::milliseconds timeout_;
+#if LOOM_TORCH_AT_LEAST(2, 9)
+  c10::intrusive_ptr<Options> options_;
+#endif
   uint64_t seq_ = 0;
   struct Item {
     c10::intrusive_ptr<LoomWork> work;

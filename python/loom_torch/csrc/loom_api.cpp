@@ -34,6 +34,7 @@ LoomApi load() {
   bind(lib, a.commInitRank, "ncclCommInitRank", path);
   bind(lib, a.commDestroy, "ncclCommDestroy", path);
   bind(lib, a.commAbort, "ncclCommAbort", path);
+  bind(lib, a.commSplit, "ncclCommSplit", path);
   bind(lib, a.getErrorString, "ncclGetErrorString", path);
   bind(lib, a.getLastError, "ncclGetLastError", path);
   bind(lib, a.allReduce, "ncclAllReduce", path);

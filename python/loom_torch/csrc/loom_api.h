@@ -15,6 +15,7 @@ struct LoomApi {
   decltype(&ncclCommInitRank) commInitRank;
   decltype(&ncclCommDestroy) commDestroy;
   decltype(&ncclCommAbort) commAbort;
+  decltype(&ncclCommSplit) commSplit;
   decltype(&ncclGetErrorString) getErrorString;
   decltype(&ncclGetLastError) getLastError;
   decltype(&ncclAllReduce) allReduce;
