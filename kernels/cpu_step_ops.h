@@ -33,6 +33,9 @@ struct CpuStepOps {
   // One host thread runs the whole piece.
   unsigned lane() const { return 0; }
   unsigned lanes() const { return 1; }
+  bool anyLane(bool v) const { return v; }
+  // A host thread never waits inside a piece (one lane writes an LL header last).
+  bool stopRequested() const { return false; }
   // Streaming stores are weakly ordered: they must land before a post.
   void fence() const {
     if (stream) streamFence();

@@ -42,11 +42,20 @@ struct alignas(128) FifoCtrl {
 struct HostAtomics {
   static uint64_t load(const uint64_t& v) { return __atomic_load_n(&v, __ATOMIC_ACQUIRE); }
   static void store(uint64_t& v, uint64_t x) { __atomic_store_n(&v, x, __ATOMIC_RELEASE); }
+  // A FIFO end's own counter: written by the thread that drives the end, read also by one
+  // that probes it (a liveness check while the executor runs); no ordering needed.
+  static uint64_t loadOwn(const uint64_t& v) { return __atomic_load_n(&v, __ATOMIC_RELAXED); }
+  static void storeOwn(uint64_t& v, uint64_t x) { __atomic_store_n(&v, x, __ATOMIC_RELAXED); }
+  // LL lines (kernels/ll.h): data and flag in one word; every lane writes its own.
+  static uint64_t loadLine(const uint64_t& v) { return __atomic_load_n(&v, __ATOMIC_ACQUIRE); }
+  static void storeLine(uint64_t& v, uint64_t x) { __atomic_store_n(&v, x, __ATOMIC_RELEASE); }
 };
 
 #if defined(__CUDACC__)
-// A CUDA thread: the fences order this thread's accesses to the slots against the counter
-// for every observer (CPUs, peer GPUs, the NIC).
+// The threads of a CUDA block that run a piece together (each with its own copy of the
+// FIFO end): the fences order the block's accesses to the slots against the counters for
+// every observer (CPUs, peer GPUs, the NIC). Thread 0 alone publishes a counter, after the
+// barrier that ends the piece's writes (Ops::fence); every thread advances its own copy.
 struct DeviceAtomics {
   __device__ static uint64_t load(const uint64_t& v) {
     uint64_t x = *reinterpret_cast<const volatile uint64_t*>(&v);
@@ -54,7 +63,19 @@ struct DeviceAtomics {
     return x;
   }
   __device__ static void store(uint64_t& v, uint64_t x) {
+    if (threadIdx.x != 0) return;
     __threadfence_system();
+    *reinterpret_cast<volatile uint64_t*>(&v) = x;
+  }
+  // Per-thread copies of a FIFO end's own counter.
+  __device__ static uint64_t loadOwn(const uint64_t& v) { return v; }
+  __device__ static void storeOwn(uint64_t& v, uint64_t x) { v = x; }
+  // LL lines (kernels/ll.h): data and flag in one 8-byte word, so no fence; every thread
+  // writes and reads its own lines.
+  __device__ static uint64_t loadLine(const uint64_t& v) {
+    return *reinterpret_cast<const volatile uint64_t*>(&v);
+  }
+  __device__ static void storeLine(uint64_t& v, uint64_t x) {
     *reinterpret_cast<volatile uint64_t*>(&v) = x;
   }
 };
@@ -78,22 +99,26 @@ struct FifoEndT {
   LOOM_HD uint64_t& head() const { return headAt ? *headAt : ctrl->head; }
 
   // Sender side.
-  LOOM_HD bool canSend() const { return Atomics::load(head()) + depth > step; }
+  LOOM_HD bool canSend() const { return Atomics::load(head()) + depth > Atomics::loadOwn(step); }
   LOOM_HD char* sendSlot() const { return slot(step); }
   LOOM_HD void post(uint64_t bytes, uint64_t remote = 0) {
     FifoSlotInfo& i = ctrl->info[step % depth];
     i.bytes = bytes;
     i.remote = remote;
-    Atomics::store(ctrl->tail, ++step);
+    Atomics::storeOwn(step, step + 1);
+    Atomics::store(ctrl->tail, step);
   }
   // True once the receiver has released every step this side posted.
-  LOOM_HD bool drained() const { return Atomics::load(head()) >= step; }
+  LOOM_HD bool drained() const { return Atomics::load(head()) >= Atomics::loadOwn(step); }
 
   // Receiver side.
-  LOOM_HD bool canRecv() const { return Atomics::load(ctrl->tail) > step; }
+  LOOM_HD bool canRecv() const { return Atomics::load(ctrl->tail) > Atomics::loadOwn(step); }
   LOOM_HD const char* recvSlot() const { return slot(step); }
   LOOM_HD const FifoSlotInfo& recvInfo() const { return ctrl->info[step % depth]; }
-  LOOM_HD void release() { Atomics::store(head(), ++step); }
+  LOOM_HD void release() {
+    Atomics::storeOwn(step, step + 1);
+    Atomics::store(head(), step);
+  }
 };
 
 }  // namespace loom

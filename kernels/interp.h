@@ -178,9 +178,12 @@ class ChannelInterp {
     if (llIn) {
       size_t posted = 0;
       llArrived<Atomics>(rf->recvSlot(), rf->step, &posted);
-      if (posted != p.bytes) return false;
+      // Decided alike by every lane of a block (anyLane is a barrier on a GPU).
+      if (ops.anyLane(posted != p.bytes)) return false;
       void* in = env.llStage(0, p.bytes);
-      llRead<Atomics>(rf->recvSlot(), in, p.bytes, rf->step, ops.lane(), ops.lanes());
+      const bool whole = llRead<Atomics>(rf->recvSlot(), in, p.bytes, rf->step, ops.lane(), ops.lanes(),
+                                         [&ops] { return ops.stopRequested(); });
+      if (ops.anyLane(!whole)) return false;
       ops.fence();  // every lane's part of the payload is in staging
       p.a = in;
     } else if (rf) {

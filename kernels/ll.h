@@ -38,7 +38,7 @@ LOOM_HD inline uint64_t llLine(uint32_t data, uint32_t flag) {
 // Whether the header line of step `step` has arrived; *bytes is then its byte count.
 template <class Atomics>
 LOOM_HD bool llArrived(const char* slot, uint64_t step, size_t* bytes) {
-  const uint64_t v = Atomics::load(*reinterpret_cast<const uint64_t*>(slot));
+  const uint64_t v = Atomics::loadLine(*reinterpret_cast<const uint64_t*>(slot));
   if (static_cast<uint32_t>(v >> 32) != llFlagFor(step)) return false;
   *bytes = static_cast<uint32_t>(v);
   return true;
@@ -56,28 +56,32 @@ LOOM_HD void llWrite(char* slot, const void* src, size_t bytes, uint64_t step, u
     uint32_t d = 0;
     const size_t at = i * 4, take = bytes - at < 4 ? bytes - at : 4;
     for (size_t k = 0; k < take; ++k) d |= static_cast<uint32_t>(s[at + k]) << (8 * k);
-    Atomics::store(lines[1 + i], llLine(d, flag));
+    Atomics::storeLine(lines[1 + i], llLine(d, flag));
   }
-  if (lane == 0) Atomics::store(lines[0], llLine(static_cast<uint32_t>(bytes), flag));
+  if (lane == 0) Atomics::storeLine(lines[0], llLine(static_cast<uint32_t>(bytes), flag));
 }
 
 // Reads `bytes` of payload of step `step` into dst, waiting for each line's flag (the
-// lines of one step may land in any order).
-template <class Atomics>
-LOOM_HD void llRead(const char* slot, void* dst, size_t bytes, uint64_t step, unsigned lane,
-                    unsigned lanes) {
+// lines of one step may land in any order: the header may come before them). False when
+// stop() said to give up while a line was missing (a sender stopped halfway).
+template <class Atomics, class Stop>
+LOOM_HD bool llRead(const char* slot, void* dst, size_t bytes, uint64_t step, unsigned lane,
+                    unsigned lanes, const Stop& stop) {
   const uint32_t flag = llFlagFor(step);
   const uint64_t* lines = reinterpret_cast<const uint64_t*>(slot);
   unsigned char* d = static_cast<unsigned char*>(dst);
   const size_t n = (bytes + 3) / 4;
   for (size_t i = lane; i < n; i += lanes) {
     uint64_t v;
-    do {
-      v = Atomics::load(lines[1 + i]);
-    } while (static_cast<uint32_t>(v >> 32) != flag);
+    for (uint32_t polls = 1;; ++polls) {
+      v = Atomics::loadLine(lines[1 + i]);
+      if (static_cast<uint32_t>(v >> 32) == flag) break;
+      if ((polls & 0xfffffu) == 0 && stop()) return false;
+    }
     const size_t at = i * 4, take = bytes - at < 4 ? bytes - at : 4;
     for (size_t k = 0; k < take; ++k) d[at + k] = static_cast<unsigned char>(v >> (8 * k));
   }
+  return true;
 }
 
 }  // namespace loom

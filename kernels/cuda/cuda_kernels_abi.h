@@ -79,7 +79,8 @@ typedef struct loomCudaInterpArgs {
   uint32_t* status;
   int proto;                 /* LOOM_CUDA_INTERP_PROTO_* (both ends of a connection alike) */
   void* llStaging;           /* LL: 2 * llStageBytes per channel, device memory */
-  uint64_t llStageBytes;     /* LL: at least the payload of one slot (kernels/ll.h) */
+  uint64_t llStageBytes;     /* LL: a multiple of 16, at least llCapacity(slotBytes) of the
+                                largest slot (kernels/ll.h) */
 } loomCudaInterpArgs;
 
 #define LOOM_CUDA_INTERP_PROTO_SIMPLE 0

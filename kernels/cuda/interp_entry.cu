@@ -13,7 +13,7 @@ cudaError_t dispatch(const loomCudaInterpArgs* a, int channels, cudaStream_t str
     return cudaErrorInvalidValue;
   if (a->kind < 0 || a->kind >= loom::kNumRedKinds) return cudaErrorInvalidValue;
   if (a->proto != LOOM_CUDA_INTERP_PROTO_SIMPLE &&
-      (a->proto != LOOM_CUDA_INTERP_PROTO_LL || !a->llStaging))
+      (a->proto != LOOM_CUDA_INTERP_PROTO_LL || !a->llStaging || a->llStageBytes % 16 != 0))
     return cudaErrorInvalidValue;
   switch (DataType(a->dtype)) {
     case DataType::kInt8: return interpLaunch<DataType::kInt8>(a, channels, stream);

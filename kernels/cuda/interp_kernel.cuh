@@ -28,6 +28,7 @@ using DevFifo = FifoEndT<DeviceAtomics>;
 struct DeviceEnv {
   const loomCudaInterpArgs* a;
   DevFifo ends[kInterpMaxFifos];
+  uint64_t start[kInterpMaxFifos];  // the counters as this block found them
   int n = 0;
 
   __device__ explicit DeviceEnv(const loomCudaInterpArgs* args) : a(args) {
@@ -38,13 +39,15 @@ struct DeviceEnv {
       ends[i].slots = static_cast<char*>(f.slots);
       ends[i].slotBytes = f.slotBytes;
       ends[i].depth = f.depth;
-      ends[i].step = *f.step;
+      ends[i].step = start[i] = *f.step;
       ends[i].headAt = f.headAt;
     }
   }
+  // Only the ends this block moved: every block holds a copy of every end, and the ends of
+  // concurrent channels are disjoint, so another block's copy of ours is stale.
   __device__ void writeBack() const {
     for (int i = 0; i < n; ++i)
-      if (ends[i].step != *a->fifos[i].step) *a->fifos[i].step = ends[i].step;
+      if (ends[i].step != start[i]) *a->fifos[i].step = ends[i].step;
   }
   __device__ DevFifo* find(int peer, int conn, int send) {
     for (int i = 0; i < n; ++i) {
@@ -83,10 +86,18 @@ struct DeviceOps {
   RedKind kind;
   uint64_t scalarBits;
   uint32_t* status;
+  const uint32_t* abortWord;
 
   __device__ size_t eltSize() const { return sizeof(S); }
   __device__ unsigned lane() const { return threadIdx.x; }
   __device__ unsigned lanes() const { return blockDim.x; }
+  // Whether any thread of the block says so (a barrier: every thread must call it).
+  __device__ bool anyLane(bool v) const { return __syncthreads_or(v) != 0; }
+  // The host asked the kernel to stop, or another block failed.
+  __device__ bool stopRequested() const {
+    return *reinterpret_cast<const volatile uint32_t*>(abortWord) ||
+           *reinterpret_cast<const volatile uint32_t*>(status);
+  }
   __device__ bool hasPre() const { return kind == RedKind::kPreMulSum; }
 
   template <typename F>
@@ -156,7 +167,7 @@ __global__ void __launch_bounds__(kInterpThreads) interpKernel(loomCudaInterpArg
   __shared__ int go;  // 1: the piece is ready; 0: stop (aborted or failed)
   const FlatPlan& plan = *static_cast<const FlatPlan*>(args.plan);
   DeviceEnv env(&args);
-  DeviceOps<D> ops{static_cast<RedKind>(args.kind), args.scalarBits, args.status};
+  DeviceOps<D> ops{static_cast<RedKind>(args.kind), args.scalarBits, args.status, args.abortWord};
   const bool hasPost = args.kind == int(RedKind::kSumPostDiv);
   ChannelInterp<DeviceAtomics, DeviceEnv> in(plan, blockIdx.x, args.count, args.elt,
                                              args.proto == LOOM_CUDA_INTERP_PROTO_LL);
@@ -172,8 +183,9 @@ __global__ void __launch_bounds__(kInterpThreads) interpKernel(loomCudaInterpArg
     }
     __syncthreads();
     if (!go) break;  // the same shared value on every thread: the block leaves together
-    // A piece of another size than the peer posted: every thread sees the same header.
-    if (!in.run(env, ops, hasPost) && threadIdx.x == 0)
+    // A piece of another size than the peer posted (every thread decides alike: anyLane), or
+    // an LL read that gave up because the kernel is told to stop.
+    if (!in.run(env, ops, hasPost) && threadIdx.x == 0 && !*abortWord)
       atomicCAS(args.status, LOOM_CUDA_INTERP_OK, LOOM_CUDA_INTERP_SIZE_MISMATCH);
     __syncthreads();
   }

@@ -300,6 +300,12 @@ double hostTimeoutSec() {
 }
 
 void runTasks(std::span<Task* const> tasks) {
+  bool mixed = false;
+  for (Task* t : tasks) mixed |= t->interp != tasks[0]->interp;
+  if (__builtin_expect(mixed, 0))
+    LOOM_THROW(kInvalidUsage,
+               "rank %d: a group spans communicators created with different LOOM_EXECUTOR or "
+               "LOOM_INTERP_PROTO settings; create them alike", tasks[0]->rank);
   if (__builtin_expect(tasks[0]->interp, 0)) return runTasksInterp(tasks);
   // Reused from call to call on this thread (a thread runs one launch at a time), so a
   // small collective allocates nothing here. A collective called from an atexit handler

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -87,9 +88,14 @@ class TaskRun {
     waits_ = std::make_unique<std::atomic<uint64_t>[]>(n);
     left_.store(n);
     threads_.reserve(n);
-    for (size_t ch = 0; ch < n; ++ch) {
-      waits_[ch].store(0);
-      threads_.emplace_back([this, ch] { runChannel(ch); });
+    for (size_t ch = 0; ch < n; ++ch) waits_[ch].store(0);
+    try {
+      for (size_t ch = 0; ch < n; ++ch) threads_.emplace_back([this, ch] { runChannel(ch); });
+    } catch (const std::system_error& e) {
+      stop();  // the channels that started leave at their next wait
+      LOOM_THROW(kSystemError, "rank %d: %s #%llu: cannot start a thread for each of its %zu "
+                 "channels (LOOM_EXECUTOR=interp): %s", t.rank, t.name,
+                 static_cast<unsigned long long>(t.seq), n, e.what());
     }
   }
   ~TaskRun() { stop(); }
@@ -156,7 +162,9 @@ class TaskRun {
           continue;
         }
         if (stop_.load(std::memory_order_relaxed)) break;
-        if (idle++ == 0) waits_[ch].store(waitKey(in.current(), env), std::memory_order_relaxed);
+        // What it waits on, for the liveness probes: again now and then, as a step that
+        // waited to receive may go on to wait to send.
+        if ((idle++ & 255) == 0) waits_[ch].store(waitKey(in.current(), env), std::memory_order_relaxed);
         backoff(idle, spin_);
       }
     } catch (const Error& e) {
