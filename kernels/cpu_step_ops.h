@@ -25,8 +25,12 @@ struct CpuStepOps {
   void reduce2(void* d, const void* a, const void* b, size_t n) const { red->reduce2(d, a, b, n); }
   void pre(void* d, const void* s, size_t n) const { red->pre(d, s, n); }
   void post(void* d, const void* s, size_t n) const { red->post(d, s, n); }
-  void copy(void* d, const void* s, size_t bytes) const { memcpy(d, s, bytes); }
+  // A zero-byte piece may have no buffers at all (a count-0 call's null pointers).
+  void copy(void* d, const void* s, size_t bytes) const {
+    if (bytes) memcpy(d, s, bytes);
+  }
   void copyOut(void* d, const void* s, size_t bytes) const {
+    if (!bytes) return;
     if (stream) copyStreaming(d, s, bytes);
     else memcpy(d, s, bytes);
   }

@@ -49,7 +49,7 @@ struct HostEnv {
   bool llRecv(int peer, int conn) const { return sharedSlots(tm->recvConn(peer, conn)); }
   bool llSend(int peer, int conn) const { return sharedSlots(tm->sendConn(peer, conn)); }
   void* llStage(int which, size_t bytes) {
-    if (stage[which].size() < bytes) stage[which].resize(bytes);
+    if (stage[which].size() < bytes || stage[which].empty()) stage[which].resize(bytes + 64);
     return stage[which].data();
   }
   const char* ptr(BufRef r, size_t off) const {

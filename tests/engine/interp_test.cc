@@ -139,7 +139,7 @@ struct TableEnv {
   bool llRecv(int peer, int) const { return lines(peer, rank); }
   bool llSend(int peer, int) const { return lines(rank, peer); }
   void* llStage(int which, size_t bytes) {
-    if (stage[which].size() < bytes) stage[which].resize(bytes);
+    if (stage[which].size() < bytes || stage[which].empty()) stage[which].resize(bytes + 64);
     return stage[which].data();
   }
 
