@@ -208,6 +208,19 @@ class StepSeqT {
   size_t loopEnd_[kMaxLoops] = {};  // steps up to the end of each loop
 };
 
+// Where bytes `off` on of a step's buffer reference lie, given the call's buffers.
+LOOM_HD inline const char* bufAt(BufRef r, size_t off, const void* send, const void* recv,
+                                 const void* scratch) {
+  switch (r.buf) {
+    case Buf::kSend: return static_cast<const char*>(send) + r.offset + off;
+    case Buf::kRecv: return static_cast<const char*>(recv) + r.offset + off;
+    case Buf::kScratch: return static_cast<const char*>(scratch) + r.offset + off;
+    case Buf::kAbsolute: return reinterpret_cast<const char*>(r.offset) + off;
+    case Buf::kNone: break;
+  }
+  return nullptr;
+}
+
 // The buffers and flags of bytes [off, off + n) of step s for the step primitive: b is the
 // step's source, dst its destination (ptr(BufRef, off) resolves them), a local reduce reads
 // its dst as the first source, and a send's copy into its own dst is skipped in place.

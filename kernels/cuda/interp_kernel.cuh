@@ -66,14 +66,7 @@ struct DeviceEnv {
   __device__ DevFifo* recvFifo(int peer, int conn) { return find(peer, conn, 0); }
   __device__ DevFifo* sendFifo(int peer, int conn) { return find(peer, conn, 1); }
   __device__ const char* ptr(BufRef r, size_t off) const {
-    switch (r.buf) {
-      case Buf::kSend: return static_cast<const char*>(a->sendbuf) + r.offset + off;
-      case Buf::kRecv: return static_cast<const char*>(a->recvbuf) + r.offset + off;
-      case Buf::kScratch: return static_cast<const char*>(a->scratch) + r.offset + off;
-      case Buf::kAbsolute: return reinterpret_cast<const char*>(r.offset) + off;
-      case Buf::kNone: break;
-    }
-    return nullptr;
+    return bufAt(r, off, a->sendbuf, a->recvbuf, a->scratch);
   }
 };
 

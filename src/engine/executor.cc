@@ -97,16 +97,7 @@ class ChannelRun {
   }
 
  private:
-  const char* ptr(BufRef r, size_t off) const {
-    switch (r.buf) {
-      case Buf::kSend: return static_cast<const char*>(sendbuf_) + r.offset + off;
-      case Buf::kRecv: return static_cast<const char*>(recvbuf_) + r.offset + off;
-      case Buf::kScratch: return static_cast<const char*>(t_.scratch) + r.offset + off;
-      case Buf::kAbsolute: return reinterpret_cast<const char*>(r.offset) + off;
-      case Buf::kNone: break;
-    }
-    return nullptr;
-  }
+  const char* ptr(BufRef r, size_t off) const { return bufAt(r, off, sendbuf_, recvbuf_, t_.scratch); }
 
   bool tryPiece() {
     const Step& s = step_;
@@ -192,8 +183,7 @@ struct CommQueue {
     try {
       return progressTask(t);
     } catch (const Error& e) {
-      throw Error(e.code(), strprintf("rank %d: %s #%llu: %s", t->rank, t->name,
-                                      static_cast<unsigned long long>(t->seq), e.what()));
+      throw taskError(*t, e);
     }
   }
 
@@ -231,12 +221,7 @@ struct CommQueue {
   void checkStalled(double idleSec, double timeoutSec) {
     if (done()) return;
     Task* t = tasks[next];
-    if (t->abortFlag && t->abortFlag->load(std::memory_order_relaxed))
-      LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator aborted", t->rank,
-                 t->name, static_cast<unsigned long long>(t->seq));
-    if (t->revokeFlag && t->revokeFlag->load(std::memory_order_relaxed))
-      LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator revoked", t->rank,
-                 t->name, static_cast<unsigned long long>(t->seq));
+    throwIfInterrupted(*t);
     if (idleSec < 0.1) return;
     std::vector<Connection*> waits;
     for (auto& r : runs) {
@@ -255,23 +240,7 @@ struct CommQueue {
             if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->noteWaiting(c->peer(), true);
           waits.push_back(c);
         }
-    for (Connection* c : waits) {
-      try {
-        c->checkPeer();
-      } catch (const Error& e) {
-        // Name the operation the failure interrupted.
-        throw Error(e.code(), strprintf("rank %d: %s #%llu: %s", t->rank, t->name,
-                                        static_cast<unsigned long long>(t->seq), e.what()));
-      }
-      if (timeoutSec > 0 && idleSec > timeoutSec) {
-        // Ask the other ranks who holds the job up before giving up.
-        std::string view = t->core ? describeStall(*t->core, c->peer()) : "";
-        LOOM_THROW(kRemoteError,
-                   "rank %d: %s #%llu made no progress for %.0f s waiting on %s (LOOM_TIMEOUT)%s",
-                   t->rank, t->name, static_cast<unsigned long long>(t->seq), idleSec,
-                   c->describe().c_str(), view.c_str());
-      }
-    }
+    for (Connection* c : waits) probeWait(*t, c, idleSec, timeoutSec);
   }
 };
 
@@ -283,6 +252,36 @@ struct QueuePool {
 };
 
 }  // namespace
+
+Error taskError(const Task& t, const Error& e) {
+  return Error(e.code(), strprintf("rank %d: %s #%llu: %s", t.rank, t.name,
+                                   static_cast<unsigned long long>(t.seq), e.what()));
+}
+
+void throwIfInterrupted(const Task& t) {
+  if (t.abortFlag && t.abortFlag->load(std::memory_order_relaxed))
+    LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator aborted", t.rank,
+               t.name, static_cast<unsigned long long>(t.seq));
+  if (t.revokeFlag && t.revokeFlag->load(std::memory_order_relaxed))
+    LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator revoked", t.rank,
+               t.name, static_cast<unsigned long long>(t.seq));
+}
+
+void probeWait(const Task& t, Connection* c, double idleSec, double timeoutSec) {
+  try {
+    c->checkPeer();
+  } catch (const Error& e) {
+    throw taskError(t, e);  // name the operation the failure interrupted
+  }
+  if (timeoutSec > 0 && idleSec > timeoutSec) {
+    // Ask the other ranks who holds the job up before giving up.
+    std::string view = t.core ? describeStall(*t.core, c->peer()) : "";
+    LOOM_THROW(kRemoteError,
+               "rank %d: %s #%llu made no progress for %.0f s waiting on %s (LOOM_TIMEOUT)%s",
+               t.rank, t.name, static_cast<unsigned long long>(t.seq), idleSec,
+               c->describe().c_str(), view.c_str());
+  }
+}
 
 int64_t hostSpinPolls(bool oversubscribed) {
   // Knobs are read once per process: getenv on every call would cost more than a small

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "algo/plan.h"
+#include "base/error.h"
 #include "kernels/reduce.h"
 #include "transports/transport.h"
 
@@ -60,5 +61,13 @@ void runTasks(std::span<Task* const> tasks);
 // seconds without progress before an operation fails (LOOM_TIMEOUT; 0: none).
 int64_t hostSpinPolls(bool oversubscribed);
 double hostTimeoutSec();
+
+// The host executors' stall checks. `e` with the operation it interrupted named.
+Error taskError(const Task& t, const Error& e);
+// Throws when the task's communicator was aborted or revoked.
+void throwIfInterrupted(const Task& t);
+// A connection the task waits on: throws if its peer is gone (checkPeer), or when the task
+// has made no progress for LOOM_TIMEOUT (timeoutSec > 0), asking the job who holds it up.
+void probeWait(const Task& t, Connection* c, double idleSec, double timeoutSec);
 
 }  // namespace loom

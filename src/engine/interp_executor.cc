@@ -17,7 +17,6 @@
 #include "engine/flat_plan.h"
 #include "engine/flight_recorder.h"
 #include "engine/host_step_ops.h"
-#include "engine/job_status.h"
 #include "kernels/interp.h"
 
 namespace loom {
@@ -52,16 +51,7 @@ struct HostEnv {
     if (stage[which].size() < bytes || stage[which].empty()) stage[which].resize(bytes + 64);
     return stage[which].data();
   }
-  const char* ptr(BufRef r, size_t off) const {
-    switch (r.buf) {
-      case Buf::kSend: return static_cast<const char*>(sendbuf) + r.offset + off;
-      case Buf::kRecv: return static_cast<const char*>(recvbuf) + r.offset + off;
-      case Buf::kScratch: return static_cast<const char*>(scratch) + r.offset + off;
-      case Buf::kAbsolute: return reinterpret_cast<const char*>(r.offset) + off;
-      case Buf::kNone: break;
-    }
-    return nullptr;
-  }
+  const char* ptr(BufRef r, size_t off) const { return bufAt(r, off, sendbuf, recvbuf, scratch); }
 };
 
 using Interp = ChannelInterp<HostAtomics, HostEnv>;
@@ -217,11 +207,6 @@ struct Queue {
   Task* current() const { return done() ? nullptr : tasks[next]; }
 };
 
-Error named(const Task& t, const Error& e) {
-  return Error(e.code(), strprintf("rank %d: %s #%llu: %s", t.rank, t.name,
-                                   static_cast<unsigned long long>(t.seq), e.what()));
-}
-
 // Starts, drives and completes the current task of q. Returns true if anything moved.
 bool advance(Queue& q, int64_t spin) {
   Task* t = q.current();
@@ -237,7 +222,7 @@ bool advance(Queue& q, int64_t spin) {
     q.seen = 0;
     return true;
   }
-  if (auto err = q.run->error()) throw named(*t, *err);
+  if (auto err = q.run->error()) throw taskError(*t, *err);
   const uint64_t p = q.run->progress();
   any |= p != q.seen;
   q.seen = p;
@@ -254,32 +239,14 @@ bool advance(Queue& q, int64_t spin) {
 void checkStalled(Queue& q, double idleSec, double timeoutSec) {
   Task* t = q.current();
   if (!t) return;
-  if (t->abortFlag && t->abortFlag->load(std::memory_order_relaxed))
-    LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator aborted", t->rank,
-               t->name, static_cast<unsigned long long>(t->seq));
-  if (t->revokeFlag && t->revokeFlag->load(std::memory_order_relaxed))
-    LOOM_THROW(kInvalidUsage, "rank %d: %s #%llu interrupted: communicator revoked", t->rank,
-               t->name, static_cast<unsigned long long>(t->seq));
+  throwIfInterrupted(*t);
   if (idleSec < 0.1 || !q.run) return;
   auto waits = q.run->waits();
   for (Connection* c : t->transports->buffered())
     if (!c->fifo().drained()) waits.emplace_back(true, c);
   if (!waits.empty())
     if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->noteWaiting(waits[0].second->peer(), waits[0].first);
-  for (auto [send, c] : waits) {
-    try {
-      c->checkPeer();
-    } catch (const Error& e) {
-      throw named(*t, e);
-    }
-    if (timeoutSec > 0 && idleSec > timeoutSec) {
-      std::string view = t->core ? describeStall(*t->core, c->peer()) : "";
-      LOOM_THROW(kRemoteError,
-                 "rank %d: %s #%llu made no progress for %.0f s waiting on %s (LOOM_TIMEOUT)%s",
-                 t->rank, t->name, static_cast<unsigned long long>(t->seq), idleSec,
-                 c->describe().c_str(), view.c_str());
-    }
-  }
+  for (auto [send, c] : waits) probeWait(*t, c, idleSec, timeoutSec);
 }
 
 }  // namespace

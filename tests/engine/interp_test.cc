@@ -145,16 +145,7 @@ struct TableEnv {
 
   FifoEnd* recvFifo(int peer, int conn) { return recvs.at({peer, conn}); }
   FifoEnd* sendFifo(int peer, int conn) { return sends.at({peer, conn}); }
-  const char* ptr(BufRef r, size_t off) const {
-    switch (r.buf) {
-      case Buf::kSend: return static_cast<const char*>(sendbuf) + r.offset + off;
-      case Buf::kRecv: return static_cast<const char*>(recvbuf) + r.offset + off;
-      case Buf::kScratch: return static_cast<const char*>(scratch) + r.offset + off;
-      case Buf::kAbsolute: return reinterpret_cast<const char*>(r.offset) + off;
-      case Buf::kNone: break;
-    }
-    return nullptr;
-  }
+  const char* ptr(BufRef r, size_t off) const { return bufAt(r, off, sendbuf, recvbuf, scratch); }
 };
 
 struct InterpOps : CpuStepOps {
