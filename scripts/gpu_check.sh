@@ -42,6 +42,7 @@ prepare() {
   for t in all_reduce all_gather reduce_scatter sendrecv; do cp "$build/bench/${t}_perf" "$stage/bin/"; done
   cp -P "$build"/libloom.so* "$build"/libloom-cuda-kernels.so "$stage/lib/"
   cp -P "$build"/nccl/libnccl.so* "$stage/lib/nccl/"
+  g++ -std=c++17 -O1 -o "$stage/bin/cuda_sync_probe" "$repo/scripts/gpu/cuda_sync_probe.cc" -ldl -lpthread
   if [ -n "${LOOM_NCCL_TESTS_SRC:-}" ]; then
     mkdir -p "$stage/nccl-tests"
     if [ -d "$LOOM_NCCL_TESTS_SRC/.git" ] || git -C "$LOOM_NCCL_TESTS_SRC" rev-parse HEAD >/dev/null 2>&1; then
@@ -49,6 +50,14 @@ prepare() {
     else
       cp -r "$LOOM_NCCL_TESTS_SRC"/. "$stage/nccl-tests/"
     fi
+  fi
+  # nccl-tests' all_reduce_perf built here for sm_90 without MPI, with its CUDA runtime.
+  if [ -d "$stage/nccl-tests/src" ] && [ -f "${CUDA_HOME:-/usr/local/cuda}/include/nccl.h" ]; then
+    make -C "$stage/nccl-tests/src" -j "${LOOM_JOBS:-$(nproc)}" BUILDDIR="$stage/nccl-tests/build" \
+      "$stage/nccl-tests/build/all_reduce_perf" NCCL_HOME="${CUDA_HOME:-/usr/local/cuda}" \
+      CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" MPI=0 NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" >/dev/null
+    find "$stage/nccl-tests/build" -name '*.o' -delete
+    cp -L "$(ldd "$stage/nccl-tests/build/all_reduce_perf" | awk '/libcudart/ {print $3}')" "$stage/nccl-tests/build/"
   fi
   git -C "$repo" rev-parse --short HEAD >"$stage/commit"
   echo "gpu_check: staged $(du -sh "$stage" | cut -f1) in .gpu (limit 64 MiB with the tree)"
@@ -66,10 +75,30 @@ log="$out/gpu_check.log"
 md="$out/gpu_check.md"
 : >"$log"
 rows=()
-row() { rows+=("| $1 | $2 | $3 |"); echo "gpu_check: $1: $2 ($3)" | tee -a "$log"; }
+write_md() {  # the table so far: a run cut short by the call's limit still brings it back
+  {
+    echo "# GPU check ($(date -u +%Y-%m-%d), Loom $(cat "$stage/commit" 2>/dev/null))"
+    echo
+    echo "| check | result | detail |"
+    echo "|---|---|---|"
+    printf '%s\n' "${rows[@]}"
+  } >"$md"
+}
+row() {
+  if [ "$(tail -1 "$out/step.out" 2>/dev/null)" = "skipped by LOOM_GPU_SKIP" ]; then
+    : >"$out/step.out"
+    return
+  fi
+  rows+=("| $1 | $2 | $3 |"); echo "gpu_check: $1: $2 ($3)" | tee -a "$log"; write_md; }
 # step <name> <timeout s> <command...>: output to the log; returns the command's status.
 step() {
   local name="$1" limit="$2"; shift 2
+  # LOOM_GPU_SKIP: an extended regex of step names not to run (to rerun a part in a short call)
+  if [ -n "${LOOM_GPU_SKIP:-}" ] && [[ "$name" =~ $LOOM_GPU_SKIP ]]; then
+    echo "=== $name: skipped (LOOM_GPU_SKIP)" >>"$log"
+    echo "skipped by LOOM_GPU_SKIP" >"$out/step.out"
+    return 99
+  fi
   echo "=== $name: $*" >>"$log"
   local t0=$SECONDS
   timeout -k 5 "$limit" "$@" >"$out/step.out" 2>&1
@@ -107,6 +136,8 @@ else
   row "GPU" FAILED "nvidia-smi: $(head -1 "$out/step.out")"
 fi
 py=python3
+# What the machine offers the later rows (recorded, never a failure).
+row "tools" info "$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' | head -1); torch $($py -c 'import torch; print(torch.__version__, torch.version.cuda)' 2>/dev/null || echo none); mpirun $(command -v mpirun >/dev/null && echo yes || echo no); compute-sanitizer $(command -v compute-sanitizer >/dev/null && echo yes || echo no)"
 stock=$($py - <<'EOF' 2>/dev/null
 import glob, os
 try:
@@ -126,15 +157,33 @@ else
   row "stock NCCL" missing "no nvidia.nccl beside python3's torch: fallback rows run without it"
 fi
 
+# Which driver calls wait for a stream held by cuStreamWaitValue32 (the staged path holds
+# a rank's stream so until its peers arrive): a rank thread making such a call deadlocks.
+if [ -x "$stage/bin/cuda_sync_probe" ]; then
+  step cuda-sync-probe 60 "$stage/bin/cuda_sync_probe"
+  rc=$?
+  row "driver calls that wait for a held stream" "$([ $rc = 0 ] && echo info || echo FAILED)" \
+    "$(grep -E 'WAITS|BLOCKED' "$out/step.out" | sed -E 's/^probe: *//; s/ +(WAITS|STILL).*//' | paste -sd ';' -)"
+fi
+
 # 2. Loom's tests against the real driver.
 for t in engine_mem_kind_cuda_test engine_staged_cuda_test; do
-  step "$t" 120 "$stage/bin/$t"
+  step "$t" 90 "$stage/bin/$t"
   rc=$?
   row "$t" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
 done
-step kernels_cuda_parity 120 "$stage/bin/kernels_test" --gtest_filter='*Cuda*'
+step kernels_cuda_parity 60 "$stage/bin/kernels_test" --gtest_filter='*Cuda*'
 rc=$?
 row "CUDA reduction kernels vs CPU" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
+
+# The staged path under compute-sanitizer (memcheck): four ranks as threads on one device.
+if command -v compute-sanitizer >/dev/null; then
+  step compute-sanitizer 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$stage/bin/engine_staged_cuda_test" --gtest_filter='*FourRanksShareOneDeviceAsThreads*:*CapturedCollectivesRunAtEveryReplay*'
+  rc=$?
+  row "compute-sanitizer memcheck, staged path" "$([ $rc = 0 ] && echo ok || echo FAILED)" \
+    "$(gtest_summary); $(grep -m1 -E 'ERROR SUMMARY' "$out/step.out" | sed 's/=* *//')"
+fi
 
 # 3. Loom's own benchmark on device buffers.
 perf=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -M device)
@@ -143,7 +192,9 @@ run_perf() {  # run_perf <label> <env...> -- <args...>
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  step "$label" 150 env "${envs[@]}" "$stage/bin/all_reduce_perf" "${perf[@]}" "$@"
+  local tool=all_reduce_perf
+  case "$label" in all_gather_perf*|reduce_scatter_perf*|sendrecv_perf*) tool="${label%% *}";; esac
+  step "$label" 90 env "${envs[@]}" "$stage/bin/$tool" "${perf[@]}" "$@"
   local rc=$?
   row "$label" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
 }
@@ -151,6 +202,12 @@ run_perf() {  # run_perf <label> <env...> -- <args...>
 run_perf "all_reduce_perf 1 rank, staged" LOOM_NCCL_FALLBACK=off --
 run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
 run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 2
+run_perf "all_reduce_perf 4 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 4
+run_perf "all_reduce_perf 8 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 8
+perf=(-b 8 -e 64M -f 8 -n 3 -w 1 -c 1 -M device)
+for t in all_gather reduce_scatter sendrecv; do
+  run_perf "${t}_perf 3 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 3
+done
 # Small messages, plain and inside a CUDA graph (issue 11's latency targets).
 perf=(-b 8 -e 1K -f 4 -n 50 -w 5 -c 1 -M device)
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
@@ -163,11 +220,11 @@ nccl_home=""
 [ -n "$stock" ] && nccl_home="$(dirname "$(dirname "$stock")")"
 if [ ! -d "$nt/src" ]; then
   row "nccl-tests" skipped "not staged (LOOM_NCCL_TESTS_SRC at prepare)"
-elif [ -z "$nccl_home" ] || [ ! -f "$nccl_home/include/nccl.h" ]; then
+elif [ -z "$nccl_home" ] || { [ ! -f "$nccl_home/include/nccl.h" ] && [ ! -x "$nt/build/all_reduce_perf" ]; }; then
   row "nccl-tests" skipped "no stock nccl.h to build against"
 else
   mpi=0
-  command -v mpirun >/dev/null && [ -n "$(command -v mpicc)" ] && mpi=1
+  command -v mpirun >/dev/null && [ -n "$(command -v mpicc)" ] && [ -f "$nccl_home/include/nccl.h" ] && mpi=1
   mpi_home="$(dirname "$(dirname "$(command -v mpicc 2>/dev/null || echo /usr/bin/mpicc)")")"
   # The wheel has libnccl.so.2 only; the link wants libnccl.so: a home with both.
   nh="$out/nccl_home"
@@ -177,18 +234,22 @@ else
   ln -sf "$stock" "$nh/lib/libnccl.so.2"
   nccl_home="$nh"
   cuda_home="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
-  if step nccl-tests-build 240 make -C "$nt/src" -j 16 BUILDDIR="$nt/build" \
+  # Built at prepare when nvcc and nccl.h are there (no MPI): here only if it was not.
+  ntb="$nt/build"
+  [ $mpi = 1 ] && ntb="$nt/build-mpi"
+  if [ -x "$ntb/all_reduce_perf" ] ||
+     step nccl-tests-build 150 make -C "$nt/src" -j 16 BUILDDIR="$ntb" "$ntb/all_reduce_perf" \
       NCCL_HOME="$nccl_home" CUDA_HOME="$cuda_home" MPI=$mpi MPI_HOME="$mpi_home" \
       NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"; then
-    ntp="$nt/build/all_reduce_perf"
+    ntp="$ntb/all_reduce_perf"
     args=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -g 1)
-    step "nccl-tests stock" 150 env LD_LIBRARY_PATH="$nccl_home/lib" "$ntp" "${args[@]}"
+    step "nccl-tests stock" 60 env LD_LIBRARY_PATH="$nccl_home/lib:$nt/build" "$ntp" "${args[@]}"
     rc=$?; row "nccl-tests all_reduce_perf, stock NCCL, 1 rank" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
-    step "nccl-tests loom" 150 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" LOOM_NCCL_FALLBACK=off \
-      LD_LIBRARY_PATH="$nccl_home/lib" "$ntp" "${args[@]}"
+    step "nccl-tests loom" 90 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" LOOM_NCCL_FALLBACK=off \
+      LD_LIBRARY_PATH="$nccl_home/lib:$nt/build" "$ntp" "${args[@]}"
     rc=$?; row "nccl-tests all_reduce_perf, Loom preloaded (staged), 1 rank" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
     if [ $mpi = 1 ]; then
-      step "nccl-tests loom 2 ranks" 150 mpirun --allow-run-as-root -np 2 \
+      step "nccl-tests loom 2 ranks" 90 mpirun --allow-run-as-root -np 2 \
         -x LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" -x NCCL_TESTS_DEVICE=0 \
         -x LD_LIBRARY_PATH="$nccl_home/lib:$LD_LIBRARY_PATH" "$ntp" "${args[@]}"
       rc=$?; row "nccl-tests all_reduce_perf, Loom preloaded, 2 ranks on GPU 0" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
@@ -202,7 +263,7 @@ fi
 
 # 5. torch's ProcessGroupNCCL over Loom, two processes on one GPU.
 if $py -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-  step torch-preload 180 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" \
+  step torch-preload 120 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" \
     $py -m torch.distributed.run --standalone --nproc-per-node 2 "$repo/scripts/gpu/torch_preload_check.py"
   rc=$?
   row "torch ProcessGroupNCCL, Loom preloaded, 2 processes on GPU 0" \
@@ -211,13 +272,7 @@ else
   row "torch ProcessGroupNCCL under LD_PRELOAD" skipped "python3 has no CUDA torch"
 fi
 
-{
-  echo "# GPU check ($(date -u +%Y-%m-%d), Loom $(cat "$stage/commit" 2>/dev/null))"
-  echo
-  echo "| check | result | detail |"
-  echo "|---|---|---|"
-  printf '%s\n' "${rows[@]}"
-} >"$md"
+write_md
 rm -f "$out/step.out"
 cat "$md"
 grep -q "| FAILED |" "$md" && exit 1

@@ -136,7 +136,13 @@ void CudaDriver::sync(void* stream) const {
 }
 
 void CudaDriver::toDevice(void* dst, const void* src, size_t bytes) const {
-  if (bytes) check(api_, api_->memcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  if (!bytes) return;
+  check(api_, api_->memcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  // From pageable memory the copy may return before the device holds the bytes (the legacy
+  // stream still moves them), and a rank's stream is non-blocking: nothing would order the
+  // collective after it. Waiting for the legacy stream (CU_STREAM_LEGACY) does, without
+  // waiting for another rank's stream as a context-wide sync would.
+  check(api_, api_->streamSynchronize(reinterpret_cast<void*>(0x1)), "cuStreamSynchronize (legacy)");
 }
 
 void CudaDriver::toHost(void* dst, const void* src, size_t bytes) const {

@@ -223,26 +223,32 @@ class Launcher {
       if (op.deviceScalar) need += kAlign;  // the scalar, copied when the stream gets here
     }
     if (need > rec_->capacity) {
-      cuda::ScopedDevice sd;
-      setDevice(sd, devices_[0], ops_[0]);
-      if (rec_->block) st_.memFreeHost(rec_->block);
+      // The old block goes back to the pinned pool, never to the driver (takeBlock says why).
+      leaveBlock({rec_->block, rec_->capacity, rec_->flagDev});
       rec_->block = nullptr;
       rec_->capacity = 0;
-      size_t bytes = std::max<size_t>(need, 1 << 16);
-      bytes = size_t{1} << (64 - __builtin_clzll(bytes - 1));
       rec_->flagDev = 0;
-      void* p = nullptr;
-      check(drv_, st_.memHostAlloc(&p, bytes, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
-            "cuMemHostAlloc (staging)", ops_[0]);
-      CuDevicePtr flagDev = 0;
-      if (CuResult r = st_.memHostGetDevicePointer(&flagDev, p, 0); r != cuda::kCudaSuccess) {
-        st_.memFreeHost(p);
-        check(drv_, r, "cuMemHostGetDevicePointer", ops_[0]);
+      PinnedBlock b = takeBlock(need);
+      if (!b.host) {
+        cuda::ScopedDevice sd;
+        setDevice(sd, devices_[0], ops_[0]);
+        size_t bytes = std::max<size_t>(need, 1 << 16);
+        bytes = size_t{1} << (64 - __builtin_clzll(bytes - 1));
+        void* p = nullptr;
+        check(drv_, st_.memHostAlloc(&p, bytes, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
+              "cuMemHostAlloc (staging)", ops_[0]);
+        CuDevicePtr flagDev = 0;
+        if (CuResult r = st_.memHostGetDevicePointer(&flagDev, p, 0); r != cuda::kCudaSuccess) {
+          // Leaked: freeing it could wait for a held stream, and without a device address
+          // it is of no use to the pool.
+          check(drv_, r, "cuMemHostGetDevicePointer", ops_[0]);
+        }
+        b = {static_cast<char*>(p), bytes, flagDev};
       }
       // Only a block whose flag address is known is kept (a pooled record reuses it).
-      rec_->block = static_cast<char*>(p);
-      rec_->capacity = bytes;
-      rec_->flagDev = flagDev;
+      rec_->block = b.host;
+      rec_->capacity = b.bytes;
+      rec_->flagDev = b.dev;
     }
     rec_->hostOps.assign(ops_.begin(), ops_.end());
     char* at = rec_->block + kFlagBytes;

@@ -1,6 +1,7 @@
 #include "engine/staged_record.h"
 
 #include <algorithm>
+#include <map>
 
 #include "base/error.h"
 
@@ -55,6 +56,36 @@ void dropHold(StagedRecord* r) {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   p.free.push_back(r);
+}
+
+namespace {
+
+struct Blocks {
+  std::mutex mu;
+  std::multimap<size_t, PinnedBlock> free;  // by size
+};
+Blocks& blocks() {
+  static Blocks* b = new Blocks();
+  return *b;
+}
+
+}  // namespace
+
+PinnedBlock takeBlock(size_t atLeast) {
+  Blocks& b = blocks();
+  std::lock_guard<std::mutex> lock(b.mu);
+  auto it = b.free.lower_bound(atLeast);
+  if (it == b.free.end()) return {};
+  PinnedBlock out = it->second;
+  b.free.erase(it);
+  return out;
+}
+
+void leaveBlock(const PinnedBlock& p) {
+  if (!p.host) return;
+  Blocks& b = blocks();
+  std::lock_guard<std::mutex> lock(b.mu);
+  b.free.emplace(p.bytes, p);
 }
 
 namespace {

@@ -71,6 +71,19 @@ void waitFor(Pred ready) {
 StagedRecord* takeRecord();
 void dropHold(StagedRecord* r);  // the last hold returns the record to the pool
 
+// Pinned blocks are never freed either. cuMemFreeHost waits for every stream of the
+// context (seen on an H100, driver 580), and with ranks as threads sharing a device one
+// rank's stream is held until another rank's next call arrives: a call that freed a block
+// on its way would deadlock them. A record that outgrows its block leaves it here, and a
+// record that needs one takes the smallest that fits. nullptr: none does.
+struct PinnedBlock {
+  char* host = nullptr;
+  size_t bytes = 0;
+  cuda::CuDevicePtr dev = 0;
+};
+PinnedBlock takeBlock(size_t atLeast);
+void leaveBlock(const PinnedBlock& b);
+
 // Throws (ncclInvalidUsage) when `uses` would queue behind a pending record that waits for
 // one of its ranks; otherwise registers `uses` (a record's, alive until releaseStreams).
 void claimStreams(const std::vector<StreamUse>* uses, const char* coll);

@@ -24,6 +24,8 @@ struct Api {
   CUresult (*deviceGetCount)(int*);
   CUresult (*primaryCtxRetain)(CUcontext*, int);
   CUresult (*ctxSetCurrent)(CUcontext);
+  CUresult (*ctxPushCurrent)(CUcontext);
+  CUresult (*ctxPopCurrent)(CUcontext*);
   CUresult (*memAlloc)(CUdeviceptr*, size_t);
   CUresult (*memFree)(CUdeviceptr);
   CUresult (*memAllocManaged)(CUdeviceptr*, size_t, unsigned);
@@ -47,7 +49,9 @@ class CudaMemory : public DeviceMemory {
     }
     bool ok = bind(api_.init, "cuInit") && bind(api_.deviceGetCount, "cuDeviceGetCount") &&
               bind(api_.primaryCtxRetain, "cuDevicePrimaryCtxRetain") &&
-              bind(api_.ctxSetCurrent, "cuCtxSetCurrent") && bind(api_.memAlloc, "cuMemAlloc_v2") &&
+              bind(api_.ctxSetCurrent, "cuCtxSetCurrent") &&
+              bind(api_.ctxPushCurrent, "cuCtxPushCurrent_v2") &&
+              bind(api_.ctxPopCurrent, "cuCtxPopCurrent_v2") && bind(api_.memAlloc, "cuMemAlloc_v2") &&
               bind(api_.memFree, "cuMemFree_v2") &&
               bind(api_.memAllocManaged, "cuMemAllocManaged") &&
               bind(api_.memAllocHost, "cuMemAllocHost_v2") &&
@@ -106,6 +110,7 @@ class CudaMemory : public DeviceMemory {
       dev_.push_back(p);
     }
     check(api_.memsetD8(p, fill, bytes), "cuMemsetD8");
+    settle();
     return reinterpret_cast<void*>(p);
   }
   void* allocManaged(size_t bytes, int device) override {
@@ -118,9 +123,14 @@ class CudaMemory : public DeviceMemory {
     }
     return reinterpret_cast<void*>(p);
   }
+  // Pinned memory needs a context, not the caller's: device 0's is pushed for the call.
   void* allocPinned(size_t bytes) override {
     void* p = nullptr;
-    check(api_.memAllocHost(&p, bytes), "cuMemAllocHost");
+    check(api_.ctxPushCurrent(ctx_.at(0)), "cuCtxPushCurrent");
+    CUresult r = api_.memAllocHost(&p, bytes);
+    CUcontext popped = nullptr;
+    api_.ctxPopCurrent(&popped);
+    check(r, "cuMemAllocHost");
     {
       std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
       host_.push_back(p);
@@ -149,12 +159,19 @@ class CudaMemory : public DeviceMemory {
   }
   void toDevice(void* dst, const void* src, size_t bytes) override {
     check(api_.memcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+    settle();
   }
   void fromDevice(void* dst, const void* src, size_t bytes) override {
     check(api_.memcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
   }
 
  private:
+  // cuMemsetD8, and cuMemcpyHtoD from pageable memory, may return before the device
+  // memory holds the bytes (the legacy stream still moves them), and the tests' streams
+  // are non-blocking: nothing orders a collective after them. Waiting for the legacy
+  // stream alone does (CU_STREAM_LEGACY), without waiting for another rank's stream.
+  void settle() { check(api_.streamSynchronize(reinterpret_cast<CUstream>(0x1)), "cuStreamSynchronize (legacy)"); }
+
   template <typename Fn>
   bool bind(Fn*& fn, const char* name) {
     fn = reinterpret_cast<Fn*>(dlsym(lib_, name));

@@ -288,6 +288,40 @@ TEST(STAGED_SUITE, FourRanksShareOneDeviceAsThreads) {
   verdict(runRanks(Mode::kThreads, 4, everyCollective, opt));
 }
 
+// Ranks as threads queue all-reduces of growing sizes without waiting in between, as a
+// benchmark's warm-up does. A staged call that outgrows its pooled pinned block must not
+// free it: cuMemFreeHost waits for every stream of the context (the stand-in as the driver
+// of an H100 does), and the other rank's stream is held until this rank's next call.
+TEST(STAGED_SUITE, RanksAsThreadsQueueGrowingSizesWithoutWaiting) {
+  NEED_DEVICE();
+  RankOptions opt;
+  opt.beforeInit = [](int) { mem().makeCurrent(0); };
+  verdict(runRanks(
+      Mode::kThreads, 2,
+      [](int rank, int n, ncclComm_t comm) -> std::string {
+        mem().makeCurrent(0);
+        auto s = static_cast<cudaStream_t>(mem().createStream());
+        const size_t maxCount = size_t{1} << 20;  // 4 MiB of int32
+        int32_t* src = devInts(inputs(1, rank, maxCount));
+        int32_t* out = devInts(std::vector<int32_t>(maxCount, -1));
+        for (int round = 0; round < 3; ++round) {
+          // Small calls first, waited for: their records return to the pool with small blocks.
+          for (size_t count = 1; count <= 64; count *= 4)
+            RANK_NCCL(ncclAllReduce(src, out, count, ncclInt32, ncclSum, comm, s));
+          mem().syncStream(s);
+          for (size_t count = 256; count <= maxCount; count *= 4)
+            RANK_NCCL(ncclAllReduce(src, out, count, ncclInt32, ncclSum, comm, s));
+          mem().syncStream(s);
+          std::vector<int32_t> want(maxCount);
+          for (size_t i = 0; i < maxCount; ++i)
+            for (int r = 0; r < n; ++r) want[i] += in(1, r, i);
+          RANK_TRY(expectInts("all-reduce of the largest size", hostInts(out, maxCount), want));
+        }
+        return "";
+      },
+      opt));
+}
+
 // One thread drives two ranks on one device through a group: one staged launch spanning
 // both communicators, on two streams that the group joins.
 TEST(STAGED_SUITE, GroupOfTwoCommunicatorsOnTwoStreams) {

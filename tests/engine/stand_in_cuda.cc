@@ -860,12 +860,26 @@ __attribute__((visibility("default"))) CUresult cuMemAllocHost_v2(void** pp, siz
   return cuMemHostAlloc(pp, bytes, 0);
 }
 
+// Like cuMemFree, waits for all streams first (seen on an H100 with driver 580: a stream
+// held by cuStreamWaitValue32 holds cuMemFreeHost too).
 __attribute__((visibility("default"))) CUresult cuMemFreeHost(void* p) {
+  auto known = [&] {
+    std::lock_guard<std::mutex> lock(state().mu);
+    auto it = state().allocs.find(reinterpret_cast<uintptr_t>(p));
+    return p && it != state().allocs.end() && it->second.memType == 1;
+  };
+  if (!known()) return kInvalidValue;
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    points = everythingLocked();
+  }
+  waitAll(points);
   Range r;
   {
     std::lock_guard<std::mutex> lock(state().mu);
     auto it = state().allocs.find(reinterpret_cast<uintptr_t>(p));
-    if (!p || it == state().allocs.end() || it->second.memType != 1) return kInvalidValue;
+    if (it == state().allocs.end() || it->second.memType != 1) return kInvalidValue;
     r = it->second;
     state().allocs.erase(it);
   }
