@@ -38,6 +38,8 @@ struct CpuStepOps {
   unsigned lane() const { return 0; }
   unsigned lanes() const { return 1; }
   bool anyLane(bool v) const { return v; }
+  // One lane sees its own writes: nothing to wait for between a piece's passes.
+  void sync() const {}
   // A host thread never waits inside a piece (one lane writes an LL header last).
   bool stopRequested() const { return false; }
   // Streaming stores are weakly ordered: they must land before a post.

@@ -18,6 +18,9 @@
 //   void pre(dst, src, n), post(dst, src, n)
 //   void copy(dst, src, bytes)         into a FIFO slot or a buffer read again later
 //   void copyOut(dst, src, bytes)      into final data (may use streaming stores)
+//   void sync()                        between passes of one piece: a pass may read what
+//                                      another lane wrote in the pass before (a barrier of
+//                                      a block of threads; nothing for one host thread)
 //   void fence()                       before a post: the writes are visible to the peer
 //   const void* received(FifoEnd&, StepPiece&)   the payload of the received step (the
 //                                      slot, or where Ops fetched the sender's memory:
@@ -70,13 +73,16 @@ LOOM_HD void computePiece(const StepPiece& p, Ops& ops) {
       v = a ? a : b;
     }
     const char* held = v;  // dst holds v already when v is dst (a payload fetched into it)
+    bool written = v == first;  // v was written by this piece's first pass
     if (out && out != v) {
       ops.copy(out, v, m);
       v = out;  // the second destination reads it back from cache
+      written = true;
     }
-    if (dst) {
+    if (dst && (p.postDst || dst != held)) {
+      if (written) ops.sync();  // the second pass reads what every lane wrote in the first
       if (p.postDst) ops.post(dst, v, e);
-      else if (dst != held) ops.copyOut(dst, v, m);
+      else ops.copyOut(dst, v, m);
     }
     if (n == 0) break;
   }

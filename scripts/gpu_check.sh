@@ -33,11 +33,12 @@ prepare() {
   cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake --build "$build" -j "${LOOM_JOBS:-$(nproc)}" --target loom loom_nccl loom_cuda_kernels \
-    engine_mem_kind_cuda_test engine_staged_cuda_test kernels_test all_reduce_perf \
+    engine_mem_kind_cuda_test engine_staged_cuda_test engine_interp_cuda_test kernels_test all_reduce_perf \
     all_gather_perf reduce_scatter_perf sendrecv_perf
   rm -rf "$stage"
   mkdir -p "$stage/bin" "$stage/lib/nccl"
   cp "$build"/tests/engine/engine_mem_kind_cuda_test "$build"/tests/engine/engine_staged_cuda_test \
+    "$build"/tests/engine/engine_interp_cuda_test \
     "$build"/tests/kernels/kernels_test "$stage/bin/"
   for t in all_reduce all_gather reduce_scatter sendrecv; do cp "$build/bench/${t}_perf" "$stage/bin/"; done
   cp -P "$build"/libloom.so* "$build"/libloom-cuda-kernels.so "$stage/lib/"
@@ -176,6 +177,12 @@ step kernels_cuda_parity 60 "$stage/bin/kernels_test" --gtest_filter='*Cuda*'
 rc=$?
 row "CUDA reduction kernels vs CPU" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
 
+# The device executor's kernel: every rank a launch on GPU 0, against the host interpreter.
+step interp-kernel 150 "$stage/bin/engine_interp_cuda_test"
+rc=$?
+row "device executor kernel (plan interpreter) vs host threads" "$([ $rc = 0 ] && echo ok || echo FAILED)" \
+  "$(gtest_summary); $(grep -m1 -E 'Failure|differs|never finished|status' "$out/step.out" | head -c 300)"
+
 # The staged path under compute-sanitizer (memcheck): four ranks as threads on one device.
 if command -v compute-sanitizer >/dev/null; then
   step compute-sanitizer 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -194,7 +201,7 @@ run_perf() {  # run_perf <label> <env...> -- <args...>
   shift
   local tool=all_reduce_perf
   case "$label" in all_gather_perf*|reduce_scatter_perf*|sendrecv_perf*) tool="${label%% *}";; esac
-  step "$label" 90 env "${envs[@]}" "$stage/bin/$tool" "${perf[@]}" "$@"
+  step "$label" 60 env "${envs[@]}" "$stage/bin/$tool" "${perf[@]}" "$@"
   local rc=$?
   row "$label" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
 }
@@ -214,50 +221,65 @@ run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBAC
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -t 2 -G 10
 [ -n "$stock" ] && run_perf "all_reduce_perf 8 B-1 KiB 1 rank, stock NCCL, CUDA graph" LOOM_NCCL_FALLBACK=force -- -G 10
 
-# 4. nccl-tests from source: stock, then Loom preloaded.
+# 4. nccl-tests: stock, then Loom preloaded. all_reduce_perf without MPI comes built from
+# prepare (1 rank); with mpirun and mpicc here it is built with MPI for 2 ranks on GPU 0.
 nt="$stage/nccl-tests"
+homes=$(mktemp -d)
 nccl_home=""
 [ -n "$stock" ] && nccl_home="$(dirname "$(dirname "$stock")")"
-if [ ! -d "$nt/src" ]; then
-  row "nccl-tests" skipped "not staged (LOOM_NCCL_TESTS_SRC at prepare)"
-elif [ -z "$nccl_home" ] || { [ ! -f "$nccl_home/include/nccl.h" ] && [ ! -x "$nt/build/all_reduce_perf" ]; }; then
-  row "nccl-tests" skipped "no stock nccl.h to build against"
+nt_row() {  # nt_row <label> <rc>
+  row "$1" "$([ "$2" = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
+}
+if [ -z "$stock" ]; then
+  row "nccl-tests" skipped "no stock NCCL beside torch"
 else
-  mpi=0
-  command -v mpirun >/dev/null && [ -n "$(command -v mpicc)" ] && [ -f "$nccl_home/include/nccl.h" ] && mpi=1
-  mpi_home="$(dirname "$(dirname "$(command -v mpicc 2>/dev/null || echo /usr/bin/mpicc)")")"
   # The wheel has libnccl.so.2 only; the link wants libnccl.so: a home with both.
-  nh="$out/nccl_home"
+  nh="$homes/nccl"
   mkdir -p "$nh/lib"
   ln -sfn "$nccl_home/include" "$nh/include"
   ln -sf "$stock" "$nh/lib/libnccl.so"
   ln -sf "$stock" "$nh/lib/libnccl.so.2"
-  nccl_home="$nh"
-  cuda_home="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
-  # Built at prepare when nvcc and nccl.h are there (no MPI): here only if it was not.
-  ntb="$nt/build"
-  [ $mpi = 1 ] && ntb="$nt/build-mpi"
-  if [ -x "$ntb/all_reduce_perf" ] ||
-     step nccl-tests-build 150 make -C "$nt/src" -j 16 BUILDDIR="$ntb" "$ntb/all_reduce_perf" \
-      NCCL_HOME="$nccl_home" CUDA_HOME="$cuda_home" MPI=$mpi MPI_HOME="$mpi_home" \
-      NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"; then
-    ntp="$ntb/all_reduce_perf"
-    args=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -g 1)
-    step "nccl-tests stock" 60 env LD_LIBRARY_PATH="$nccl_home/lib:$nt/build" "$ntp" "${args[@]}"
-    rc=$?; row "nccl-tests all_reduce_perf, stock NCCL, 1 rank" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
+  args=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -g 1)
+  ntp="$nt/build/all_reduce_perf"
+  if [ -x "$ntp" ]; then
+    step "nccl-tests stock" 60 env LD_LIBRARY_PATH="$nh/lib:$nt/build" "$ntp" "${args[@]}"
+    nt_row "nccl-tests all_reduce_perf, stock NCCL, 1 rank" $?
     step "nccl-tests loom" 90 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" LOOM_NCCL_FALLBACK=off \
-      LD_LIBRARY_PATH="$nccl_home/lib:$nt/build" "$ntp" "${args[@]}"
-    rc=$?; row "nccl-tests all_reduce_perf, Loom preloaded (staged), 1 rank" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
-    if [ $mpi = 1 ]; then
-      step "nccl-tests loom 2 ranks" 90 mpirun --allow-run-as-root -np 2 \
-        -x LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" -x NCCL_TESTS_DEVICE=0 \
-        -x LD_LIBRARY_PATH="$nccl_home/lib:$LD_LIBRARY_PATH" "$ntp" "${args[@]}"
-      rc=$?; row "nccl-tests all_reduce_perf, Loom preloaded, 2 ranks on GPU 0" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
-    else
-      row "nccl-tests, 2 ranks on GPU 0" skipped "no mpirun/mpicc (nccl-tests needs MPI for processes; its threads take one GPU each)"
-    fi
+      LD_LIBRARY_PATH="$nh/lib:$nt/build" "$ntp" "${args[@]}"
+    nt_row "nccl-tests all_reduce_perf, Loom preloaded (staged), 1 rank" $?
   else
-    row "nccl-tests" FAILED "build: $(grep -m1 -E 'error' "$out/step.out")"
+    row "nccl-tests, 1 rank" skipped "not built at prepare (nvcc and nccl.h there)"
+  fi
+  # nccl-tests looks for MPI_HOME/include/mpi.h and MPI_HOME/lib: a home made of where
+  # mpicc says they are (Open MPI's --showme, MPICH's -show).
+  inc="" libd=""
+  if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
+    inc=$(mpicc --showme:incdirs 2>/dev/null | awk '{print $1}')
+    libd=$(mpicc --showme:libdirs 2>/dev/null | awk '{print $1}')
+    [ -z "$inc" ] && inc=$(mpicc -show 2>/dev/null | grep -oE -- '-I[^ ]+' | head -1 | cut -c3-)
+    [ -z "$libd" ] && libd=$(mpicc -show 2>/dev/null | grep -oE -- '-L[^ ]+' | head -1 | cut -c3-)
+  fi
+  if [ ! -d "$nt/src" ] || [ ! -f "$nccl_home/include/nccl.h" ]; then
+    row "nccl-tests, 2 ranks on GPU 0" skipped "no nccl-tests source staged, or no stock nccl.h"
+  elif [ ! -f "$inc/mpi.h" ] || [ ! -d "$libd" ]; then
+    row "nccl-tests, 2 ranks on GPU 0" skipped "no MPI (mpirun, mpicc, mpi.h): nccl-tests' threads take one GPU each"
+  else
+    mh="$homes/mpi"
+    mkdir -p "$mh"
+    ln -sfn "$inc" "$mh/include"
+    ln -sfn "$libd" "$mh/lib"
+    cuda_home="$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")"
+    ntb="$homes/build-mpi"
+    if step nccl-tests-build 150 make -C "$nt/src" -j 16 BUILDDIR="$ntb" "$ntb/all_reduce_perf" \
+        NCCL_HOME="$nh" CUDA_HOME="$cuda_home" MPI=1 MPI_HOME="$mh" \
+        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"; then
+      step "nccl-tests loom 2 ranks" 90 mpirun --allow-run-as-root --oversubscribe -np 2 \
+        -x LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" -x NCCL_TESTS_DEVICE=0 -x LOOM_NCCL_FALLBACK=off \
+        -x LD_LIBRARY_PATH="$nh/lib:$LD_LIBRARY_PATH" "$ntb/all_reduce_perf" "${args[@]}"
+      nt_row "nccl-tests all_reduce_perf, Loom preloaded, 2 ranks (MPI) on GPU 0" $?
+    else
+      row "nccl-tests with MPI" FAILED "build: $(grep -m1 -E 'error' "$out/step.out")"
+    fi
   fi
 fi
 

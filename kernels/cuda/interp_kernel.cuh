@@ -139,6 +139,10 @@ struct DeviceOps {
       static_cast<char*>(d)[i] = static_cast<const char*>(s)[i];
   }
   __device__ void copyOut(void* d, const void* s, size_t bytes) const { copy(d, s, bytes); }
+  // Between a piece's passes: each pass spreads the bytes over the threads its own way
+  // (an element each, or 16 bytes each), so a pass that reads what the previous one wrote
+  // waits for every thread of the block.
+  __device__ void sync() const { __syncthreads(); }
   // Every thread's writes are done (the barrier) and visible to every observer (the
   // system fence) before the counters move.
   __device__ void fence() const {

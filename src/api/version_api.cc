@@ -13,6 +13,7 @@
 #include "base/dl.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/mem_kind.h"
 #include "dispatch/stock_nccl.h"
 #include "loom/loom.h"
 #include "transports/net/ucx_api.h"
@@ -77,14 +78,24 @@ LOOM_NCCL_API const char* ncclGetErrorString(ncclResult_t result) {
   }
 }
 
-// NCCL allocates device memory through cuMem* here. Loom has no CUDA executor yet and runs
-// collectives on host memory, so it hands out page-aligned host memory: page alignment is
-// what registration and windows need (NCCL_WIN_REQUIRED_ALIGNMENT is 4096), and a buffer
-// from here works with every Loom collective. ncclMemFree releases it with free().
+// NCCL allocates device memory on the caller's current device (nccl-tests fills its
+// buffers with cudaMemset). So does Loom, through cuMemAlloc, when the calling thread has
+// a current CUDA context; without one (no driver, no GPU, or none made current) it hands
+// out page-aligned host memory, on which every Loom collective runs (page alignment is
+// what registration and windows need: NCCL_WIN_REQUIRED_ALIGNMENT is 4096).
 LOOM_NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   return guard("ncclMemAlloc", nullptr, [&] {
     LOOM_CHECK_ARG(ptr != nullptr, "ncclMemAlloc: ptr is NULL");
     LOOM_CHECK_ARG(size > 0, "ncclMemAlloc: size is 0");
+    const loom::cuda::Driver* drv = loom::cuda::driver();
+    if (drv && drv->api.memAlloc && drv->api.memFree && loom::cuda::currentDevice() >= 0) {
+      loom::cuda::CuDevicePtr d = 0;
+      if (loom::cuda::CuResult r = drv->api.memAlloc(&d, size); r != loom::cuda::kCudaSuccess)
+        LOOM_THROW(kUnhandledCudaError, "ncclMemAlloc: cuMemAlloc of %zu bytes on device %d failed: %s",
+                   size, loom::cuda::currentDevice(), drv->errorText(r).c_str());
+      *ptr = reinterpret_cast<void*>(d);
+      return ncclSuccess;
+    }
     long page = sysconf(_SC_PAGESIZE);
     size_t align = page > 0 ? static_cast<size_t>(page) : 4096;
     if (align < NCCL_WIN_REQUIRED_ALIGNMENT) align = NCCL_WIN_REQUIRED_ALIGNMENT;
@@ -98,9 +109,22 @@ LOOM_NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   });
 }
 
+// Device memory goes back through cuMemFree, which (as cudaFree) waits for the device's
+// streams first; host memory through free(). NULL is a no-op, as for free().
 LOOM_NCCL_API ncclResult_t ncclMemFree(void* ptr) {
-  free(ptr);  // NULL is a no-op, as for free()
-  return ncclSuccess;
+  return guard("ncclMemFree", nullptr, [&] {
+    if (!ptr) return ncclSuccess;
+    const loom::cuda::Driver* drv = loom::cuda::driver();
+    if (drv && drv->api.memFree && loom::classifyPointer(ptr).kind == loom::MemKind::kDevice) {
+      if (loom::cuda::CuResult r = drv->api.memFree(reinterpret_cast<loom::cuda::CuDevicePtr>(ptr));
+          r != loom::cuda::kCudaSuccess)
+        LOOM_THROW(kUnhandledCudaError, "ncclMemFree: cuMemFree(%p) failed: %s", ptr,
+                   drv->errorText(r).c_str());
+      return ncclSuccess;
+    }
+    free(ptr);
+    return ncclSuccess;
+  });
 }
 
 // Deprecated in nccl.h; still exported because NCCL exports it.

@@ -46,6 +46,8 @@ Driver* probe(std::string* why) {
   d->lib.bind(d->api.primaryCtxRetain, "cuDevicePrimaryCtxRetain");
   d->lib.bind(d->api.ctxSetCurrent, "cuCtxSetCurrent");
   d->lib.bind(d->api.ctxGetCurrent, "cuCtxGetCurrent");
+  d->lib.bind(d->api.memAlloc, "cuMemAlloc_v2");
+  d->lib.bind(d->api.memFree, "cuMemFree_v2");
   StreamApi& st = d->streams;
   d->hasStreams = d->lib.bind(st.memcpyAsync, "cuMemcpyAsync") &&
                   d->lib.bind(st.launchHostFunc, "cuLaunchHostFunc") &&

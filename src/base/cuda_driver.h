@@ -47,6 +47,9 @@ struct DriverApi {
   CuResult (*primaryCtxRetain)(void** ctx, CuDevice device) = nullptr;
   CuResult (*ctxSetCurrent)(void* ctx) = nullptr;
   CuResult (*ctxGetCurrent)(void** ctx) = nullptr;
+  // Optional: device memory for ncclMemAlloc / ncclMemFree.
+  CuResult (*memAlloc)(CuDevicePtr* p, size_t bytes) = nullptr;
+  CuResult (*memFree)(CuDevicePtr p) = nullptr;
 };
 
 // The stream API of the staged path (engine/staged.h): copies, host functions and waits

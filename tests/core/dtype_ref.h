@@ -125,7 +125,7 @@ inline void encode(ncclDataType_t t, double v, void* p) {
   if (table.empty()) {
     uint32_t codes = 1u << (8 * bytes);
     for (uint32_t c = codes; c-- > 0;) {
-      uint8_t buf[2] = {static_cast<uint8_t>(c), static_cast<uint8_t>(c >> 8)};
+      uint8_t buf[8] = {static_cast<uint8_t>(c), static_cast<uint8_t>(c >> 8)};  // decode reads no more than the type
       double d = decode(t, buf);
       if (!std::isnan(d)) table[d] = c;  // descending: code 0 (+0) is written last
     }

@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -243,6 +244,30 @@ TEST_F(MEM_KINDS_SUITE, CommunicatorTakesTheCurrentDevice) {
   EXPECT_TRUE(contains(ncclGetLastError(hostOnly.get()), "not supported"))
       << ncclGetLastError(hostOnly.get());
   EXPECT_TRUE(mem_->holds(dev, kBytes, 0x55));
+}
+
+// ncclMemAlloc gives memory of the calling thread's current device, as NCCL's does (nccl-tests
+// fills it with cudaMemset), and host memory when no device is current; ncclMemFree takes
+// both back.
+TEST_F(MEM_KINDS_SUITE, MemAllocGivesMemoryOfTheCurrentDevice) {
+  mem_->makeCurrent(0);
+  void* dev = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&dev, kBytes), ncclSuccess) << ncclGetLastError(nullptr);
+  loom::MemInfo info = loom::classifyPointer(dev);
+  EXPECT_EQ(info.kind, loom::MemKind::kDevice);
+  EXPECT_EQ(info.device, 0);
+  std::vector<unsigned char> pattern(kBytes, 0x3c);
+  mem_->toDevice(dev, pattern.data(), kBytes);
+  EXPECT_TRUE(mem_->holds(dev, kBytes, 0x3c));
+  EXPECT_EQ(ncclMemFree(dev), ncclSuccess) << ncclGetLastError(nullptr);
+
+  mem_->makeCurrent(-1);
+  void* host = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&host, kBytes), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(loom::classifyPointer(host).kind, loom::MemKind::kHost);
+  std::memset(host, 0x7e, kBytes);
+  EXPECT_EQ(static_cast<unsigned char*>(host)[kBytes - 1], 0x7e);
+  EXPECT_EQ(ncclMemFree(host), ncclSuccess);
 }
 
 // Host memory, pageable and pinned, keeps working on device-bound communicators, and a
