@@ -46,7 +46,13 @@ using CUevent = void*;
   X(cuEventCreate, CUresult (*)(CUevent*, unsigned))                                 \
   X(cuEventRecord, CUresult (*)(CUevent, CUstream))                                  \
   X(cuEventSynchronize, CUresult (*)(CUevent))                                       \
-  X(cuEventDestroy_v2, CUresult (*)(CUevent))
+  X(cuEventDestroy_v2, CUresult (*)(CUevent))                                      \
+  X(cuStreamBeginCapture_v2, CUresult (*)(CUstream, int))                            \
+  X(cuStreamEndCapture, CUresult (*)(CUstream, void**))                              \
+  X(cuGraphInstantiateWithFlags, CUresult (*)(void**, void*, unsigned long long))    \
+  X(cuGraphLaunch, CUresult (*)(void*, CUstream))                                    \
+  X(cuGraphExecDestroy, CUresult (*)(void*))                                         \
+  X(cuGraphDestroy, CUresult (*)(void*))
 
 #define DECL(name, type) \
   using name##_t = type;  \
@@ -161,6 +167,24 @@ int main() {
     for (auto& s : ss) d.cuStreamDestroy_v2(s);
     return r;
   });
+  // CUDA graphs, as a benchmark's rank thread captures, instantiates, replays and destroys
+  // its own while another rank's stream is held.
+  void* graph = nullptr;
+  void* exec = nullptr;
+  auto capture = [&] {
+    d.cuStreamBeginCapture_v2(other, 1 /* thread local */);
+    d.cuMemcpyAsync(dev, reinterpret_cast<CUdeviceptr>(pinned), 4096, other);
+    d.cuLaunchHostFunc(other, [](void*) {}, nullptr);
+    return d.cuStreamEndCapture(other, &graph);
+  };
+  probe("stream capture (copy + host function) on another stream", none, capture);
+  probe("cuGraphInstantiateWithFlags", none, [&] { return d.cuGraphInstantiateWithFlags(&exec, graph, 0); });
+  probe("cuGraphLaunch on another stream + its sync", none, [&] {
+    CUresult r = d.cuGraphLaunch(exec, other);
+    return r ? r : d.cuStreamSynchronize(other);
+  });
+  probe("cuGraphExecDestroy", none, [&] { return d.cuGraphExecDestroy(exec); });
+  probe("cuGraphDestroy", none, [&] { return d.cuGraphDestroy(graph); });
   std::printf("probe: done, %d call(s) still blocked\n", stuck);
   std::fflush(stdout);
   _exit(stuck ? 3 : 0);

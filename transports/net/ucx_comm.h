@@ -52,8 +52,11 @@ struct Worker {
     // Endpoints still closing get a bounded while to finish, then are forced.
     Deadline d = Deadline::in(kCloseSec);
     while (!closing.empty() && !d.expired()) progress();
+    // (A close that did not end in time is freed once: a flush that did not is freed, then
+    // its endpoint closed and that request freed.)
     for (Closing& c : closing) {
       if (UCS_PTR_IS_PTR(c.req)) api.requestFree(c.req);
+      c.req = nullptr;
       if (c.flushing) c.req = close(c.ep, c.peerMode);
       if (UCS_PTR_IS_PTR(c.req)) api.requestFree(c.req);
     }
