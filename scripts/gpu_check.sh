@@ -91,7 +91,10 @@ row() {
     return
   fi
   rows+=("| $1 | $2 | $3 |"); echo "gpu_check: $1: $2 ($3)" | tee -a "$log"; write_md; }
-# step <name> <timeout s> <command...>: output to the log; returns the command's status.
+# step <name> <timeout s> <command...>: output to the log; returns the command's status
+# (124 when it ran out of time). A command still running at its limit first has the
+# stacks of its processes written to the log (cuda-gdb, where there is one), then is
+# killed with everything it started: a hang costs its own row, and says where it hung.
 step() {
   local name="$1" limit="$2"; shift 2
   # LOOM_GPU_SKIP: an extended regex of step names not to run (to rerun a part in a short call)
@@ -102,11 +105,35 @@ step() {
   fi
   echo "=== $name: $*" >>"$log"
   local t0=$SECONDS
-  timeout -k 5 "$limit" "$@" >"$out/step.out" 2>&1
-  local rc=$?
+  setsid "$@" >"$out/step.out" 2>&1 </dev/null &
+  local pid=$! rc
+  while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "=== $name: still running after $limit s: stacks" >>"$out/step.out"
+    dump_stacks "$pid" >>"$out/step.out" 2>&1
+    kill -KILL -- "-$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    rc=124
+  else
+    wait "$pid"
+    rc=$?
+  fi
   cat "$out/step.out" >>"$log"
   echo "=== $name: exit $rc after $((SECONDS - t0)) s" >>"$log"
   return $rc
+}
+# The threads' stacks of a process group that hangs (at most 4 processes, 20 s each).
+dump_stacks() {
+  local gdb
+  gdb=$(command -v cuda-gdb || command -v gdb) || { echo "(no gdb to read stacks with)"; return; }
+  local n=0 p
+  for p in $(pgrep -g "$1"); do
+    [ $n -ge 4 ] && break
+    n=$((n + 1))
+    echo "--- stacks of pid $p ($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | head -c 120))"
+    timeout -k 2 20 "$gdb" -q -batch -p "$p" -ex 'thread apply all bt 12' 2>&1 |
+      grep -E '^(Thread|#)' | head -150
+  done
 }
 gtest_summary() {  # "N passed, M failed, K skipped" from the last step's output
   local p f s
@@ -215,10 +242,23 @@ perf=(-b 8 -e 64M -f 8 -n 3 -w 1 -c 1 -M device)
 for t in all_gather reduce_scatter sendrecv; do
   run_perf "${t}_perf 3 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 3
 done
+# Every data type and reduction on device buffers, checked (-c 1), small and medium sizes:
+# ranks as threads and as processes on GPU 0.
+perf=(-b 8 -e 256K -f 16 -n 1 -w 1 -c 1 -d all -M device)
+for t in all_reduce reduce_scatter all_gather sendrecv; do
+  ops=()
+  case $t in all_reduce|reduce_scatter) ops=(-o all) ;; esac
+  run_perf "${t}_perf every type${ops:+ and op}, 3 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 3 "${ops[@]}"
+  run_perf "${t}_perf every type${ops:+ and op}, 4 ranks (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 4 "${ops[@]}"
+done
+perf=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -M device)
+run_perf "all_reduce_perf 8 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 8
 # Small messages, plain and inside a CUDA graph (issue 11's latency targets).
 perf=(-b 8 -e 1K -f 4 -n 50 -w 5 -c 1 -M device)
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -t 2 -G 10
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (processes), staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -np 2 -G 10
+run_perf "all_reduce_perf 8 B-1 KiB 1 rank, staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -G 10
 [ -n "$stock" ] && run_perf "all_reduce_perf 8 B-1 KiB 1 rank, stock NCCL, CUDA graph" LOOM_NCCL_FALLBACK=force -- -G 10
 
 # 4. nccl-tests: stock, then Loom preloaded. all_reduce_perf without MPI comes built from
