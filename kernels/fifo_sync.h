@@ -40,6 +40,9 @@ struct alignas(128) FifoCtrl {
 
 // Host threads (and processes sharing the memory).
 struct HostAtomics {
+  // Whether this thread writes what is shared (slot sizes, counters): on the host, the one
+  // thread that drives the end.
+  static bool publishes() { return true; }
   static uint64_t load(const uint64_t& v) { return __atomic_load_n(&v, __ATOMIC_ACQUIRE); }
   static void store(uint64_t& v, uint64_t x) { __atomic_store_n(&v, x, __ATOMIC_RELEASE); }
   // A FIFO end's own counter: written by the thread that drives the end, read also by one
@@ -57,13 +60,14 @@ struct HostAtomics {
 // every observer (CPUs, peer GPUs, the NIC). Thread 0 alone publishes a counter, after the
 // barrier that ends the piece's writes (Ops::fence); every thread advances its own copy.
 struct DeviceAtomics {
+  __device__ static bool publishes() { return threadIdx.x == 0; }
   __device__ static uint64_t load(const uint64_t& v) {
     uint64_t x = *reinterpret_cast<const volatile uint64_t*>(&v);
     __threadfence_system();
     return x;
   }
   __device__ static void store(uint64_t& v, uint64_t x) {
-    if (threadIdx.x != 0) return;
+    if (!publishes()) return;
     __threadfence_system();
     *reinterpret_cast<volatile uint64_t*>(&v) = x;
   }
@@ -102,9 +106,11 @@ struct FifoEndT {
   LOOM_HD bool canSend() const { return Atomics::load(head()) + depth > Atomics::loadOwn(step); }
   LOOM_HD char* sendSlot() const { return slot(step); }
   LOOM_HD void post(uint64_t bytes, uint64_t remote = 0) {
-    FifoSlotInfo& i = ctrl->info[step % depth];
-    i.bytes = bytes;
-    i.remote = remote;
+    if (Atomics::publishes()) {  // one writer (the one that publishes the tail after it)
+      FifoSlotInfo& i = ctrl->info[step % depth];
+      i.bytes = bytes;
+      i.remote = remote;
+    }
     Atomics::storeOwn(step, step + 1);
     Atomics::store(ctrl->tail, step);
   }

@@ -107,28 +107,48 @@ step() {
   local t0=$SECONDS
   setsid "$@" >"$out/step.out" 2>&1 </dev/null &
   local pid=$! rc
+  step_pid=$pid  # killed with its descendants if the script itself is stopped
   while kill -0 "$pid" 2>/dev/null && [ $((SECONDS - t0)) -lt "$limit" ]; do sleep 0.2; done
   if kill -0 "$pid" 2>/dev/null; then
     echo "=== $name: still running after $limit s: stacks" >>"$out/step.out"
     dump_stacks "$pid" >>"$out/step.out" 2>&1
-    kill -KILL -- "-$pid" 2>/dev/null
+    kill_tree "$pid"
     wait "$pid" 2>/dev/null
     rc=124
   else
     wait "$pid"
     rc=$?
   fi
+  step_pid=
   cat "$out/step.out" >>"$log"
   echo "=== $name: exit $rc after $((SECONDS - t0)) s" >>"$log"
   return $rc
 }
-# The threads' stacks of a process group that hangs (at most 4 processes, 20 s each).
+# A process and all its descendants (mpirun's ranks and torchrun's workers may leave the
+# step's process group, not its tree).
+tree() {
+  local p
+  echo "$1"
+  for p in $(ps -o pid= --ppid "$1" 2>/dev/null); do tree "$p"; done
+}
+kill_tree() {
+  local pids
+  pids=$(tree "$1")
+  kill -TERM $pids 2>/dev/null  # mpirun and torchrun pass it on
+  sleep 2
+  kill -KILL $pids 2>/dev/null
+  kill -KILL -- "-$1" 2>/dev/null
+}
+step_pid=
+trap '[ -n "$step_pid" ] && kill_tree "$step_pid"' EXIT
+trap '[ -n "$step_pid" ] && kill_tree "$step_pid"; exit 143' TERM INT
+# The threads' stacks of a step that hangs: its process tree (at most 9 processes, 20 s each).
 dump_stacks() {
   local gdb
   gdb=$(command -v cuda-gdb || command -v gdb) || { echo "(no gdb to read stacks with)"; return; }
   local n=0 p
-  for p in $(pgrep -g "$1"); do
-    [ $n -ge 4 ] && break
+  for p in $(tree "$1"); do
+    [ $n -ge 9 ] && break
     n=$((n + 1))
     echo "--- stacks of pid $p ($(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | head -c 120))"
     timeout -k 2 20 "$gdb" -q -batch -p "$p" -ex 'thread apply all bt 12' 2>&1 |

@@ -189,7 +189,7 @@ if [ -n "${stream_filter:-}" ]; then
 fi
 
 if [ -n "${interp_core_filter:-}" ]; then
-  run engine_interp_test "$build/tests/engine/engine_interp_test"
+  LOOM_TEST_SMALL=1 run engine_interp_test "$build/tests/engine/engine_interp_test"
   LOOM_EXECUTOR=interp run core_test_interp "$build/tests/core/core_test" --gtest_filter="$interp_core_filter"
   LOOM_EXECUTOR=interp LOOM_INTERP_PROTO=ll run core_test_interp_ll "$build/tests/core/core_test" \
     --gtest_filter="$interp_ll_filter"

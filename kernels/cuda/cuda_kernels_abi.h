@@ -62,6 +62,7 @@ typedef struct loomCudaFifo {
 #define LOOM_CUDA_INTERP_OK 0u
 #define LOOM_CUDA_INTERP_SIZE_MISMATCH 1u  /* a peer posted a step of another size */
 #define LOOM_CUDA_INTERP_REMOTE_PAYLOAD 2u /* a peer posted an address, not data */
+#define LOOM_CUDA_INTERP_ABORTED 3u        /* the abort word stopped an LL read halfway */
 
 typedef struct loomCudaInterpArgs {
   const void* plan; /* a FlatPlan (kernels/interp.h) in device memory */

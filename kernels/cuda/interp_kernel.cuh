@@ -181,9 +181,12 @@ __global__ void __launch_bounds__(kInterpThreads) interpKernel(loomCudaInterpArg
     __syncthreads();
     if (!go) break;  // the same shared value on every thread: the block leaves together
     // A piece of another size than the peer posted (every thread decides alike: anyLane), or
-    // an LL read that gave up because the kernel is told to stop.
-    if (!in.run(env, ops, hasPost) && threadIdx.x == 0 && !*abortWord)
-      atomicCAS(args.status, LOOM_CUDA_INTERP_OK, LOOM_CUDA_INTERP_SIZE_MISMATCH);
+    // an LL read that gave up because the kernel is told to stop. Either way the status
+    // stops the block at its next turn: an LL piece whose header came in is ready() again
+    // at once, so the poll loop's look at the abort word would never come.
+    if (!in.run(env, ops, hasPost) && threadIdx.x == 0)
+      atomicCAS(args.status, LOOM_CUDA_INTERP_OK,
+                *abortWord ? LOOM_CUDA_INTERP_ABORTED : LOOM_CUDA_INTERP_SIZE_MISMATCH);
     __syncthreads();
   }
   if (threadIdx.x == 0) env.writeBack();

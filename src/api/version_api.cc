@@ -115,7 +115,13 @@ LOOM_NCCL_API ncclResult_t ncclMemFree(void* ptr) {
   return guard("ncclMemFree", nullptr, [&] {
     if (!ptr) return ncclSuccess;
     const loom::cuda::Driver* drv = loom::cuda::driver();
-    if (drv && drv->api.memFree && loom::classifyPointer(ptr).kind == loom::MemKind::kDevice) {
+    const loom::MemInfo where = drv && drv->api.memFree ? loom::classifyPointer(ptr) : loom::MemInfo{};
+    if (where.kind == loom::MemKind::kDevice) {
+      // In its device's context, whichever the calling thread has (or none).
+      loom::cuda::ScopedDevice sd;
+      std::string why;
+      if (where.device >= 0 && !sd.set(where.device, &why))
+        LOOM_THROW(kUnhandledCudaError, "ncclMemFree(%p): %s", ptr, why.c_str());
       if (loom::cuda::CuResult r = drv->api.memFree(reinterpret_cast<loom::cuda::CuDevicePtr>(ptr));
           r != loom::cuda::kCudaSuccess)
         LOOM_THROW(kUnhandledCudaError, "ncclMemFree: cuMemFree(%p) failed: %s", ptr,

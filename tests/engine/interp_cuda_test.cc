@@ -279,8 +279,9 @@ GpuResult runOnGpu(const Job& job, size_t slotBytes, int depth, bool ll, std::ve
   return res;
 }
 
-// The same job on host threads: the reference.
-std::vector<std::vector<char>> runOnHost(const Job& job, size_t slotBytes, int depth) {
+// The same job on host threads, the same protocol (with LL, some connections move plain
+// slots there: interp_harness.h's TableEnv): the reference.
+std::vector<std::vector<char>> runOnHost(const Job& job, size_t slotBytes, int depth, bool ll = false) {
   const int n = static_cast<int>(job.plans.size());
   std::vector<std::vector<char>> out = job.out;
   std::vector<std::vector<char>> scratch(n);
@@ -292,7 +293,7 @@ std::vector<std::vector<char>> runOnHost(const Job& job, size_t slotBytes, int d
     envs[r].recvbuf = out[r].data();
     envs[r].scratch = scratch[r].data();
   }
-  EXPECT_TRUE(runInterp(job.plans, job.count, job.red, envs, slotBytes, depth, false));
+  EXPECT_TRUE(runInterp(job.plans, job.count, job.red, envs, slotBytes, depth, ll));
   return out;
 }
 
@@ -356,7 +357,7 @@ TEST_P(InterpCuda, EveryAlgorithmMatchesTheHostInterpreter) {
                                       std::to_string(channels) + " channel(s)";
             GpuResult got = runOnGpu(jb, kSlot, kDepth, ll);
             ASSERT_TRUE(got.finished) << where << ": a kernel never finished (stopped by the abort word)";
-            const auto want = runOnHost(jb, kSlot, kDepth);
+            const auto want = runOnHost(jb, kSlot, kDepth, ll);
             for (int r = 0; r < n; ++r) {
               ASSERT_EQ(got.status[r], 0u) << where << ": rank " << r << " status";
               ASSERT_EQ(firstDifference(got.out[r], want[r], 4), "") << where << ": rank " << r;
