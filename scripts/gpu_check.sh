@@ -246,8 +246,7 @@ run_perf() {  # run_perf <label> <env...> -- <args...>
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
-  local tool=all_reduce_perf
-  case "$label" in all_gather_perf*|reduce_scatter_perf*|sendrecv_perf*) tool="${label%% *}";; esac
+  local tool="${label%% *}"  # every label starts with its tool's name
   step "$label" 60 env "${envs[@]}" "$stage/bin/$tool" "${perf[@]}" "$@"
   local rc=$?
   row "$label" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"

@@ -71,10 +71,7 @@ class Gpu {
       why_ = "no CUDA driver here (libcuda.so.1), so no GPU to run kernels on";
       return;
     }
-    auto bind = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-      return fn != nullptr;
-    };
+    auto bind = [&](auto& fn, const char* name) { return sym(lib, fn, name); };
     CUresult (*init)(unsigned) = nullptr;
     CUresult (*count)(int*) = nullptr;
     CUresult (*retain)(CUcontext*, int) = nullptr;
@@ -104,10 +101,9 @@ class Gpu {
     void* mod = dlopen(LOOM_CUDA_KERNELS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!mod) mod = dlopen(LOOM_CUDA_KERNELS_BUILT, RTLD_NOW | RTLD_LOCAL);
     int (*abi)() = nullptr;
-    if (!mod || !bind2(mod, abi, "loomCudaKernelsAbiVersion") ||
-        !bind2(mod, launch_, "loomCudaInterpLaunch") || abi() != LOOM_CUDA_KERNELS_ABI_VERSION) {
+    if (!mod || !sym(mod, abi, "loomCudaKernelsAbiVersion") ||
+        !sym(mod, launch_, "loomCudaInterpLaunch") || abi() != LOOM_CUDA_KERNELS_ABI_VERSION) {
       // A GPU without Loom's kernels is a broken build, not a machine to skip on.
-      why_ = "";
       broken_ = std::string("cannot use ") + LOOM_CUDA_KERNELS_LIBRARY + ": " + (mod ? "wrong ABI" : dlerror());
       return;
     }
@@ -123,7 +119,7 @@ class Gpu {
       if (streamCreate(&s, 1 /* non-blocking */) != 0) broken_ = "cuStreamCreate failed";
   }
   template <typename Fn>
-  static bool bind2(void* lib, Fn*& fn, const char* name) {
+  static bool sym(void* lib, Fn*& fn, const char* name) {
     fn = reinterpret_cast<Fn*>(dlsym(lib, name));
     return fn != nullptr;
   }
@@ -197,11 +193,10 @@ GpuResult runOnGpu(const Job& job, size_t slotBytes, int depth, bool ll, std::ve
     int channels;
   };
   std::vector<Rank> ranks(n);
-  std::vector<std::unique_ptr<FlatPlanBlock>> flat;
+  const auto flat = flatten(job.plans);
   for (int r = 0; r < n; ++r) {
     Rank& k = ranks[r];
-    flat.push_back(std::make_unique<FlatPlanBlock>(job.plans[r]));
-    k.plan = g.take(flat.back()->bytes());
+    k.plan = g.take(flat[r]->bytes());
     k.send = g.take(std::max<size_t>(job.in[r].size(), 1));
     k.recv = g.take(std::max<size_t>(job.out[r].size(), 1));
     k.scratch = g.take(job.plans[r].scratchBytes + 64);

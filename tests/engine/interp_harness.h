@@ -92,13 +92,13 @@ struct InterpOps : CpuStepOps {
   }
 };
 
-// Runs every rank's plan with the interpreter, one thread per (rank, channel), over
-// device-layout connections. False if a channel was still waiting after 20 s.
-inline bool runInterp(const std::vector<Plan>& plans, size_t count, const Reducer& red, std::vector<TableEnv>& envs,
-               size_t slotBytes, int depth, bool ll) {
-  const int n = static_cast<int>(plans.size());
-  std::map<std::tuple<int, int, int>, std::unique_ptr<DeviceLayoutConn>> conns;  // (from, to, conn)
-  for (int r = 0; r < n; ++r) {
+// Every connection the plans use, laid out as on a GPU, by (from, to, conn); each rank's
+// ends go into its env's tables.
+using Conns = std::map<std::tuple<int, int, int>, std::unique_ptr<DeviceLayoutConn>>;
+inline Conns connectFifos(const std::vector<Plan>& plans, std::vector<TableEnv>& envs, size_t slotBytes,
+                          int depth) {
+  Conns conns;
+  for (int r = 0; r < static_cast<int>(plans.size()); ++r) {
     std::vector<std::pair<int, int>> sends, recvs;
     plans[r].peers(&sends, &recvs);
     for (auto [p, c] : sends) {
@@ -112,8 +112,23 @@ inline bool runInterp(const std::vector<Plan>& plans, size_t count, const Reduce
       envs[r].recvs[{p, c}] = &x->recv;
     }
   }
+  return conns;
+}
+
+// Each rank's plan written flat, as the kernel reads it.
+inline std::vector<std::unique_ptr<FlatPlanBlock>> flatten(const std::vector<Plan>& plans) {
   std::vector<std::unique_ptr<FlatPlanBlock>> flat;
   for (const Plan& p : plans) flat.push_back(std::make_unique<FlatPlanBlock>(p));
+  return flat;
+}
+
+// Runs every rank's plan with the interpreter, one thread per (rank, channel), over
+// device-layout connections. False if a channel was still waiting after 20 s.
+inline bool runInterp(const std::vector<Plan>& plans, size_t count, const Reducer& red, std::vector<TableEnv>& envs,
+               size_t slotBytes, int depth, bool ll) {
+  const int n = static_cast<int>(plans.size());
+  const Conns conns = connectFifos(plans, envs, slotBytes, depth);
+  const auto flat = flatten(plans);
   std::atomic<bool> stuck{false};
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)

@@ -148,23 +148,8 @@ LaneFifo laneCopy(const FifoEnd& e) {
 bool runLanes(const std::vector<Plan>& plans, size_t count, const Reducer& red, std::vector<TableEnv>& envs,
               size_t slotBytes, int depth, bool ll) {
   const int n = static_cast<int>(plans.size());
-  std::map<std::tuple<int, int, int>, std::unique_ptr<DeviceLayoutConn>> conns;
-  for (int r = 0; r < n; ++r) {
-    std::vector<std::pair<int, int>> sends, recvs;
-    plans[r].peers(&sends, &recvs);
-    for (auto [p, c] : sends) {
-      auto& x = conns[{r, p, c}];
-      if (!x) x = std::make_unique<DeviceLayoutConn>(slotBytes, depth);
-      envs[r].sends[{p, c}] = &x->send;
-    }
-    for (auto [p, c] : recvs) {
-      auto& x = conns[{p, r, c}];
-      if (!x) x = std::make_unique<DeviceLayoutConn>(slotBytes, depth);
-      envs[r].recvs[{p, c}] = &x->recv;
-    }
-  }
-  std::vector<std::unique_ptr<FlatPlanBlock>> flat;
-  for (const Plan& p : plans) flat.push_back(std::make_unique<FlatPlanBlock>(p));
+  const Conns conns = connectFifos(plans, envs, slotBytes, depth);
+  const auto flat = flatten(plans);
   std::vector<std::unique_ptr<Block>> blocks;
   std::atomic<bool> stuck{false};
   std::vector<std::thread> threads;
