@@ -275,7 +275,18 @@ run_perf "all_reduce_perf 8 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK
 # Small messages, plain and inside a CUDA graph (issue 11's latency targets).
 perf=(-b 8 -e 1K -f 4 -n 50 -w 5 -c 1 -M device)
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
-run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -t 2 -G 10
+# Ranks as threads on one GPU share a CUDA context: their staged calls run on the calling
+# thread, so that no stream waits on the GPU for another rank's (engine/staged.h). With one
+# work queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS=1) a wait on the GPU would hold
+# the other ranks' streams at once; capturing such calls into a graph is refused.
+run_perf "all_reduce_perf 8 B-1 KiB 4 ranks (threads), staged, one work queue" LOOM_NCCL_FALLBACK=off \
+  CUDA_DEVICE_MAX_CONNECTIONS=1 -- -t 4
+step "graph of rank threads refused" 60 env LOOM_NCCL_FALLBACK=off "$stage/bin/all_reduce_perf" \
+  "${perf[@]}" -t 2 -G 10
+rc=$?
+msg=$(grep -m1 -oE 'run in this process on the same CUDA device' "$out/step.out")
+row "all_reduce_perf 2 ranks (threads), staged, CUDA graph: refused" \
+  "$([ $rc != 0 ] && [ $rc != 124 ] && [ -n "$msg" ] && echo ok || echo FAILED)" "exit $rc; ${msg:-no refusal message}"
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (processes), staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -np 2 -G 10
 run_perf "all_reduce_perf 8 B-1 KiB 1 rank, staged, CUDA graph" LOOM_NCCL_FALLBACK=off -- -G 10
 [ -n "$stock" ] && run_perf "all_reduce_perf 8 B-1 KiB 1 rank, stock NCCL, CUDA graph" LOOM_NCCL_FALLBACK=force -- -G 10

@@ -176,6 +176,11 @@ void* CudaDriver::endCapture(void* stream) const {
   return exec;
 }
 
+void CudaDriver::discardCapture(void* stream) const {
+  void* graph = nullptr;
+  if (api_->endCapture(stream, &graph) == 0 && graph) api_->graphDestroy(graph);
+}
+
 void CudaDriver::launchGraph(void* exec, void* stream) const {
   check(api_, api_->graphLaunch(exec, stream), "cuGraphLaunch");
 }

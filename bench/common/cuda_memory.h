@@ -32,6 +32,7 @@ class CudaDriver {
   bool hasGraphs() const;
   void beginCapture(void* stream) const;   // thread-local mode: other threads go on
   void* endCapture(void* stream) const;    // the graph, instantiated; free with destroyGraph
+  void discardCapture(void* stream) const;  // ends a capture that failed, keeping nothing
   void launchGraph(void* exec, void* stream) const;
   void destroyGraph(void* exec) const;
 

@@ -344,10 +344,15 @@ void RankRunner::benchTime(bool inPlace) {
 void RankRunner::timeGraph(bool inPlace) {
   const CudaDriver& cuda = *proc_.cuda();
   cuda.beginCapture(stream_);
-  for (int iter = 0; iter < o_.iters; ++iter) {
-    if (o_.aggIters > 1) BENCH_NCCL(ncclGroupStart(), comm_);
-    for (int a = 0; a < o_.aggIters; ++a) startColl(inPlace, iter * o_.aggIters + a);
-    if (o_.aggIters > 1) BENCH_NCCL(ncclGroupEnd(), comm_);
+  try {
+    for (int iter = 0; iter < o_.iters; ++iter) {
+      if (o_.aggIters > 1) BENCH_NCCL(ncclGroupStart(), comm_);
+      for (int a = 0; a < o_.aggIters; ++a) startColl(inPlace, iter * o_.aggIters + a);
+      if (o_.aggIters > 1) BENCH_NCCL(ncclGroupEnd(), comm_);
+    }
+  } catch (...) {
+    cuda.discardCapture(stream_);  // the stream must not stay capturing: it is synced later
+    throw;
   }
   void* exec = cuda.endCapture(stream_);
   barrier();

@@ -123,6 +123,7 @@ void ncclComm::runInit() noexcept {
       const std::string sharing = loom::dispatch::gpuSharingWarning(
           fb.ranks, pids, rank, loom::dispatch::mpsControlRunning());
       if (!sharing.empty()) LOOM_WARN("%s", sharing.c_str());
+      c->setSameContextRanks(loom::dispatch::sameContextRanks(fb.ranks, pids, rank));
     }
     std::string noStaging = shadow || cudaDev < 0 ? "" : loom::stagedUnavailableReason();
     staged = !shadow && cudaDev >= 0 && noStaging.empty();

@@ -117,6 +117,18 @@ std::string gpuSharingWarning(const std::vector<RankFallbackInfo>& ranks,
                    rank, pids[static_cast<size_t>(rank)], me.cudaDev, others.c_str());
 }
 
+std::vector<int> sameContextRanks(const std::vector<RankFallbackInfo>& ranks,
+                                  const std::vector<int>& pids, int rank) {
+  std::vector<int> out;
+  const RankFallbackInfo& me = ranks[static_cast<size_t>(rank)];
+  if (me.cudaDev < 0) return out;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    if (static_cast<int>(r) != rank && ranks[r].cudaDev >= 0 && ranks[r].hostHash == me.hostHash &&
+        pids[r] == pids[static_cast<size_t>(rank)] && sameDevice(me, ranks[r]))
+      out.push_back(static_cast<int>(r));
+  return out;
+}
+
 bool mpsControlRunning() {
   const char* dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
   const std::string path = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";

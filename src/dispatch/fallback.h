@@ -51,6 +51,12 @@ FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks);
 std::string gpuSharingWarning(const std::vector<RankFallbackInfo>& ranks,
                               const std::vector<int>& pids, int rank, bool mpsRunning);
 
+// The other ranks that run in `rank`'s process (same host and pid) on its CUDA device:
+// threads sharing one CUDA context, whose streams the hardware may serialize behind each
+// other (engine/staged.h says what the staged path does about it). Empty when none does.
+std::vector<int> sameContextRanks(const std::vector<RankFallbackInfo>& ranks,
+                                  const std::vector<int>& pids, int rank);
+
 // Whether an MPS control daemon listens on this host: its pipe directory
 // (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps) holds the control socket.
 bool mpsControlRunning();

@@ -56,6 +56,10 @@ class Communicator {
   StagedProxy& staged();
   // Waits for the staged work (released at once when aborted) and stops its thread.
   void stopStaged() { delete staged_.exchange(nullptr); }
+  // Ranks of this communicator in this process on this rank's CUDA device (threads sharing
+  // one context): their staged calls run on the caller's thread (engine/staged.h).
+  const std::vector<int>& sameContextRanks() const { return sameContext_; }
+  void setSameContextRanks(std::vector<int> ranks) { sameContext_ = std::move(ranks); }
   // A host-memory call waits for the staged work issued before it (not on a proxy).
   void drainStaged() {
     StagedProxy* p = staged_.load(std::memory_order_acquire);
@@ -79,6 +83,7 @@ class Communicator {
   std::unique_ptr<TransportManager> transports_;
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
+  std::vector<int> sameContext_;
   uint64_t seq_ = 0;
   bool oversubscribed_ = false;
   uint8_t interp_ = 0;

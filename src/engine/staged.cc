@@ -11,7 +11,6 @@
 namespace loom {
 
 using staged::dropHold;
-using staged::releaseStreams;
 using staged::waitFor;
 using staged::wakeAll;
 
@@ -47,7 +46,6 @@ void runRecord(StagedRecord* rec) {
         if (op.comm.onFailure) op.comm.onFailure(op.comm.owner, err);
     }
   }
-  releaseStreams(&rec->uses);
   __atomic_store_n(rec->flag(), 1u, __ATOMIC_RELEASE);
   rec->done.store(true, std::memory_order_release);
   wakeAll();

@@ -21,6 +21,17 @@
 // joins them with events: the first stream waits for the others' inputs, the others wait
 // for its outputs. A host-memory call on a communicator waits for its staged work first, so
 // every rank runs its operations in the order it issued them.
+//
+// Ranks of one communicator that share a CUDA context (threads of one process on one
+// device) run their staged calls on the caller's thread instead: the inputs are copied and
+// waited for on the host (a host function says when), the engine runs the operations, and
+// the results are copied back on the stream before the call returns. A stream held by
+// cuStreamWaitValue32 for another stream of the same context may hold that stream's work
+// behind it on the GPU (CUDA warns that such waits must also be ordered by dependencies it
+// can see; 8 rank threads on one H100 hung), so nothing on their GPU waits for the host.
+// The calls of such ranks wait for each other, as host calls do: a thread driving several
+// of them issues their calls in one group. Capturing such calls into a CUDA graph is refused
+// (ncclInvalidUsage): a replay cannot run on the host.
 #pragma once
 
 #include <atomic>

@@ -7,6 +7,7 @@
 #include "base/cuda_driver.h"
 #include "base/error.h"
 #include "engine/communicator.h"
+#include "engine/engine.h"
 #include "engine/staged_record.h"
 
 namespace loom::staged {
@@ -101,27 +102,11 @@ class Launcher {
                        ops_[0].comm.core->rank(), streams_[0],
                        captured_ ? "captured" : "not captured", streams_[s],
                        capturing_[s] ? "captured" : "not captured");
+    for (const Op& op : ops_) sameContext_ |= !op.comm.core->sameContextRanks().empty();
     if (captured_) return runCaptured();
-    std::vector<StreamUse> uses;
-    for (size_t i = 0; i < ops_.size(); ++i) {
-      StreamUse u{ops_[i].stream, devices_[i], ops_[i].comm.core->commHash(),
-                  ops_[i].comm.core->rank()};
-      bool seen = false;
-      for (const StreamUse& v : uses)
-        seen |= v.stream == u.stream && v.device == u.device && v.commHash == u.commHash &&
-                v.rank == u.rank;
-      if (!seen) uses.push_back(u);
-    }
+    if (sameContext_) return runOnCaller();
     rec_ = takeRecord();
-    rec_->uses = std::move(uses);
     rec_->captured = false;
-    try {
-      claimStreams(&rec_->uses, collectiveName(ops_[0].coll));
-    } catch (...) {
-      rec_->holds.store(1);
-      dropHold(rec_);
-      throw;
-    }
     try {
       bindStaging();
       queueOnProxies();
@@ -133,7 +118,6 @@ class Launcher {
         rec_->cancelled.store(true, std::memory_order_release);
         wakeAll();
       } else {
-        releaseStreams(&rec_->uses);
         rec_->holds.store(1);
         dropHold(rec_);
       }
@@ -166,6 +150,20 @@ class Launcher {
   // hands the record to its proxies; a user object moved into the graph returns the record
   // to the pool once the graph and every executable made from it are gone.
   void runCaptured() {
+    for (const Op& op : ops_) {
+      const std::vector<int>& others = op.comm.core->sameContextRanks();
+      if (others.empty()) continue;
+      std::string list;
+      for (int r : others) list += (list.empty() ? "" : ", ") + std::to_string(r);
+      LOOM_THROW(kInvalidUsage,
+                 "rank %d: %s on device buffers is being captured into a CUDA graph, but "
+                 "rank(s) %s of this communicator run in this process on the same CUDA device: "
+                 "a replay would hold this rank's stream on the GPU until those ranks' streams "
+                 "arrive, an order CUDA cannot see, which can deadlock the GPU (seen on an "
+                 "H100). Run one process per rank to capture Loom's staged calls, or call "
+                 "without capturing (such calls run on the calling thread)",
+                 op.comm.core->rank(), collectiveName(op.coll), list.c_str());
+    }
     for (const Op& op : ops_)
       LOOM_CHECK_USAGE(op.comm.core == ops_[0].comm.core,
                        "rank %d: a group spanning several communicators on device buffers is "
@@ -174,7 +172,6 @@ class Launcher {
                        "group of its own)",
                        ops_[0].comm.core->rank());
     rec_ = takeRecord();
-    rec_->uses.clear();
     rec_->captured = true;
     rec_->proxies.clear();
     for (const Op& op : ops_) {
@@ -203,6 +200,69 @@ class Launcher {
           "cuUserObjectCreate", op);
     check(drv_, st_.graphRetainUserObject(graph, obj, 1, cuda::kGraphUserObjectMove),
           "cuGraphRetainUserObject", op);
+  }
+
+  // Ranks of one process on one device (threads) share a CUDA context, whose streams the
+  // GPU may serialize behind each other: a stream held by cuStreamWaitValue32 until another
+  // rank's call arrives can hold that rank's own stream work behind it (CUDA asks for such
+  // waits to be ordered by dependencies it can see; 8 rank threads on an H100 hung). Their
+  // calls run on the caller's thread instead: the inputs are staged and waited for on the
+  // host, the host engine runs the operations (waiting there for the other ranks' calls),
+  // and the results are copied back on the streams. Nothing on the GPU waits for the host.
+  void runOnCaller() {
+    std::vector<Communicator*> comms;
+    for (const Op& op : ops_)
+      if (std::find(comms.begin(), comms.end(), op.comm.core) == comms.end())
+        comms.push_back(op.comm.core);
+    for (Communicator* c : comms) c->drainStaged();  // their earlier queued records run first
+    rec_ = takeRecord();
+    rec_->captured = false;
+    rec_->gate.store(0);
+    rec_->holds.store(1);
+    bool streamsUseIt = false;  // a queued copy may still touch the staging: never pooled
+    try {
+      bindStaging();
+      streamsUseIt = true;
+      const size_t k = streams_.size();
+      copies(true);
+      size_t slot = 0;
+      for (size_t s = 1; s < k; ++s) waitOn(0, mark(slot++, s));
+      {
+        cuda::ScopedDevice sd;
+        setDevice(sd, streamDevice_[0], ops_[0]);
+        check(drv_, st_.launchHostFunc(streams_[0], &arrive, rec_), "cuLaunchHostFunc", ops_[0]);
+      }
+      auto aborted = [&] {
+        for (Communicator* c : comms)
+          if (c->abortFlag() && c->abortFlag()->load(std::memory_order_relaxed)) return true;
+        return false;
+      };
+      waitFor([&] { return rec_->gate.load(std::memory_order_acquire) || aborted(); });
+      LOOM_CHECK_USAGE(!aborted(),
+                       "rank %d: %s on device buffers: the communicator was aborted while its "
+                       "inputs were being copied",
+                       ops_[0].comm.core->rank(), collectiveName(ops_[0].coll));
+      streamsUseIt = false;  // the inputs are in; nothing queued reads the staging now
+      for (Op& op : rec_->hostOps)
+        if (op.deviceScalar) op.red = Reducer::preMulSum(op.dtype, op.deviceScalar);
+      enqueue(rec_->hostOps, Completion::kBeforeReturn);
+      streamsUseIt = true;
+      copies(false);
+      joinStreams(slot);  // as ncclGroupEnd does: each stream goes on after all of the group
+      rec_->holds.store(static_cast<int>(k) + 1);  // each stream's release, and this call's
+      for (size_t s = 0; s < k; ++s) {
+        cuda::ScopedDevice sd;
+        setDevice(sd, streamDevice_[s], ops_[0]);
+        if (CuResult r = st_.launchHostFunc(streams_[s], &release, rec_); r != cuda::kCudaSuccess) {
+          rec_->holds.fetch_sub(static_cast<int>(k - s));  // the releases not queued
+          check(drv_, r, "cuLaunchHostFunc", ops_[0]);
+        }
+      }
+      dropHold(rec_);
+    } catch (...) {
+      if (!streamsUseIt) dropHold(rec_);
+      throw;
+    }
   }
 
   void setDevice(cuda::ScopedDevice& sd, int device, const Op& op) {
@@ -344,6 +404,17 @@ class Launcher {
     }
   }
 
+  // Every stream of the launch waits for every stream's copies back (events from `slot` on).
+  void joinStreams(size_t slot) {
+    const size_t k = streams_.size();
+    if (k < 2) return;
+    std::vector<CuEvent> copied;
+    for (size_t s = 0; s < k; ++s) copied.push_back(mark(slot++, s));
+    for (size_t t = 0; t < k; ++t)
+      for (size_t s = 0; s < k; ++s)
+        if (s != t) waitOn(t, copied[s]);
+  }
+
   // As ncclGroupEnd does, the group's streams are joined: its work starts once every
   // stream has reached it, and every stream goes on only after all of it (here: after
   // every operation's results were copied back).
@@ -365,13 +436,7 @@ class Launcher {
       for (size_t s = 1; s < k; ++s) waitOn(s, ran);  // every stream waits for the results
     }
     copies(false);
-    if (k > 1) {  // every stream waits for every stream's copies
-      std::vector<CuEvent> copied;
-      for (size_t s = 0; s < k; ++s) copied.push_back(mark(slot++, s));
-      for (size_t t = 0; t < k; ++t)
-        for (size_t s = 0; s < k; ++s)
-          if (s != t) waitOn(t, copied[s]);
-    }
+    joinStreams(slot);
     if (captured_) return;  // the graph holds the record (runCaptured)
     cuda::ScopedDevice sd;
     setDevice(sd, streamDevice_[0], op);
@@ -386,6 +451,7 @@ class Launcher {
   std::vector<int> streamDevice_;
   std::vector<bool> capturing_;
   bool captured_ = false;
+  bool sameContext_ = false;  // a rank shares its CUDA context with another of its comm
   std::vector<Extent> extents_;
   std::vector<char*> stageIn_, stageOut_;
   StagedRecord* rec_ = nullptr;

@@ -88,57 +88,6 @@ void leaveBlock(const PinnedBlock& p) {
   b.free.emplace(p.bytes, p);
 }
 
-namespace {
-
-// Staged work queued and not yet run. A record holds every stream of its launch until it
-// has run (a group's streams are joined), and it runs only once every rank it waits for has
-// reached the host. If a rank of the same communicator that the record lacks queues work on
-// one of those streams, that work never reaches the host: both wait forever. Refused instead
-// (ncclInvalidUsage); what ranks of one process must do is use a stream each or one group.
-struct StreamUses {
-  std::mutex mu;
-  std::vector<const std::vector<StreamUse>*> pending;  // each pending record's uses
-};
-StreamUses& streamUses() {
-  static StreamUses* u = new StreamUses();
-  return *u;
-}
-
-}  // namespace
-
-// Throws when `uses` would queue behind a pending record that waits for one of its ranks;
-// otherwise registers `uses` (a record's, alive until releaseStreams).
-void claimStreams(const std::vector<StreamUse>* uses, const char* coll) {
-  StreamUses& u = streamUses();
-  std::lock_guard<std::mutex> lock(u.mu);
-  for (const StreamUse& a : *uses)
-    for (const std::vector<StreamUse>* r : u.pending) {
-      const StreamUse* holder = nullptr;  // the record's rank on a's stream
-      bool hasRank = false;               // the record includes a's rank itself
-      for (const StreamUse& b : *r) {
-        if (b.commHash != a.commHash) continue;
-        if (b.stream == a.stream && b.device == a.device) holder = &b;
-        hasRank |= b.rank == a.rank;
-      }
-      if (holder && !hasRank)
-        LOOM_THROW(kInvalidUsage,
-                   "rank %d: %s on device buffers on stream %p (device %d), where rank %d of "
-                   "the same communicator has staged work waiting: ranks of one process that "
-                   "share a stream wait for each other forever (the first one's wait holds the "
-                   "stream). Give each rank a stream of its own, or issue the ranks' calls in "
-                   "one ncclGroupStart/ncclGroupEnd",
-                   a.rank, coll, a.stream, a.device, holder->rank);
-    }
-  u.pending.push_back(uses);
-}
-
-void releaseStreams(const std::vector<StreamUse>* uses) {
-  StreamUses& u = streamUses();
-  std::lock_guard<std::mutex> lock(u.mu);
-  auto it = std::find(u.pending.begin(), u.pending.end(), uses);
-  if (it != u.pending.end()) u.pending.erase(it);
-}
-
 // Host functions: run by CUDA on its own thread; they flip a word and return.
 void arrive(void* p) {
   auto* r = static_cast<StagedRecord*>(p);

@@ -1,6 +1,6 @@
 // The staged path's records (engine/staged.h), shared by its launcher and its proxies:
-// what one launch holds, the process-wide pool that owns them, the registry of streams with
-// staged work pending, and the host functions the streams run.
+// what one launch holds, the process-wide pool that owns them, and the host functions the
+// streams run.
 #pragma once
 
 #include <atomic>
@@ -16,14 +16,6 @@
 #include "engine/staged.h"
 
 namespace loom {
-
-// One rank's staged work waiting on a stream (of a device), for the shared-stream check.
-struct StreamUse {
-  void* stream;
-  int device;
-  uint64_t commHash;  // the same on every rank of a communicator
-  int rank;
-};
 
 // One staged launch: the host operations it runs and the pinned memory they run on. Owned
 // by a process-wide pool and never freed: a stream may still reach a record's host
@@ -43,7 +35,6 @@ struct StagedRecord {
   std::atomic<int> holds{0};       // its proxies and its stream; 0: back to the pool
   std::atomic<bool> done{false};   // the flag is set
   std::atomic<bool> cancelled{false};  // its stream work could not all be queued
-  std::vector<StreamUse> uses;     // its ranks and streams, for the shared-stream check
   // Captured into a CUDA graph: its work reaches the proxies at each replay (arrive pushes
   // it), and the graph holds it until the graph and its executables are destroyed.
   bool captured = false;
@@ -83,11 +74,6 @@ struct PinnedBlock {
 };
 PinnedBlock takeBlock(size_t atLeast);
 void leaveBlock(const PinnedBlock& b);
-
-// Throws (ncclInvalidUsage) when `uses` would queue behind a pending record that waits for
-// one of its ranks; otherwise registers `uses` (a record's, alive until releaseStreams).
-void claimStreams(const std::vector<StreamUse>* uses, const char* coll);
-void releaseStreams(const std::vector<StreamUse>* uses);
 
 // Host functions, run by CUDA on its own thread: they flip words and return.
 void arrive(void* rec);           // the inputs are staged: hand the record to its proxies

@@ -1,5 +1,6 @@
 // Loom's staged path (src/engine/staged.h): device buffers served by the host engine, in
-// the order of the caller's stream, while the call returns at once. The same tests run
+// the order of the caller's stream, while the call returns at once (ranks of one process
+// on one device: once the ranks' calls have run on the host). The same tests run
 // against the stand-in driver (engine_staged_stand_in_test: device memory is PROT_NONE
 // pages that only the driver's copies reach) and the real one (engine_staged_cuda_test,
 // skipped where there is no GPU). LOOM_NCCL_FALLBACK=off: stock NCCL serves nothing here.
@@ -92,6 +93,29 @@ std::vector<int32_t> inputs(int op, int r, size_t n) {
   for (size_t i = 0; i < n; ++i) v[i] = in(op, r, i);
   return v;
 }
+
+// The driver's graph calls, for the capture tests (stand-in or real driver alike).
+struct GraphApi {
+  int (*begin)(void* stream, int mode);
+  int (*end)(void* stream, void** graph);
+  int (*instantiate)(void** exec, void* graph, unsigned long long flags);
+  int (*launch)(void* exec, void* stream);
+  int (*execDestroy)(void* exec);
+  int (*destroy)(void* graph);
+  void* lib = nullptr;
+  bool bind() {
+    const char* path = getenv("LOOM_CUDA_DRIVER_LIBRARY");
+    void* h = lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return false;
+    begin = reinterpret_cast<decltype(begin)>(dlsym(h, "cuStreamBeginCapture_v2"));
+    end = reinterpret_cast<decltype(end)>(dlsym(h, "cuStreamEndCapture"));
+    instantiate = reinterpret_cast<decltype(instantiate)>(dlsym(h, "cuGraphInstantiateWithFlags"));
+    launch = reinterpret_cast<decltype(launch)>(dlsym(h, "cuGraphLaunch"));
+    execDestroy = reinterpret_cast<decltype(execDestroy)>(dlsym(h, "cuGraphExecDestroy"));
+    destroy = reinterpret_cast<decltype(destroy)>(dlsym(h, "cuGraphDestroy"));
+    return begin && end && instantiate && launch && execDestroy && destroy;
+  }
+};
 
 std::string expectInts(const char* what, const std::vector<int32_t>& got,
                        const std::vector<int32_t>& want) {
@@ -279,6 +303,94 @@ TEST(STAGED_SUITE, DeadPeerReleasesTheStream) {
   verdict(failures);
 }
 
+// Aborting a communicator whose staged work waits on a silent peer lets the stream go.
+TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
+  ASSERT_TRUE(kEnvSet);
+  RankOptions opt;
+  opt.timeoutSec = 60;
+  opt.beforeInit = [](int) {
+    if (mem().unavailable().empty()) mem().makeCurrent(0);
+  };
+  verdict(runRanks(
+      Mode::kProcesses, 2,
+      [](int rank, int, ncclComm_t comm) -> std::string {
+        RANK_TRY(deviceOrSkip());
+        if (rank == 1) {  // silent: never calls, stays until rank 0 is done
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          ncclCommAbort(comm);
+          _exit(0);
+        }
+        mem().makeCurrent(0);
+        void* stream = mem().createStream();
+        int32_t* a = devInts(inputs(1, 0, 1000));
+        RANK_NCCL(ncclAllReduce(a, a, 1000, ncclInt32, ncclSum, comm,
+                                static_cast<cudaStream_t>(stream)));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        auto t0 = std::chrono::steady_clock::now();
+        RANK_NCCL(ncclCommAbort(comm));
+        mem().syncStream(stream);  // would hang if the abort left the stream waiting
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        RANK_CHECK(s < 2, "the stream took %.1f s to go on after the abort", s);
+        _exit(0);
+      },
+      opt));
+}
+
+// Captured into a CUDA graph (each rank a process capturing its own stream), the staged
+// collectives run at every replay on what the buffers hold then; the graph holds the
+// staging until it is destroyed.
+TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
+  ASSERT_TRUE(kEnvSet);
+  RankOptions opt;
+  opt.beforeInit = [](int) {
+    if (mem().unavailable().empty()) mem().makeCurrent(0);
+  };
+  verdict(runRanks(
+      Mode::kProcesses, 2,
+      [&](int rank, int n, ncclComm_t comm) -> std::string {
+        RANK_TRY(deviceOrSkip());
+        mem().makeCurrent(0);
+        GraphApi g;
+        RANK_CHECK(g.bind(), "the driver has no graph calls");
+        void* stream = mem().createStream();
+        auto s = static_cast<cudaStream_t>(stream);
+        const size_t k = 777;
+        int32_t* a = devInts(std::vector<int32_t>(k, 0));
+        int32_t* gathered = devInts(std::vector<int32_t>(k * n, -1));
+        RANK_CHECK(g.begin(stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */) == 0, "begin");
+        RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
+        RANK_NCCL(ncclAllGather(a, gathered, k, ncclInt32, comm, s));
+        void* graph = nullptr;
+        RANK_CHECK(g.end(stream, &graph) == 0 && graph, "end capture");
+        void* exec = nullptr;
+        RANK_CHECK(g.instantiate(&exec, graph, 0) == 0, "instantiate");
+        RANK_CHECK(hostInts(a, k) == std::vector<int32_t>(k, 0), "the capture ran something");
+        auto live = reinterpret_cast<long (*)()>(dlsym(g.lib, "loomStandInLiveUserObjects"));
+        if (live) RANK_CHECK(live() >= 1, "the graph holds no user object: its staging could be reused");
+        for (int replay = 0; replay < 3; ++replay) {
+          mem().toDevice(a, inputs(replay, rank, k).data(), k * sizeof(int32_t));
+          RANK_CHECK(g.launch(exec, stream) == 0, "launch %d", replay);
+          mem().syncStream(stream);
+          std::vector<int32_t> want(k);
+          for (size_t i = 0; i < k; ++i) want[i] = in(replay, 0, i) + in(replay, 1, i);
+          RANK_TRY(expectInts("all-reduce", hostInts(a, k), want));
+          std::vector<int32_t> wantAg = want;
+          wantAg.insert(wantAg.end(), want.begin(), want.end());
+          RANK_TRY(expectInts("all-gather", hostInts(gathered, k * n), wantAg));
+        }
+        RANK_CHECK(g.execDestroy(exec) == 0 && g.destroy(graph) == 0, "graph destroy");
+        // The stand-in counts user objects: the graph's destruction released Loom's staging.
+        if (live) {
+          auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+          while (live() != 0 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          RANK_CHECK(live() == 0, "a destroyed graph still holds Loom's staging");
+        }
+        return "";
+      },
+      opt));
+}
+
 // Several ranks of one process on one device (what stock NCCL refuses): each rank's own
 // thread and stream.
 TEST(STAGED_SUITE, FourRanksShareOneDeviceAsThreads) {
@@ -394,8 +506,10 @@ TEST(STAGED_SUITE, CallsReturnBeforeTheirStreamRuns) {
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
-// Aborting a communicator whose staged work waits on a silent peer lets the stream go.
-TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
+// Ranks of one process on one device share a CUDA context: their staged calls run on the
+// calling thread (engine/staged.h), so a call waits there for the other ranks' calls, and
+// an abort from another thread ends it with an error instead.
+TEST(STAGED_SUITE, AbortEndsACallWaitingForRanksOfItsContext) {
   NEED_DEVICE();
   mem().makeCurrent(0);
   ncclComm_t comms[2];
@@ -403,17 +517,25 @@ TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
   ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
   void* stream = mem().createStream();
   int32_t* a = devInts(inputs(1, 0, 1000));
-  ASSERT_EQ(ncclAllReduce(a, a, 1000, ncclInt32, ncclSum, comms[0],
-                          static_cast<cudaStream_t>(stream)), ncclSuccess);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 1 never joins
+  ncclResult_t rc = ncclSuccess;
+  std::thread caller([&] {
+    mem().makeCurrent(0);
+    rc = ncclAllReduce(a, a, 1000, ncclInt32, ncclSum, comms[0], static_cast<cudaStream_t>(stream));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1 never joins
+  auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);
-  mem().syncStream(stream);  // would hang if the abort left the stream waiting
+  caller.join();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(rc, ncclSuccess) << "the call returned success without its peer";
+  EXPECT_LT(s, 5) << "the abort took " << s << " s to end the call";
+  mem().syncStream(stream);
   EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
 }
 
-// Ranks of one process on one stream: in one group they are one launch and work; issued
-// one by one, the second would queue behind the first one's wait for it, forever: refused.
-TEST(STAGED_SUITE, RanksSharingAStreamWorkInAGroupAndAreRefusedApart) {
+// Ranks of one process on one stream work, in one group from one thread and each from its
+// own thread (nothing on the stream waits for another rank's call).
+TEST(STAGED_SUITE, RanksOfOneProcessMayShareAStream) {
   NEED_DEVICE();
   mem().makeCurrent(0);
   ncclComm_t comms[2];
@@ -426,18 +548,64 @@ TEST(STAGED_SUITE, RanksSharingAStreamWorkInAGroupAndAreRefusedApart) {
   for (int r = 0; r < 2; ++r)
     ASSERT_EQ(ncclAllReduce(buf[r], buf[r], k, ncclInt32, ncclSum, comms[r], s), ncclSuccess);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
-  // Apart: rank 0's all-reduce waits for rank 1's, which would queue behind it.
-  ASSERT_EQ(ncclAllReduce(buf[0], buf[0], k, ncclInt32, ncclSum, comms[0], s), ncclSuccess);
-  EXPECT_EQ(ncclAllReduce(buf[1], buf[1], k, ncclInt32, ncclSum, comms[1], s), ncclInvalidUsage);
-  std::string msg = ncclGetLastError(comms[1]);
-  EXPECT_NE(msg.find("where rank 0 of the same communicator has staged work waiting"),
-            std::string::npos) << msg;
-  EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess);  // lets the stream go
-  mem().syncStream(s);
   std::vector<int32_t> want(k);
   for (size_t i = 0; i < k; ++i) want[i] = in(1, 0, i) + in(1, 1, i);
-  EXPECT_EQ(hostInts(buf[1], k), want) << "the grouped all-reduce ran; the refused one did not";
-  EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
+  ncclResult_t rc[2] = {ncclInternalError, ncclInternalError};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      mem().makeCurrent(0);
+      for (int rep = 0; rep < 3 && (rep == 0 || rc[r] == ncclSuccess); ++rep)
+        rc[r] = ncclAllReduce(buf[r], buf[r], k, ncclInt32, ncclSum, comms[r], s);
+    });
+  for (std::thread& t : ranks) t.join();
+  mem().syncStream(s);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(rc[r], ncclSuccess) << ncclGetLastError(comms[r]);
+    // Four all-reduces of two ranks' equal buffers: the sum doubled three times more.
+    std::vector<int32_t> w(k);
+    for (size_t i = 0; i < k; ++i) w[i] = want[i] * 8;
+    EXPECT_EQ(expectInts("four all-reduces", hostInts(buf[r], k), w), "") << "rank " << r;
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Capturing staged calls of ranks that share a CUDA context is refused before anything
+// touches the stream, alone or in a group (a replay's wait on the GPU for another stream of
+// the context can deadlock it), and the capture stays usable.
+TEST(STAGED_SUITE, CapturingRanksThatShareAContextIsRefused) {
+  NEED_DEVICE();
+  GraphApi g;
+  ASSERT_TRUE(g.bind());
+  mem().makeCurrent(0);
+  ncclComm_t comms[2];
+  int devs[2] = {0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  void* stream = mem().createStream();
+  auto s = static_cast<cudaStream_t>(stream);
+  int32_t* a[2] = {devInts(inputs(1, 0, 64)), devInts(inputs(1, 1, 64))};
+  for (bool group : {false, true}) {
+    SCOPED_TRACE(group ? "group" : "alone");
+    ASSERT_EQ(g.begin(stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */), 0);
+    ncclComm_t refused = comms[0];
+    if (group) {
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      for (int r = 0; r < 2; ++r)
+        ASSERT_EQ(ncclAllReduce(a[r], a[r], 64, ncclInt32, ncclSum, comms[r], s), ncclSuccess);
+      EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+      refused = nullptr;
+    } else {
+      EXPECT_EQ(ncclAllReduce(a[0], a[0], 64, ncclInt32, ncclSum, comms[0], s), ncclInvalidUsage);
+    }
+    std::string msg = ncclGetLastError(refused);
+    EXPECT_NE(msg.find("of this communicator run in this process on the same CUDA device"),
+              std::string::npos) << msg;
+    void* graph = nullptr;
+    EXPECT_EQ(g.end(stream, &graph), 0) << "the refusal broke the capture";
+    if (graph) g.destroy(graph);
+  }
+  EXPECT_EQ(hostInts(a[0], 64), inputs(1, 0, 64)) << "a refused call ran";
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
 // ncclScalarDevice: a pre-multiplied sum whose scalar is device memory, read when each call
@@ -503,106 +671,6 @@ TEST(STAGED_SUITE, PreMulSumReadsADeviceScalarWhenTheCallRuns) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ncclRedOpDestroy(op[r], comms[r]), ncclSuccess);
     EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
-  }
-}
-
-// The driver's graph calls, for the capture test (stand-in or real driver alike).
-struct GraphApi {
-  int (*begin)(void* stream, int mode);
-  int (*end)(void* stream, void** graph);
-  int (*instantiate)(void** exec, void* graph, unsigned long long flags);
-  int (*launch)(void* exec, void* stream);
-  int (*execDestroy)(void* exec);
-  int (*destroy)(void* graph);
-  void* lib = nullptr;
-  bool bind() {
-    const char* path = getenv("LOOM_CUDA_DRIVER_LIBRARY");
-    void* h = lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!h) return false;
-    begin = reinterpret_cast<decltype(begin)>(dlsym(h, "cuStreamBeginCapture_v2"));
-    end = reinterpret_cast<decltype(end)>(dlsym(h, "cuStreamEndCapture"));
-    instantiate = reinterpret_cast<decltype(instantiate)>(dlsym(h, "cuGraphInstantiateWithFlags"));
-    launch = reinterpret_cast<decltype(launch)>(dlsym(h, "cuGraphLaunch"));
-    execDestroy = reinterpret_cast<decltype(execDestroy)>(dlsym(h, "cuGraphExecDestroy"));
-    destroy = reinterpret_cast<decltype(destroy)>(dlsym(h, "cuGraphDestroy"));
-    return begin && end && instantiate && launch && execDestroy && destroy;
-  }
-};
-
-// A captured group spanning two communicators is refused before it touches the stream
-// (each replay would have to reach two proxies at once), and the capture stays usable.
-TEST(STAGED_SUITE, CapturedGroupOfTwoCommunicatorsIsRefused) {
-  NEED_DEVICE();
-  GraphApi g;
-  ASSERT_TRUE(g.bind());
-  mem().makeCurrent(0);
-  ncclComm_t comms[2];
-  int devs[2] = {0, 0};
-  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
-  void* stream = mem().createStream();
-  auto s = static_cast<cudaStream_t>(stream);
-  int32_t* a[2] = {devInts(inputs(1, 0, 64)), devInts(inputs(1, 1, 64))};
-  ASSERT_EQ(g.begin(stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */), 0);
-  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  for (int r = 0; r < 2; ++r)
-    ASSERT_EQ(ncclAllReduce(a[r], a[r], 64, ncclInt32, ncclSum, comms[r], s), ncclSuccess);
-  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
-  std::string msg = ncclGetLastError(nullptr);
-  EXPECT_NE(msg.find("captures groups of one communicator only"), std::string::npos) << msg;
-  void* graph = nullptr;
-  EXPECT_EQ(g.end(stream, &graph), 0) << "the refusal broke the capture";
-  if (graph) g.destroy(graph);
-  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
-}
-
-// Captured into a CUDA graph (each rank a thread capturing its own stream), the staged
-// collectives run at every replay on what the buffers hold then.
-TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
-  NEED_DEVICE();
-  GraphApi g;
-  ASSERT_TRUE(g.bind());
-  RankOptions opt;
-  opt.beforeInit = [](int) { mem().makeCurrent(0); };
-  verdict(runRanks(
-      Mode::kThreads, 2,
-      [&](int rank, int n, ncclComm_t comm) -> std::string {
-        void* stream = mem().createStream();
-        auto s = static_cast<cudaStream_t>(stream);
-        const size_t k = 777;
-        int32_t* a = devInts(std::vector<int32_t>(k, 0));
-        int32_t* gathered = devInts(std::vector<int32_t>(k * n, -1));
-        RANK_CHECK(g.begin(stream, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */) == 0, "begin");
-        RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
-        RANK_NCCL(ncclAllGather(a, gathered, k, ncclInt32, comm, s));
-        void* graph = nullptr;
-        RANK_CHECK(g.end(stream, &graph) == 0 && graph, "end capture");
-        void* exec = nullptr;
-        RANK_CHECK(g.instantiate(&exec, graph, 0) == 0, "instantiate");
-        RANK_CHECK(hostInts(a, k) == std::vector<int32_t>(k, 0), "the capture ran something");
-        if (auto live = reinterpret_cast<long (*)()>(dlsym(g.lib, "loomStandInLiveUserObjects")))
-          RANK_CHECK(live() >= 1, "the graph holds no user object: its staging could be reused");
-        for (int replay = 0; replay < 3; ++replay) {
-          mem().toDevice(a, inputs(replay, rank, k).data(), k * sizeof(int32_t));
-          RANK_CHECK(g.launch(exec, stream) == 0, "launch %d", replay);
-          mem().syncStream(stream);
-          std::vector<int32_t> want(k);
-          for (size_t i = 0; i < k; ++i) want[i] = in(replay, 0, i) + in(replay, 1, i);
-          RANK_TRY(expectInts("all-reduce", hostInts(a, k), want));
-          std::vector<int32_t> wantAg = want;
-          wantAg.insert(wantAg.end(), want.begin(), want.end());
-          RANK_TRY(expectInts("all-gather", hostInts(gathered, k * n), wantAg));
-        }
-        RANK_CHECK(g.execDestroy(exec) == 0 && g.destroy(graph) == 0, "graph destroy");
-        return "";
-      },
-      opt));
-  // The stand-in counts user objects: each rank's graph held one (its staging), and the
-  // graph's destruction released it.
-  if (auto live = reinterpret_cast<long (*)()>(dlsym(g.lib, "loomStandInLiveUserObjects"))) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (live() != 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    EXPECT_EQ(live(), 0) << "a destroyed graph still holds Loom's staging";
   }
 }
 

@@ -281,16 +281,48 @@ constexpr unsigned kStreamNonBlocking = 0x1;
 
 struct Capture;
 
+// The GPU's work queues ("connections"; CUDA_DEVICE_MAX_CONNECTIONS, 8 by default): streams
+// are dealt out to them in turn, and a queue runs the operations of all its streams one
+// after another in the order they were pushed, so that an operation waiting at the head of a
+// queue (cuStreamWaitValue32, an event wait) holds every stream behind it. Modelled only
+// when CUDA_DEVICE_MAX_CONNECTIONS is set (otherwise every stream runs on its own, as a
+// GPU with more queues than streams would), to test what such sharing does.
+struct Connection {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t pushed = 0, served = 0;  // tickets handed out, and run to the end
+};
+struct Connections {
+  std::vector<std::unique_ptr<Connection>> queues;
+  std::atomic<uint64_t> nextStream{0};
+  Connections() {
+    const char* v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    int n = v && *v ? atoi(v) : 0;
+    for (int i = 0; i < std::min(std::max(n, 0), 32); ++i)
+      queues.push_back(std::make_unique<Connection>());
+  }
+  Connection* next() {  // the queue of a new stream, or nullptr when not modelled
+    if (queues.empty()) return nullptr;
+    return queues[nextStream.fetch_add(1) % queues.size()].get();
+  }
+};
+Connections& connections() {
+  static Connections* c = new Connections();  // never destroyed: detached workers use it
+  return *c;
+}
+
 struct Stream : std::enable_shared_from_this<Stream> {
-  Stream(StreamKind k, bool b) : kind(k), blocking(b) {}
+  Stream(StreamKind k, bool b) : kind(k), blocking(b), conn(connections().next()) {}
   const StreamKind kind;
   // Blocking streams (all but CU_STREAM_NON_BLOCKING ones) and the legacy stream wait for
   // each other's earlier work.
   const bool blocking;
+  Connection* const conn;  // shared with other streams, or nullptr (Connections)
 
   std::mutex mu;
   std::condition_variable cv;  // signalled on every change of the fields below
   std::deque<Op> queue;
+  std::deque<uint64_t> tickets;  // each queued operation's turn on conn
   uint64_t enqueued = 0, completed = 0;
   bool paused = false, stopping = false, started = false, exited = false;
 
@@ -300,6 +332,10 @@ struct Stream : std::enable_shared_from_this<Stream> {
   // earlier: the process may fork before it uses a stream.
   uint64_t push(Op op) {
     std::lock_guard<std::mutex> lock(mu);
+    if (conn) {
+      std::lock_guard<std::mutex> cl(conn->mu);
+      tickets.push_back(conn->pushed++);
+    }
     queue.push_back(std::move(op));
     if (!started) {
       started = true;
@@ -326,10 +362,24 @@ struct Stream : std::enable_shared_from_this<Stream> {
       if (queue.empty()) break;
       Op op = std::move(queue.front());
       queue.pop_front();
+      uint64_t ticket = 0;
+      if (conn) {
+        ticket = tickets.front();
+        tickets.pop_front();
+      }
       lock.unlock();
+      if (conn) {  // the queue's earlier operations, of any of its streams, come first
+        std::unique_lock<std::mutex> cl(conn->mu);
+        conn->cv.wait(cl, [&] { return conn->served == ticket; });
+      }
       for (const Point& p : op.after) p.stream->waitFor(p.seq);
       if (op.run) op.run();
       op = Op{};  // let go of other streams before counting the operation done
+      if (conn) {
+        std::lock_guard<std::mutex> cl(conn->mu);
+        ++conn->served;
+        conn->cv.notify_all();
+      }
       lock.lock();
       ++completed;
       cv.notify_all();
@@ -715,7 +765,11 @@ __attribute__((visibility("default"))) CUresult cuCtxGetDevice(int* device) {
 
 __attribute__((visibility("default"))) CUresult cuDeviceGetCount(int* count) {
   if (!count) return kInvalidValue;
-  *count = kDevices;
+  // LOOM_STAND_IN_DEVICE_COUNT (1 to 4) shows fewer: a machine with one GPU, where a
+  // benchmark puts every rank on device 0.
+  const char* v = getenv("LOOM_STAND_IN_DEVICE_COUNT");
+  const int n = v && *v ? atoi(v) : kDevices;
+  *count = n >= 1 && n <= kDevices ? n : kDevices;
   return kSuccess;
 }
 

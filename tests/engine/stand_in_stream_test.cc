@@ -457,6 +457,28 @@ TEST_F(StandInStreams, WaitValueHoldsTheStreamUntilAnotherThreadStores) {
   }
 }
 
+// With CUDA_DEVICE_MAX_CONNECTIONS=1 (its CTest entry sets it) every stream shares one GPU
+// work queue: a wait at its head holds the other streams' later work too, as a GPU with
+// more streams than queues may; earlier work of other streams still runs.
+TEST_F(StandInStreams, OneWorkQueueHoldsEveryStreamBehindAWait) {
+  const char* v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (!v || std::string(v) != "1") GTEST_SKIP() << "runs with CUDA_DEVICE_MAX_CONNECTIONS=1";
+  auto* word = static_cast<uint32_t*>(pinned(4096));
+  storeWord(word, 0);
+  void* a = stream();
+  void* b = stream();
+  std::atomic<int> before{0}, behind{0};
+  OnExit release{[&] { storeWord(word, 1); }, d_.ctxSynchronize};
+  ASSERT_EQ(d_.launchHostFunc(b, bump, &before), 0);  // pushed before the wait: runs
+  ASSERT_EQ(d_.streamWaitValue32(a, dptr(word), 1, kWaitEq), 0);
+  ASSERT_EQ(d_.launchHostFunc(b, bump, &behind), 0);  // another stream, pushed after it
+  ASSERT_TRUE(eventually([&] { return before == 1; }));
+  EXPECT_TRUE(stillTrue([&] { return behind == 0; })) << "stream b's work passed a's wait";
+  std::thread([&] { storeWord(word, 1); }).join();
+  ASSERT_TRUE(eventually([&] { return behind == 1; }));
+  EXPECT_EQ(d_.streamSynchronize(b), 0);
+}
+
 TEST_F(StandInStreams, EventJoinsStreamsAtThePointItWasRecorded) {
   void* a = stream();
   void* b = stream();
