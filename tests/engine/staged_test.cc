@@ -533,15 +533,12 @@ TEST(STAGED_SUITE, AbortEndsACallWaitingForRanksOfItsContext) {
   EXPECT_EQ(ncclCommAbort(comms[1]), ncclSuccess);
 }
 
-// Ranks of one process on one stream work, in one group from one thread and each from its
-// own thread (nothing on the stream waits for another rank's call).
-TEST(STAGED_SUITE, RanksOfOneProcessMayShareAStream) {
-  NEED_DEVICE();
+// Two ranks of one process on device 0, both on stream `s`.
+void ranksShareOneStream(cudaStream_t s) {
   mem().makeCurrent(0);
   ncclComm_t comms[2];
   int devs[2] = {0, 0};
   ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
-  auto s = static_cast<cudaStream_t>(mem().createStream());
   const size_t k = 333;
   int32_t* buf[2] = {devInts(inputs(1, 0, k)), devInts(inputs(1, 1, k))};
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
@@ -568,6 +565,17 @@ TEST(STAGED_SUITE, RanksOfOneProcessMayShareAStream) {
     EXPECT_EQ(expectInts("four all-reduces", hostInts(buf[r], k), w), "") << "rank " << r;
   }
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Ranks of one process on one stream work, in one group from one thread and each from its
+// own thread (nothing on the stream waits for another rank's call): a stream of their own,
+// and the legacy default stream.
+TEST(STAGED_SUITE, RanksOfOneProcessMayShareAStream) {
+  NEED_DEVICE();
+  for (bool legacy : {false, true}) {
+    SCOPED_TRACE(legacy ? "legacy default stream" : "created stream");
+    ranksShareOneStream(legacy ? nullptr : static_cast<cudaStream_t>(mem().createStream()));
+  }
 }
 
 // Capturing staged calls of ranks that share a CUDA context is refused before anything
