@@ -60,6 +60,10 @@ class Communicator {
   // one context): their staged calls run on the caller's thread (engine/staged.h).
   const std::vector<int>& sameContextRanks() const { return sameContext_; }
   void setSameContextRanks(std::vector<int> ranks) { sameContext_ = std::move(ranks); }
+  // Every rank of this communicator shares this rank's CUDA context.
+  bool allInOneContext() const { return sameContext_.size() + 1 == static_cast<size_t>(nranks_); }
+  // Numbers the staged collectives that such ranks meet for (the same on every rank).
+  uint64_t nextMeeting() { return ++meetings_; }
   // A host-memory call waits for the staged work issued before it (not on a proxy).
   void drainStaged() {
     StagedProxy* p = staged_.load(std::memory_order_acquire);
@@ -84,6 +88,7 @@ class Communicator {
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   std::vector<int> sameContext_;
+  uint64_t meetings_ = 0;
   uint64_t seq_ = 0;
   bool oversubscribed_ = false;
   uint8_t interp_ = 0;

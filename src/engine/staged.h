@@ -30,8 +30,12 @@
 // behind it on the GPU (CUDA warns that such waits must also be ordered by dependencies it
 // can see; 8 rank threads on one H100 hung), so nothing on their GPU waits for the host.
 // The calls of such ranks wait for each other, as host calls do: a thread driving several
-// of them issues their calls in one group. Capturing such calls into a CUDA graph is refused
-// (ncclInvalidUsage): a replay cannot run on the host.
+// of them issues their calls in one group. When every rank of the communicator shares the
+// context, each collective's launches meet on the host first, and an all-gather or
+// broadcast is copied between the ranks' device buffers by the last launch to arrive, on
+// its stream, joined by events to every rank's stream (nothing waits for the host); other
+// collectives go to the host engine on every rank. Capturing such calls into a CUDA graph
+// is refused (ncclInvalidUsage): a replay cannot run on the host.
 #pragma once
 
 #include <atomic>

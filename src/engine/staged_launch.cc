@@ -1,13 +1,16 @@
 // The staged path's launcher: stages a launch's buffers and queues its work on the
 // caller's streams (engine/staged.h describes the sequence).
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <vector>
 
 #include "base/cuda_driver.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "engine/communicator.h"
 #include "engine/engine.h"
+#include "engine/executor.h"
 #include "engine/staged_record.h"
 
 namespace loom::staged {
@@ -104,6 +107,7 @@ class Launcher {
                        capturing_[s] ? "captured" : "not captured");
     for (const Op& op : ops_) sameContext_ |= !op.comm.core->sameContextRanks().empty();
     if (captured_) return runCaptured();
+    if (sameContext_ && meet()) return;
     if (sameContext_) return runOnCaller();
     rec_ = takeRecord();
     rec_->captured = false;
@@ -200,6 +204,135 @@ class Launcher {
           "cuUserObjectCreate", op);
     check(drv_, st_.graphRetainUserObject(graph, obj, 1, cuda::kGraphUserObjectMove),
           "cuGraphRetainUserObject", op);
+  }
+
+  // A collective of a communicator whose ranks all share this CUDA context: the ranks'
+  // launches meet on the host (staged_record.h), and the last to arrive moves the data
+  // between their device buffers on its stream, after every rank's stream has reached the
+  // call and before any goes on: all-gather and broadcast (copies). The other collectives
+  // (and a launch of several operations of one rank) go to the host engine on every rank
+  // alike (false). Point-to-point calls never meet: their peers need not call in step.
+  bool meet() {
+    Communicator* first = ops_[0].comm.core;
+    for (const Op& op : ops_)
+      if (op.isP2p() || op.comm.core->commHash() != first->commHash() ||
+          !op.comm.core->allInOneContext())
+        return false;
+    std::vector<Communicator*> comms;
+    for (const Op& op : ops_)
+      if (std::find(comms.begin(), comms.end(), op.comm.core) == comms.end())
+        comms.push_back(op.comm.core);
+    uint64_t seq = 0;
+    for (Communicator* c : comms) {
+      uint64_t n = c->nextMeeting();
+      LOOM_CHECK_USAGE(seq == 0 || n == seq,
+                       "rank %d: a group of collectives on device buffers spans ranks %d and %d "
+                       "of one communicator, which have issued different numbers of collectives",
+                       first->rank(), comms[0]->rank(), c->rank());
+      seq = n;
+    }
+    const uint64_t hash = first->commHash();
+    rec_ = takeRecord();
+    rec_->captured = false;
+    rec_->holds.store(1);
+    std::vector<LocalPart> parts;
+    size_t slot = 0;
+    for (const Op& op : ops_) parts.push_back({&op, mark(slot++, streamIndex(op))});
+    LocalMeeting* m = nullptr;
+    const bool lead = joinMeeting(hash, seq, static_cast<size_t>(first->nranks()), comms.size(),
+                                  parts, &m);
+    if (lead) {
+      try {
+        if (!direct(m->parts)) {
+          settleMeeting(m, LocalMeeting::kOnHost);
+        } else {
+          m->done = mark(slot++, 0);
+          m->leaderRec = rec_;
+          rec_ = nullptr;  // leaveMeeting returns it to the pool
+          settleMeeting(m, LocalMeeting::kDirect);
+        }
+      } catch (const Error& e) {
+        settleMeeting(m, LocalMeeting::kFailed, e.what());
+      }
+    }
+    const double limit = hostTimeoutSec();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string gaveUp;
+    waitFor([&] {
+      if (m->state != LocalMeeting::kGathering) return true;
+      for (Communicator* c : comms)
+        if (c->abortFlag() && c->abortFlag()->load(std::memory_order_relaxed))
+          gaveUp = "the communicator was aborted";
+      if (limit > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
+        gaveUp = strprintf("the other ranks did not issue it within LOOM_TIMEOUT (%.0f s)", limit);
+      return !gaveUp.empty();
+    });
+    if (!gaveUp.empty()) abandonMeeting(m, gaveUp);
+    const LocalMeeting::State state = m->state;
+    std::string error = m->error;
+    if (state == LocalMeeting::kDirect) {
+      try {
+        for (size_t s = 0; s < streams_.size(); ++s) waitOn(s, m->done);
+      } catch (...) {
+        leaveMeeting(hash, seq);
+        if (rec_) dropHold(rec_);
+        throw;
+      }
+    }
+    leaveMeeting(hash, seq);
+    if (rec_) dropHold(rec_);
+    rec_ = nullptr;
+    if (state == LocalMeeting::kFailed)
+      LOOM_THROW(kInvalidUsage, "rank %d: %s on device buffers: %s", first->rank(),
+                 collectiveName(ops_[0].coll), error.c_str());
+    return state == LocalMeeting::kDirect;
+  }
+
+  size_t streamIndex(const Op& op) const {
+    for (size_t s = 0; s < streams_.size(); ++s)
+      if (streams_[s] == op.stream && streamDevice_[s] == deviceOf(op)) return s;
+    return 0;
+  }
+
+  // The leader's part: when every rank gave one all-gather or one broadcast of one shape,
+  // stream 0 waits for every rank's stream, copies between the ranks' buffers, and returns
+  // true; otherwise false (the host engine runs it on every rank).
+  bool direct(const std::vector<LocalPart>& parts) {
+    const Op& o = *parts[0].op;
+    const int n = o.comm.core->nranks();
+    if (o.coll != Collective::kAllGather && o.coll != Collective::kBroadcast) return false;
+    std::vector<const Op*> byRank(static_cast<size_t>(n), nullptr);
+    for (const LocalPart& p : parts) {
+      const Op& q = *p.op;
+      const int r = q.comm.core->rank();
+      if (q.coll != o.coll || q.count != o.count || q.eltSize != o.eltSize || q.root != o.root ||
+          byRank[static_cast<size_t>(r)])
+        return false;
+      byRank[static_cast<size_t>(r)] = &q;
+    }
+    LOOM_INFO(kLogColl, "%s: %zu bytes per rank, copied between the buffers of %d ranks "
+              "sharing a CUDA context (device %d), on stream %p",
+              collectiveName(o.coll), o.bytes(), n, streamDevice_[0], streams_[0]);
+    for (const LocalPart& p : parts) waitOn(0, p.ready);
+    const size_t b = o.bytes();
+    auto copy = [&](void* dst, const void* src) {
+      if (b == 0 || dst == src) return;
+      cuda::ScopedDevice sd;
+      setDevice(sd, streamDevice_[0], o);
+      check(drv_, st_.memcpyAsync(reinterpret_cast<cuda::CuDevicePtr>(dst),
+                                  reinterpret_cast<cuda::CuDevicePtr>(src), b, streams_[0]),
+            "cuMemcpyAsync (device to device)", o);
+    };
+    if (o.coll == Collective::kBroadcast) {
+      const void* src = byRank[static_cast<size_t>(o.root)]->sendbuff;
+      for (const Op* q : byRank) copy(q->recvbuff, src);
+    } else {
+      for (const Op* q : byRank)
+        for (const Op* from : byRank)
+          copy(static_cast<char*>(q->recvbuff) + b * static_cast<size_t>(from->comm.core->rank()),
+               from->sendbuff);
+    }
+    return true;
   }
 
   // Ranks of one process on one device (threads) share a CUDA context, whose streams the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "base/error.h"
 
@@ -86,6 +87,66 @@ void leaveBlock(const PinnedBlock& p) {
   Blocks& b = blocks();
   std::lock_guard<std::mutex> lock(b.mu);
   b.free.emplace(p.bytes, p);
+}
+
+namespace {
+
+struct Meetings {
+  std::mutex mu;
+  std::map<std::pair<uint64_t, uint64_t>, std::unique_ptr<LocalMeeting>> open;
+};
+Meetings& meetings() {
+  static Meetings* m = new Meetings();
+  return *m;
+}
+
+}  // namespace
+
+bool joinMeeting(uint64_t commHash, uint64_t seq, size_t expected, size_t ranks,
+                 std::span<const LocalPart> parts, LocalMeeting** meeting) {
+  Meetings& ms = meetings();
+  std::lock_guard<std::mutex> lock(ms.mu);
+  std::unique_ptr<LocalMeeting>& m = ms.open[{commHash, seq}];
+  if (!m) m = std::make_unique<LocalMeeting>();
+  *meeting = m.get();
+  ++m->present;
+  m->parts.insert(m->parts.end(), parts.begin(), parts.end());
+  m->ranks += ranks;
+  return m->state == LocalMeeting::kGathering && m->ranks == expected;
+}
+
+void settleMeeting(LocalMeeting* m, LocalMeeting::State state, std::string error) {
+  {
+    std::lock_guard<std::mutex> lock(meetings().mu);
+    m->state = state;
+    m->error = std::move(error);
+  }
+  wakeAll();
+}
+
+void abandonMeeting(LocalMeeting* m, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(meetings().mu);
+    if (m->state != LocalMeeting::kGathering) return;
+    m->state = LocalMeeting::kFailed;
+    m->error = why;
+  }
+  wakeAll();
+}
+
+void leaveMeeting(uint64_t commHash, uint64_t seq) {
+  StagedRecord* rec = nullptr;
+  {
+    Meetings& ms = meetings();
+    std::lock_guard<std::mutex> lock(ms.mu);
+    auto it = ms.open.find({commHash, seq});
+    if (it == ms.open.end() || --it->second->present > 0) return;
+    // A failed meeting may still gather a late launch: it finds the state and leaves.
+    if (it->second->state == LocalMeeting::kGathering) return;
+    rec = it->second->leaderRec;
+    ms.open.erase(it);
+  }
+  if (rec) dropHold(rec);
 }
 
 // Host functions: run by CUDA on its own thread; they flip a word and return.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/cuda_driver.h"
@@ -74,6 +75,35 @@ struct PinnedBlock {
 };
 PinnedBlock takeBlock(size_t atLeast);
 void leaveBlock(const PinnedBlock& b);
+
+// A collective of ranks that share a CUDA context (threads of one process on one GPU),
+// met on the host: every launch adds its operations, and the launch that completes the
+// meeting leads it, either moving the data itself on its stream (copies between the ranks'
+// device buffers, which one context reaches alike) or sending every rank to the host engine.
+struct LocalPart {
+  const Op* op;          // alive while its launch waits in the meeting
+  cuda::CuEvent ready;   // recorded on the op's stream: its inputs are there
+};
+struct LocalMeeting {
+  enum State { kGathering, kDirect, kOnHost, kFailed };
+  std::vector<LocalPart> parts;
+  State state = kGathering;
+  cuda::CuEvent done = nullptr;    // kDirect: recorded after the leader's copies
+  StagedRecord* leaderRec = nullptr;  // owns `done`; back to the pool when all have left
+  size_t ranks = 0;                // ranks whose launches joined
+  int present = 0;                 // launches that joined and have not left
+  std::string error;               // kFailed
+};
+// Adds a launch's `parts`, of `ranks` ranks, to the meeting of (commHash, seq); true when
+// that makes `expected` ranks (the caller leads it).
+bool joinMeeting(uint64_t commHash, uint64_t seq, size_t expected, size_t ranks,
+                 std::span<const LocalPart> parts, LocalMeeting** meeting);
+// Sets the meeting's state and wakes its other launches.
+void settleMeeting(LocalMeeting* m, LocalMeeting::State state, std::string error = "");
+// A launch gives up waiting (abort, timeout): the meeting fails if it was still gathering.
+void abandonMeeting(LocalMeeting* m, const std::string& why);
+// The launch is done with the meeting; the last one to leave frees it.
+void leaveMeeting(uint64_t commHash, uint64_t seq);
 
 // Host functions, run by CUDA on its own thread: they flip words and return.
 void arrive(void* rec);           // the inputs are staged: hand the record to its proxies

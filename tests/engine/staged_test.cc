@@ -391,6 +391,62 @@ TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
       opt));
 }
 
+// Ranks that share a CUDA context meet for each collective: an all-gather or broadcast
+// is copied between their buffers by the last to arrive (in place or not, nothing to
+// move, after an all-reduce on the same streams); a group of two collectives per rank goes
+// to the host engine on every rank alike.
+TEST(STAGED_SUITE, RanksSharingAContextCopyBetweenTheirBuffers) {
+  NEED_DEVICE();
+  RankOptions opt;
+  opt.beforeInit = [](int) { mem().makeCurrent(0); };
+  verdict(runRanks(
+      Mode::kThreads, 3,
+      [](int rank, int n, ncclComm_t comm) -> std::string {
+        mem().makeCurrent(0);
+        auto s = static_cast<cudaStream_t>(mem().createStream());
+        const size_t k = 517;
+        // In place: this rank's block of the output is its input.
+        int32_t* ag = devInts(std::vector<int32_t>(k * n, -1));
+        mem().toDevice(ag + rank * k, inputs(1, rank, k).data(), k * sizeof(int32_t));
+        RANK_NCCL(ncclAllGather(ag + rank * k, ag, k, ncclInt32, comm, s));
+        // Out of place, after an all-reduce that wrote its input.
+        int32_t* x = devInts(inputs(2, rank, k));
+        RANK_NCCL(ncclAllReduce(x, x, k, ncclInt32, ncclSum, comm, s));
+        int32_t* ag2 = devInts(std::vector<int32_t>(k * n, -1));
+        RANK_NCCL(ncclAllGather(x, ag2, k, ncclInt32, comm, s));
+        // Broadcast from rank 1, in place; then one with nothing to move.
+        int32_t* bc = devInts(rank == 1 ? inputs(3, 1, k) : std::vector<int32_t>(k, -1));
+        RANK_NCCL(ncclBroadcast(bc, bc, k, ncclInt32, 1, comm, s));
+        RANK_NCCL(ncclBroadcast(bc, bc, 0, ncclInt32, 1, comm, s));
+        // Two collectives in one group: the host engine, on every rank.
+        int32_t* bc2 = devInts(rank == 0 ? inputs(4, 0, k) : std::vector<int32_t>(k, -1));
+        int32_t* agIn = devInts(inputs(5, rank, k));
+        int32_t* ag3 = devInts(std::vector<int32_t>(k * n, -1));
+        RANK_NCCL(ncclGroupStart());
+        RANK_NCCL(ncclBroadcast(bc2, bc2, k, ncclInt32, 0, comm, s));
+        RANK_NCCL(ncclAllGather(agIn, ag3, k, ncclInt32, comm, s));
+        RANK_NCCL(ncclGroupEnd());
+        mem().syncStream(s);
+        std::vector<int32_t> want, want2, sum(k, 0), want3;
+        for (int r = 0; r < n; ++r)
+          for (size_t i = 0; i < k; ++i) sum[i] += in(2, r, i);
+        for (int r = 0; r < n; ++r) {
+          std::vector<int32_t> b = inputs(1, r, k);
+          want.insert(want.end(), b.begin(), b.end());
+          want2.insert(want2.end(), sum.begin(), sum.end());
+          std::vector<int32_t> c = inputs(5, r, k);
+          want3.insert(want3.end(), c.begin(), c.end());
+        }
+        RANK_TRY(expectInts("in-place all-gather", hostInts(ag, k * n), want));
+        RANK_TRY(expectInts("all-gather of the all-reduce", hostInts(ag2, k * n), want2));
+        RANK_TRY(expectInts("broadcast", hostInts(bc, k), inputs(3, 1, k)));
+        RANK_TRY(expectInts("grouped broadcast", hostInts(bc2, k), inputs(4, 0, k)));
+        RANK_TRY(expectInts("grouped all-gather", hostInts(ag3, k * n), want3));
+        return "";
+      },
+      opt));
+}
+
 // Several ranks of one process on one device (what stock NCCL refuses): each rank's own
 // thread and stream.
 TEST(STAGED_SUITE, FourRanksShareOneDeviceAsThreads) {
