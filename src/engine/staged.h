@@ -31,10 +31,11 @@
 // can see; 8 rank threads on one H100 hung), so nothing on their GPU waits for the host.
 // The calls of such ranks wait for each other, as host calls do: a thread driving several
 // of them issues their calls in one group. When every rank of the communicator shares the
-// context, each collective's launches meet on the host first, and an all-gather or
-// broadcast is copied between the ranks' device buffers by the last launch to arrive, on
-// its stream, joined by events to every rank's stream (nothing waits for the host); other
-// collectives go to the host engine on every rank. Capturing such calls into a CUDA graph
+// context, each collective's launches meet on the host first, and the last launch to
+// arrive moves the data between the ranks' device buffers on its stream, joined by events
+// to every rank's stream (nothing waits for the host): copies for an all-gather or a
+// broadcast, the CUDA kernels module's reductions (engine/cuda_kernels.h) for an all-reduce,
+// reduce or reduce-scatter; where it cannot, every rank goes to the host engine. Capturing such calls into a CUDA graph
 // is refused (ncclInvalidUsage): a replay cannot run on the host.
 #pragma once
 

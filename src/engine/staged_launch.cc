@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/communicator.h"
+#include "engine/cuda_kernels.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "engine/staged_record.h"
@@ -257,19 +258,26 @@ class Launcher {
     }
     const double limit = hostTimeoutSec();
     const auto t0 = std::chrono::steady_clock::now();
+    bool mayGiveUp = true;  // until every rank has joined: then its leader settles it soon
     std::string gaveUp;
-    waitFor([&] {
-      if (m->state != LocalMeeting::kGathering) return true;
-      for (Communicator* c : comms)
-        if (c->abortFlag() && c->abortFlag()->load(std::memory_order_relaxed))
-          gaveUp = "the communicator was aborted";
-      if (limit > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
-        gaveUp = strprintf("the other ranks did not issue it within LOOM_TIMEOUT (%.0f s)", limit);
-      return !gaveUp.empty();
-    });
-    if (!gaveUp.empty()) abandonMeeting(m, gaveUp);
-    const LocalMeeting::State state = m->state;
-    std::string error = m->error;
+    for (;;) {
+      waitFor([&] {
+        if (m->state.load(std::memory_order_acquire) != LocalMeeting::kGathering) return true;
+        if (!mayGiveUp) return false;
+        for (Communicator* c : comms)
+          if (c->abortFlag() && c->abortFlag()->load(std::memory_order_relaxed))
+            gaveUp = "the communicator was aborted";
+        if (limit > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
+          gaveUp = strprintf("the other ranks did not issue it within LOOM_TIMEOUT (%.0f s)", limit);
+        return !gaveUp.empty();
+      });
+      if (gaveUp.empty() || abandonMeeting(m, gaveUp)) break;
+      mayGiveUp = false;
+      gaveUp.clear();
+    }
+    const LocalMeeting::State state = m->state.load(std::memory_order_acquire);
+    std::string error = state == LocalMeeting::kFailed ? m->error : "";
     if (state == LocalMeeting::kDirect) {
       try {
         for (size_t s = 0; s < streams_.size(); ++s) waitOn(s, m->done);
@@ -294,43 +302,95 @@ class Launcher {
     return 0;
   }
 
-  // The leader's part: when every rank gave one all-gather or one broadcast of one shape,
-  // stream 0 waits for every rank's stream, copies between the ranks' buffers, and returns
-  // true; otherwise false (the host engine runs it on every rank).
+  // The leader's part: when every rank gave one collective of one shape, stream 0 waits for
+  // every rank's stream and moves the data between the ranks' buffers: copies for an
+  // all-gather or a broadcast, the CUDA kernels module's reductions (cuda_kernels.h) for the
+  // others. Returns false, touching nothing, where it cannot (the host engine then runs it on
+  // every rank): several operations of a rank, shapes or reductions that differ, a device
+  // scalar, a reduction without the kernels module.
   bool direct(const std::vector<LocalPart>& parts) {
     const Op& o = *parts[0].op;
     const int n = o.comm.core->nranks();
-    if (o.coll != Collective::kAllGather && o.coll != Collective::kBroadcast) return false;
+    const bool copyOnly = o.coll == Collective::kAllGather || o.coll == Collective::kBroadcast;
+    const cuda::Kernels* kern = copyOnly ? nullptr : cuda::kernels();
+    if (!copyOnly && (!kern || (o.coll != Collective::kAllReduce && o.coll != Collective::kReduce &&
+                                o.coll != Collective::kReduceScatter)))
+      return false;
     std::vector<const Op*> byRank(static_cast<size_t>(n), nullptr);
     for (const LocalPart& p : parts) {
       const Op& q = *p.op;
       const int r = q.comm.core->rank();
       if (q.coll != o.coll || q.count != o.count || q.eltSize != o.eltSize || q.root != o.root ||
+          q.dtype != o.dtype || q.red.kind != o.red.kind || q.deviceScalar ||
           byRank[static_cast<size_t>(r)])
         return false;
       byRank[static_cast<size_t>(r)] = &q;
     }
-    LOOM_INFO(kLogColl, "%s: %zu bytes per rank, copied between the buffers of %d ranks "
-              "sharing a CUDA context (device %d), on stream %p",
-              collectiveName(o.coll), o.bytes(), n, streamDevice_[0], streams_[0]);
+    LOOM_INFO(kLogColl, "%s: %zu bytes per rank, moved between the buffers of %d ranks sharing "
+              "a CUDA context (device %d) on stream %p%s%s",
+              collectiveName(o.coll), o.bytes(), n, streamDevice_[0], streams_[0],
+              kern ? " with " : "", kern ? kern->path.c_str() : "");
     for (const LocalPart& p : parts) waitOn(0, p.ready);
+    cuda::ScopedDevice sd;
+    setDevice(sd, streamDevice_[0], o);
     const size_t b = o.bytes();
     auto copy = [&](void* dst, const void* src) {
       if (b == 0 || dst == src) return;
-      cuda::ScopedDevice sd;
-      setDevice(sd, streamDevice_[0], o);
       check(drv_, st_.memcpyAsync(reinterpret_cast<cuda::CuDevicePtr>(dst),
                                   reinterpret_cast<cuda::CuDevicePtr>(src), b, streams_[0]),
             "cuMemcpyAsync (device to device)", o);
     };
-    if (o.coll == Collective::kBroadcast) {
-      const void* src = byRank[static_cast<size_t>(o.root)]->sendbuff;
-      for (const Op* q : byRank) copy(q->recvbuff, src);
-    } else {
+    auto at = [](const void* p, size_t off) { return static_cast<const char*>(p) + off; };
+    // dst = the reduction over every rank of its send buffer at byte `off`, rank `first`'s
+    // contribution read first (dst may be that buffer), each rank's own pre, then the post.
+    auto reduceInto = [&](void* dst, int first, size_t off) {
+      if (o.count == 0) return;
+      auto launch = [&](int fn, const Op& by, const void* a, const void* bb) {
+        int rc = kern->reduce(fn, o.dtype, static_cast<int>(o.red.kind), by.red.scalarBits, dst, a,
+                              bb, o.count, static_cast<loomCudaStream_t>(streams_[0]));
+        if (rc != 0)
+          LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaReduce failed "
+                     "(CUDA runtime error %d)", o.comm.core->rank(), collectiveName(o.coll), rc);
+      };
+      const Op& f = *byRank[static_cast<size_t>(first)];
+      std::vector<const Op*> rest;
       for (const Op* q : byRank)
-        for (const Op* from : byRank)
-          copy(static_cast<char*>(q->recvbuff) + b * static_cast<size_t>(from->comm.core->rank()),
-               from->sendbuff);
+        if (q != &f) rest.push_back(q);
+      size_t i = 0;
+      if (o.red.hasPre() || rest.empty()) {
+        if (o.red.hasPre() || dst != at(f.sendbuff, off)) launch(LOOM_CUDA_FN_PRE, f, at(f.sendbuff, off), nullptr);
+      } else {
+        launch(LOOM_CUDA_FN_REDUCE2, f, at(f.sendbuff, off), at(rest[0]->sendbuff, off));
+        i = 1;
+      }
+      for (; i < rest.size(); ++i)
+        launch(o.red.hasPre() ? LOOM_CUDA_FN_REDUCE : LOOM_CUDA_FN_REDUCE2, *rest[i], dst,
+               at(rest[i]->sendbuff, off));
+      if (o.red.hasPost()) launch(LOOM_CUDA_FN_POST, f, dst, nullptr);
+    };
+    switch (o.coll) {
+      case Collective::kBroadcast: {
+        const void* src = byRank[static_cast<size_t>(o.root)]->sendbuff;
+        for (const Op* q : byRank) copy(q->recvbuff, src);
+        break;
+      }
+      case Collective::kAllGather:
+        for (const Op* q : byRank)
+          for (const Op* from : byRank)
+            copy(static_cast<char*>(q->recvbuff) + b * static_cast<size_t>(from->comm.core->rank()),
+                 from->sendbuff);
+        break;
+      case Collective::kAllReduce:
+        reduceInto(byRank[0]->recvbuff, 0, 0);
+        for (const Op* q : byRank) copy(q->recvbuff, byRank[0]->recvbuff);
+        break;
+      case Collective::kReduce:
+        reduceInto(byRank[static_cast<size_t>(o.root)]->recvbuff, o.root, 0);
+        break;
+      default:  // reduce-scatter: rank r's block of every send buffer into its output
+        for (int r = 0; r < n; ++r)
+          reduceInto(byRank[static_cast<size_t>(r)]->recvbuff, r, b * static_cast<size_t>(r));
+        break;
     }
     return true;
   }

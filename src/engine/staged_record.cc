@@ -110,6 +110,7 @@ bool joinMeeting(uint64_t commHash, uint64_t seq, size_t expected, size_t ranks,
   if (!m) m = std::make_unique<LocalMeeting>();
   *meeting = m.get();
   ++m->present;
+  m->expected = expected;
   m->parts.insert(m->parts.end(), parts.begin(), parts.end());
   m->ranks += ranks;
   return m->state == LocalMeeting::kGathering && m->ranks == expected;
@@ -118,20 +119,22 @@ bool joinMeeting(uint64_t commHash, uint64_t seq, size_t expected, size_t ranks,
 void settleMeeting(LocalMeeting* m, LocalMeeting::State state, std::string error) {
   {
     std::lock_guard<std::mutex> lock(meetings().mu);
-    m->state = state;
     m->error = std::move(error);
+    m->state.store(state, std::memory_order_release);
   }
   wakeAll();
 }
 
-void abandonMeeting(LocalMeeting* m, const std::string& why) {
+bool abandonMeeting(LocalMeeting* m, const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(meetings().mu);
-    if (m->state != LocalMeeting::kGathering) return;
-    m->state = LocalMeeting::kFailed;
+    if (m->state.load() != LocalMeeting::kGathering) return true;
+    if (m->ranks == m->expected) return false;
     m->error = why;
+    m->state.store(LocalMeeting::kFailed, std::memory_order_release);
   }
   wakeAll();
+  return true;
 }
 
 void leaveMeeting(uint64_t commHash, uint64_t seq) {

@@ -87,10 +87,12 @@ struct LocalPart {
 struct LocalMeeting {
   enum State { kGathering, kDirect, kOnHost, kFailed };
   std::vector<LocalPart> parts;
-  State state = kGathering;
+  // Set last (release), after `done`, `leaderRec` and `error`; read without the lock.
+  std::atomic<State> state{kGathering};
   cuda::CuEvent done = nullptr;    // kDirect: recorded after the leader's copies
   StagedRecord* leaderRec = nullptr;  // owns `done`; back to the pool when all have left
   size_t ranks = 0;                // ranks whose launches joined
+  size_t expected = 0;             // ranks of the communicator
   int present = 0;                 // launches that joined and have not left
   std::string error;               // kFailed
 };
@@ -100,8 +102,9 @@ bool joinMeeting(uint64_t commHash, uint64_t seq, size_t expected, size_t ranks,
                  std::span<const LocalPart> parts, LocalMeeting** meeting);
 // Sets the meeting's state and wakes its other launches.
 void settleMeeting(LocalMeeting* m, LocalMeeting::State state, std::string error = "");
-// A launch gives up waiting (abort, timeout): the meeting fails if it was still gathering.
-void abandonMeeting(LocalMeeting* m, const std::string& why);
+// A launch gives up waiting (abort, timeout): the meeting fails, unless every rank has
+// joined (its leader is at work and settles it soon: false, wait on).
+bool abandonMeeting(LocalMeeting* m, const std::string& why);
 // The launch is done with the meeting; the last one to leave frees it.
 void leaveMeeting(uint64_t commHash, uint64_t seq);
 

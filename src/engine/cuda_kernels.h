@@ -1,0 +1,21 @@
+// libloom-cuda-kernels.so, the CUDA module of Loom's kernels (kernels/cuda/cuda_kernels_abi.h),
+// loaded on first use with dlopen: libloom itself never links the CUDA runtime.
+#pragma once
+
+#include <string>
+
+#include "kernels/cuda/cuda_kernels_abi.h"
+
+namespace loom::cuda {
+
+struct Kernels {
+  std::string path;
+  loomCudaReduce_t reduce = nullptr;  // elementwise reductions, enqueued on a stream
+};
+
+// The module (LOOM_CUDA_KERNELS_LIBRARY, else the one next to libloom, else the loader's
+// search; with LOOM_CUDA_DRIVER_LIBRARY set, only the first), or nullptr when none loads with
+// this ABI (said once at INFO). Thread-safe.
+const Kernels* kernels();
+
+}  // namespace loom::cuda

@@ -1,0 +1,113 @@
+// A stand-in for libloom-cuda-kernels.so (a test aid, with the stand-in driver): the module's
+// loomCudaReduce, computed by Loom's CPU reductions (kernels/reduce.h) in a host function
+// on the caller's stand-in stream, which reads and writes the stand-in's device memory
+// through /proc/self/mem as the stand-in's own stream workers do. Selected with
+// LOOM_CUDA_KERNELS_LIBRARY; the real module runs the same arithmetic on a GPU
+// (tests/kernels/cuda_parity_test.cc checks it against the CPU loops there).
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "kernels/arith.h"
+#include "kernels/cuda/cuda_kernels_abi.h"
+#include "kernels/reduce.h"
+
+namespace {
+
+using HostFn = void (*)(void*);
+int (*gLaunchHostFunc)(void* stream, HostFn fn, void* user) = nullptr;
+
+bool bindDriver() {
+  static const bool ok = [] {
+    const char* path = getenv("LOOM_CUDA_DRIVER_LIBRARY");
+    void* h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h) gLaunchHostFunc = reinterpret_cast<decltype(gLaunchHostFunc)>(dlsym(h, "cuLaunchHostFunc"));
+    return gLaunchHostFunc != nullptr;
+  }();
+  return ok;
+}
+
+int memFd() {
+  static const int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  return fd;
+}
+void moveBytes(bool write, void* local, const void* remote, size_t n) {
+  char* l = static_cast<char*>(local);
+  off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(remote));
+  while (n > 0) {
+    ssize_t k = write ? pwrite(memFd(), l, n, at) : pread(memFd(), l, n, at);
+    if (k <= 0) abort();  // a test aid: a copy that cannot be done must be loud
+    l += k;
+    at += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+struct Call {
+  int fn;
+  loom::Reducer red;
+  void* dst;
+  const void* a;
+  const void* b;
+  size_t n;
+};
+
+void run(void* p) {
+  std::unique_ptr<Call> c(static_cast<Call*>(p));
+  const size_t bytes = c->n * c->red.eltSize;
+  std::vector<char> a(bytes), b(bytes), d(bytes);
+  moveBytes(false, a.data(), c->a, bytes);
+  if (c->b) moveBytes(false, b.data(), c->b, bytes);
+  switch (c->fn) {
+    case LOOM_CUDA_FN_REDUCE: c->red.reduce(d.data(), a.data(), b.data(), c->n); break;
+    case LOOM_CUDA_FN_REDUCE2: c->red.reduce2(d.data(), a.data(), b.data(), c->n); break;
+    case LOOM_CUDA_FN_PRE: c->red.pre(d.data(), a.data(), c->n); break;
+    default: c->red.post(d.data(), a.data(), c->n); break;
+  }
+  moveBytes(true, d.data(), c->dst, bytes);
+}
+
+// The reducer that (dtype, kind, scalarBits) name, as kernels/reduce.h builds them.
+bool reducerOf(int dtype, int kind, uint64_t scalarBits, loom::Reducer* out) {
+  using loom::RedKind;
+  try {
+    switch (RedKind(kind)) {
+      case RedKind::kSum: *out = loom::Reducer::make(dtype, 0, 1); return true;
+      case RedKind::kProd: *out = loom::Reducer::make(dtype, 1, 1); return true;
+      case RedKind::kMax: *out = loom::Reducer::make(dtype, 2, 1); return true;
+      case RedKind::kMin: *out = loom::Reducer::make(dtype, 3, 1); return true;
+      case RedKind::kPreMulSum: *out = loom::Reducer::preMulSum(dtype, &scalarBits); return true;
+      case RedKind::kSumPostDiv:  // integers only (floats average with PreMulSum)
+        if (dtype >= 6) return false;
+        *out = loom::Reducer::sumPostDiv(dtype, static_cast<int>(scalarBits));
+        return true;
+    }
+  } catch (...) {
+  }
+  return false;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int loomCudaReduce(
+    int fn, int dtype, int kind, uint64_t scalarBits, void* dst, const void* a, const void* b,
+    size_t n, loomCudaStream_t stream) {
+  if (!bindDriver()) return 3;  // cudaErrorInitializationError
+  auto c = std::make_unique<Call>();
+  if (fn < LOOM_CUDA_FN_REDUCE || fn > LOOM_CUDA_FN_POST ||
+      !reducerOf(dtype, kind, scalarBits, &c->red))
+    return 1;  // cudaErrorInvalidValue
+  if (n == 0) return 0;
+  *c = Call{fn, c->red, dst, a, (fn == LOOM_CUDA_FN_REDUCE || fn == LOOM_CUDA_FN_REDUCE2) ? b : nullptr, n};
+  if (gLaunchHostFunc(stream, run, c.get()) != 0) return 400;  // cudaErrorInvalidResourceHandle
+  c.release();
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) int loomCudaKernelsAbiVersion(void) {
+  return LOOM_CUDA_KERNELS_ABI_VERSION;
+}
