@@ -214,12 +214,18 @@ if [ -x "$stage/bin/cuda_sync_probe" ]; then
     "$(grep -E 'WAITS|BLOCKED' "$out/step.out" | sed -E 's/^probe: *//; s/ +(WAITS|STILL).*//' | paste -sd ';' -)"
 fi
 
-# 2. Loom's tests against the real driver.
+# 2. Loom's tests against the real driver (the staged tests once more with the CUDA kernels
+# module, which rank threads on one GPU reduce between their buffers with).
 for t in engine_mem_kind_cuda_test engine_staged_cuda_test; do
   step "$t" 90 "$stage/bin/$t"
   rc=$?
   row "$t" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
 done
+step engine_staged_cuda_test-kernels 90 env LOOM_CUDA_KERNELS_LIBRARY="$stage/lib/libloom-cuda-kernels.so" \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$stage/bin/engine_staged_cuda_test"
+rc=$?
+row "engine_staged_cuda_test, CUDA kernels module" "$([ $rc = 0 ] && echo ok || echo FAILED)" \
+  "$(gtest_summary); $(grep -c 'moved between the buffers' "$out/step.out") direct collectives"
 step kernels_cuda_parity 60 "$stage/bin/kernels_test" --gtest_filter='*Cuda*'
 rc=$?
 row "CUDA reduction kernels vs CPU" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
@@ -254,6 +260,10 @@ run_perf() {  # run_perf <label> <env...> -- <args...>
 [ -n "$stock" ] && run_perf "all_reduce_perf 1 rank, stock NCCL (fallback)" LOOM_NCCL_FALLBACK=force --
 run_perf "all_reduce_perf 1 rank, staged" LOOM_NCCL_FALLBACK=off --
 run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
+# The same through the host engine (no CUDA kernels module): side by side with the direct
+# reductions between the rank threads' buffers above.
+run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), host engine" LOOM_NCCL_FALLBACK=off \
+  LOOM_CUDA_KERNELS_LIBRARY=/nonexistent/libloom-cuda-kernels.so -- -t 2
 run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 2
 run_perf "all_reduce_perf 4 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 4
 run_perf "all_reduce_perf 8 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 8

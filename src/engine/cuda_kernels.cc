@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <vector>
 
@@ -62,11 +63,21 @@ const Kernels* load() {
   return k;
 }
 
+std::atomic<bool> gDisabled{false};
+
 }  // namespace
 
 const Kernels* kernels() {
   static const Kernels* k = load();
-  return k;
+  return gDisabled.load(std::memory_order_acquire) ? nullptr : k;
+}
+
+void disableKernels(const std::string& why) {
+  const Kernels* k = kernels();
+  if (gDisabled.exchange(true)) return;
+  LOOM_WARN("CUDA kernels module %s: %s; device collectives of ranks sharing a GPU reduce on "
+            "the host from now on",
+            k ? k->path.c_str() : "", why.c_str());
 }
 
 }  // namespace loom::cuda

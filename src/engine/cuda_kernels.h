@@ -17,5 +17,8 @@ struct Kernels {
 // search; with LOOM_CUDA_DRIVER_LIBRARY set, only the first), or nullptr when none loads with
 // this ABI (said once at INFO). Thread-safe.
 const Kernels* kernels();
+// Gives the module up for the rest of the process (it loaded but cannot run here: a GPU it
+// was not built for, a driver too old for its runtime); says why once, at WARN.
+void disableKernels(const std::string& why);
 
 }  // namespace loom::cuda

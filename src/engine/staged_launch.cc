@@ -2,6 +2,7 @@
 // caller's streams (engine/staged.h describes the sequence).
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <mutex>
 #include <vector>
 
@@ -72,6 +73,9 @@ int deviceOf(const Op& op) {
   if (op.device >= 0) return op.device;
   return classifyPointer(op.sendbuff ? op.sendbuff : op.recvbuff).device;
 }
+
+// The CUDA kernels module failed its first launch of a meeting (nothing was written).
+struct KernelsUnusable {};
 
 class Launcher {
  public:
@@ -207,93 +211,161 @@ class Launcher {
           "cuGraphRetainUserObject", op);
   }
 
-  // A collective of a communicator whose ranks all share this CUDA context: the ranks'
-  // launches meet on the host (staged_record.h), and the last to arrive moves the data
-  // between their device buffers on its stream, after every rank's stream has reached the
-  // call and before any goes on: all-gather and broadcast (copies). The other collectives
-  // (and a launch of several operations of one rank) go to the host engine on every rank
-  // alike (false). Point-to-point calls never meet: their peers need not call in step.
+  // A collective of a communicator whose ranks all share this CUDA context: every rank's
+  // launch of it meets the others' on the host (staged_record.h), each collective numbered
+  // per communicator in issue order, whatever the grouping. The launch completing a meeting
+  // leads it: it moves the data between the ranks' device buffers on its stream (direct),
+  // or sends every rank to the host engine. A launch that cannot be led (point-to-point
+  // calls, several collectives or communicators of different jobs) sends its meetings to
+  // the host at once. Returns true when the launch's work is queued (direct).
   bool meet() {
-    Communicator* first = ops_[0].comm.core;
-    for (const Op& op : ops_)
-      if (op.isP2p() || op.comm.core->commHash() != first->commHash() ||
-          !op.comm.core->allInOneContext())
-        return false;
-    std::vector<Communicator*> comms;
-    for (const Op& op : ops_)
-      if (std::find(comms.begin(), comms.end(), op.comm.core) == comms.end())
-        comms.push_back(op.comm.core);
-    uint64_t seq = 0;
-    for (Communicator* c : comms) {
-      uint64_t n = c->nextMeeting();
-      LOOM_CHECK_USAGE(seq == 0 || n == seq,
-                       "rank %d: a group of collectives on device buffers spans ranks %d and %d "
-                       "of one communicator, which have issued different numbers of collectives",
-                       first->rank(), comms[0]->rank(), c->rank());
-      seq = n;
-    }
-    const uint64_t hash = first->commHash();
-    rec_ = takeRecord();
-    rec_->captured = false;
-    rec_->holds.store(1);
-    std::vector<LocalPart> parts;
-    size_t slot = 0;
-    for (const Op& op : ops_) parts.push_back({&op, mark(slot++, streamIndex(op))});
-    LocalMeeting* m = nullptr;
-    const bool lead = joinMeeting(hash, seq, static_cast<size_t>(first->nranks()), comms.size(),
-                                  parts, &m);
-    if (lead) {
-      try {
-        if (!direct(m->parts)) {
-          settleMeeting(m, LocalMeeting::kOnHost);
-        } else {
-          m->done = mark(slot++, 0);
-          m->leaderRec = rec_;
-          rec_ = nullptr;  // leaveMeeting returns it to the pool
-          settleMeeting(m, LocalMeeting::kDirect);
-        }
-      } catch (const Error& e) {
-        settleMeeting(m, LocalMeeting::kFailed, e.what());
+    struct Key {
+      Communicator* comm;
+      uint64_t seq;
+    };
+    std::vector<Key> keys;  // one per collective of a communicator of one context
+    bool lonely = false;    // something here cannot take part in a direct meeting
+    for (const Op& op : ops_) {
+      Communicator* c = op.comm.core;
+      if (op.isP2p() || !c->allInOneContext()) {
+        lonely = true;
+        continue;
       }
+      keys.push_back({c, c->nextMeeting()});
     }
-    const double limit = hostTimeoutSec();
-    const auto t0 = std::chrono::steady_clock::now();
-    bool mayGiveUp = true;  // until every rank has joined: then its leader settles it soon
-    std::string gaveUp;
-    for (;;) {
-      waitFor([&] {
-        if (m->state.load(std::memory_order_acquire) != LocalMeeting::kGathering) return true;
-        if (!mayGiveUp) return false;
-        for (Communicator* c : comms)
-          if (c->abortFlag() && c->abortFlag()->load(std::memory_order_relaxed))
-            gaveUp = "the communicator was aborted";
-        if (limit > 0 &&
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit)
-          gaveUp = strprintf("the other ranks did not issue it within LOOM_TIMEOUT (%.0f s)", limit);
-        return !gaveUp.empty();
-      });
-      if (gaveUp.empty() || abandonMeeting(m, gaveUp)) break;
-      mayGiveUp = false;
-      gaveUp.clear();
+    if (keys.empty()) return false;
+    // Direct needs one meeting: one collective per communicator, all of one job, same number.
+    bool one = !lonely;
+    for (const Key& k : keys)
+      one &= k.comm->commHash() == keys[0].comm->commHash() && k.seq == keys[0].seq;
+    for (size_t i = 0; i < keys.size() && one; ++i)
+      for (size_t j = 0; j < i; ++j) one &= keys[i].comm != keys[j].comm;
+    if (!one) {
+      for (const Key& k : keys) {
+        LocalMeeting* m = nullptr;
+        joinMeeting(k.comm->commHash(), k.seq, static_cast<size_t>(k.comm->nranks()), 1, {},
+                    Join::kOnHost, &m);
+        leaveMeeting(k.comm->commHash(), k.seq);
+      }
+      return false;
     }
+    Communicator* first = keys[0].comm;
+    const uint64_t hash = first->commHash(), seq = keys[0].seq;
+    const size_t expected = static_cast<size_t>(first->nranks());
+    LocalMeeting* m = nullptr;
+    std::vector<LocalPart> parts;
+    try {
+      rec_ = takeRecord();
+      rec_->captured = false;
+      rec_->holds.store(1);
+      size_t slot = 0;
+      for (const Op& op : ops_) parts.push_back({&op, mark(slot++, streamIndex(op))});
+    } catch (const Error& e) {  // the other ranks must not wait for this one
+      joinMeeting(hash, seq, expected, keys.size(), {}, Join::kFail, &m, &e);
+      leaveMeeting(hash, seq);
+      if (rec_) dropHold(rec_);  // (its events may be half recorded: nothing waits on them)
+      rec_ = nullptr;
+      throw;
+    }
+    if (joinMeeting(hash, seq, expected, keys.size(), parts, Join::kWait, &m)) lead(m, ops_.size());
+    waitMeeting(m);
     const LocalMeeting::State state = m->state.load(std::memory_order_acquire);
     std::string error = state == LocalMeeting::kFailed ? m->error : "";
-    if (state == LocalMeeting::kDirect) {
+    const Code code = state == LocalMeeting::kFailed ? m->code : Code::kSuccess;
+    std::string waitError;
+    if (m->done && (state == LocalMeeting::kDirect || state == LocalMeeting::kFailed)) {
+      // After the leader's work (also work it queued before failing), never before.
       try {
         for (size_t s = 0; s < streams_.size(); ++s) waitOn(s, m->done);
-      } catch (...) {
-        leaveMeeting(hash, seq);
-        if (rec_) dropHold(rec_);
-        throw;
+      } catch (const Error& e) {
+        waitError = e.what();
       }
     }
     leaveMeeting(hash, seq);
     if (rec_) dropHold(rec_);
     rec_ = nullptr;
+    if (!waitError.empty())
+      LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: %s", first->rank(),
+                 collectiveName(ops_[0].coll), waitError.c_str());
     if (state == LocalMeeting::kFailed)
-      LOOM_THROW(kInvalidUsage, "rank %d: %s on device buffers: %s", first->rank(),
-                 collectiveName(ops_[0].coll), error.c_str());
+      throw Error(code, strprintf("rank %d: %s on device buffers: %s", first->rank(),
+                                  collectiveName(ops_[0].coll), error.c_str()));
     return state == LocalMeeting::kDirect;
+  }
+
+  // The leader: direct when it can (its record then holds the meeting's `done` event), else
+  // every rank to the host engine; a failure after work was queued still records `done`.
+  void lead(LocalMeeting* m, size_t slot) {
+    bool queued = false;
+    try {
+      if (!direct(m->parts, &queued)) return settleMeeting(m, LocalMeeting::kOnHost);
+    } catch (const KernelsUnusable&) {
+      return settleMeeting(m, LocalMeeting::kOnHost);
+    } catch (const std::exception& ex) {
+      return fail(m, ex, queued, slot);
+    } catch (...) {
+      return fail(m, std::runtime_error("an unknown exception"), queued, slot);
+    }
+    try {
+      m->done = mark(slot, 0);
+      m->leaderRec = rec_;
+      rec_ = nullptr;  // leaveMeeting returns it to the pool
+      settleMeeting(m, LocalMeeting::kDirect);
+    } catch (const std::exception& ex) {
+      fail(m, ex, true, slot);
+    } catch (...) {
+      fail(m, std::runtime_error("an unknown exception"), true, slot);
+    }
+  }
+  void fail(LocalMeeting* m, const std::exception& ex, bool queued, size_t slot) {
+    const auto* err = dynamic_cast<const Error*>(&ex);
+    Error e = err ? *err : Error(Code::kInternalError, ex.what());
+    if (queued) {  // the other streams must still wait for what was queued
+      try {
+        m->done = mark(slot, 0);
+        m->leaderRec = rec_;
+        rec_ = nullptr;
+      } catch (...) {
+        m->done = nullptr;
+      }
+    }
+    settleMeeting(m, LocalMeeting::kFailed, &e);
+  }
+
+  // Until the meeting is settled. Before every rank has joined, an abort, a revoke or
+  // LOOM_TIMEOUT fails it; after, its leader settles it at once.
+  void waitMeeting(LocalMeeting* m) {
+    const double limit = hostTimeoutSec();
+    const auto t0 = std::chrono::steady_clock::now();
+    bool mayGiveUp = true;
+    for (;;) {
+      std::string why;
+      Code code = Code::kInvalidUsage;
+      waitFor([&] {
+        if (m->state.load(std::memory_order_acquire) != LocalMeeting::kGathering) return true;
+        if (!mayGiveUp) return false;
+        why = interrupted();
+        if (why.empty() && limit > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit) {
+          why = strprintf("the other ranks did not issue it within LOOM_TIMEOUT (%.0f s)", limit);
+          code = Code::kRemoteError;
+        }
+        return !why.empty();
+      });
+      if (why.empty() || abandonMeeting(m, Error(code, why))) return;
+      mayGiveUp = false;
+    }
+  }
+
+  // "" or why the launch's communicators stop waiting (ncclCommAbort, ncclCommRevoke).
+  std::string interrupted() const {
+    for (const Op& op : ops_) {
+      if (op.comm.abortFlag && op.comm.abortFlag->load(std::memory_order_relaxed))
+        return "the communicator was aborted";
+      if (op.comm.revokeFlag && op.comm.revokeFlag->load(std::memory_order_relaxed))
+        return "the communicator was revoked";
+    }
+    return "";
   }
 
   size_t streamIndex(const Op& op) const {
@@ -308,7 +380,7 @@ class Launcher {
   // others. Returns false, touching nothing, where it cannot (the host engine then runs it on
   // every rank): several operations of a rank, shapes or reductions that differ, a device
   // scalar, a reduction without the kernels module.
-  bool direct(const std::vector<LocalPart>& parts) {
+  bool direct(const std::vector<LocalPart>& parts, bool* queued) {
     const Op& o = *parts[0].op;
     const int n = o.comm.core->nranks();
     const bool copyOnly = o.coll == Collective::kAllGather || o.coll == Collective::kBroadcast;
@@ -333,9 +405,11 @@ class Launcher {
     for (const LocalPart& p : parts) waitOn(0, p.ready);
     cuda::ScopedDevice sd;
     setDevice(sd, streamDevice_[0], o);
+    size_t launched = 0;  // work on the stream: from the first success on, a failure is late
     const size_t b = o.bytes();
     auto copy = [&](void* dst, const void* src) {
       if (b == 0 || dst == src) return;
+      *queued = true;
       check(drv_, st_.memcpyAsync(reinterpret_cast<cuda::CuDevicePtr>(dst),
                                   reinterpret_cast<cuda::CuDevicePtr>(src), b, streams_[0]),
             "cuMemcpyAsync (device to device)", o);
@@ -348,9 +422,17 @@ class Launcher {
       auto launch = [&](int fn, const Op& by, const void* a, const void* bb) {
         int rc = kern->reduce(fn, o.dtype, static_cast<int>(o.red.kind), by.red.scalarBits, dst, a,
                               bb, o.count, static_cast<loomCudaStream_t>(streams_[0]));
+        if (rc != 0 && launched == 0 && !*queued) {
+          // Nothing written yet: a module that loads but cannot run here (a GPU it was not
+          // built for, an old driver) is given up for good, and this call goes to the host.
+          cuda::disableKernels(strprintf("loomCudaReduce failed (CUDA runtime error %d)", rc));
+          throw KernelsUnusable();
+        }
         if (rc != 0)
           LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaReduce failed "
                      "(CUDA runtime error %d)", o.comm.core->rank(), collectiveName(o.coll), rc);
+        ++launched;
+        *queued = true;
       };
       const Op& f = *byRank[static_cast<size_t>(first)];
       std::vector<const Op*> rest;
@@ -425,16 +507,15 @@ class Launcher {
         setDevice(sd, streamDevice_[0], ops_[0]);
         check(drv_, st_.launchHostFunc(streams_[0], &arrive, rec_), "cuLaunchHostFunc", ops_[0]);
       }
-      auto aborted = [&] {
-        for (Communicator* c : comms)
-          if (c->abortFlag() && c->abortFlag()->load(std::memory_order_relaxed)) return true;
-        return false;
-      };
-      waitFor([&] { return rec_->gate.load(std::memory_order_acquire) || aborted(); });
-      LOOM_CHECK_USAGE(!aborted(),
-                       "rank %d: %s on device buffers: the communicator was aborted while its "
-                       "inputs were being copied",
-                       ops_[0].comm.core->rank(), collectiveName(ops_[0].coll));
+      std::string why;
+      waitFor([&] {
+        if (rec_->gate.load(std::memory_order_acquire)) return true;
+        why = interrupted();
+        return !why.empty();
+      });
+      LOOM_CHECK_USAGE(why.empty(), "rank %d: %s on device buffers: %s while its inputs were "
+                       "being copied",
+                       ops_[0].comm.core->rank(), collectiveName(ops_[0].coll), why.c_str());
       streamsUseIt = false;  // the inputs are in; nothing queued reads the staging now
       for (Op& op : rec_->hostOps)
         if (op.deviceScalar) op.red = Reducer::preMulSum(op.dtype, op.deviceScalar);

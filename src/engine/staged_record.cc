@@ -103,34 +103,56 @@ Meetings& meetings() {
 }  // namespace
 
 bool joinMeeting(uint64_t commHash, uint64_t seq, size_t expected, size_t ranks,
-                 std::span<const LocalPart> parts, LocalMeeting** meeting) {
-  Meetings& ms = meetings();
-  std::lock_guard<std::mutex> lock(ms.mu);
-  std::unique_ptr<LocalMeeting>& m = ms.open[{commHash, seq}];
-  if (!m) m = std::make_unique<LocalMeeting>();
-  *meeting = m.get();
-  ++m->present;
-  m->expected = expected;
-  m->parts.insert(m->parts.end(), parts.begin(), parts.end());
-  m->ranks += ranks;
-  return m->state == LocalMeeting::kGathering && m->ranks == expected;
+                 std::span<const LocalPart> parts, Join how, LocalMeeting** meeting,
+                 const Error* failure) {
+  bool lead = false, woke = false;
+  {
+    Meetings& ms = meetings();
+    std::lock_guard<std::mutex> lock(ms.mu);
+    std::unique_ptr<LocalMeeting>& m = ms.open[{commHash, seq}];
+    if (!m) m = std::make_unique<LocalMeeting>();
+    *meeting = m.get();
+    ++m->present;
+    m->expected = expected;
+    m->parts.insert(m->parts.end(), parts.begin(), parts.end());
+    m->ranks += ranks;
+    if (m->state.load() == LocalMeeting::kGathering) {
+      if (how == Join::kOnHost) {
+        m->state.store(LocalMeeting::kOnHost, std::memory_order_release);
+        woke = true;
+      } else if (how == Join::kFail) {
+        m->code = failure ? failure->code() : Code::kInternalError;
+        m->error = failure ? failure->what() : "a rank's launch failed";
+        m->state.store(LocalMeeting::kFailed, std::memory_order_release);
+        woke = true;
+      } else {
+        lead = m->ranks == expected;
+      }
+    }
+  }
+  if (woke) wakeAll();
+  return lead;
 }
 
-void settleMeeting(LocalMeeting* m, LocalMeeting::State state, std::string error) {
+void settleMeeting(LocalMeeting* m, LocalMeeting::State state, const Error* failure) {
   {
     std::lock_guard<std::mutex> lock(meetings().mu);
-    m->error = std::move(error);
+    if (failure) {
+      m->code = failure->code();
+      m->error = failure->what();
+    }
     m->state.store(state, std::memory_order_release);
   }
   wakeAll();
 }
 
-bool abandonMeeting(LocalMeeting* m, const std::string& why) {
+bool abandonMeeting(LocalMeeting* m, const Error& why) {
   {
     std::lock_guard<std::mutex> lock(meetings().mu);
     if (m->state.load() != LocalMeeting::kGathering) return true;
     if (m->ranks == m->expected) return false;
-    m->error = why;
+    m->code = why.code();
+    m->error = why.what();
     m->state.store(LocalMeeting::kFailed, std::memory_order_release);
   }
   wakeAll();
@@ -143,10 +165,11 @@ void leaveMeeting(uint64_t commHash, uint64_t seq) {
     Meetings& ms = meetings();
     std::lock_guard<std::mutex> lock(ms.mu);
     auto it = ms.open.find({commHash, seq});
-    if (it == ms.open.end() || --it->second->present > 0) return;
-    // A failed meeting may still gather a late launch: it finds the state and leaves.
-    if (it->second->state == LocalMeeting::kGathering) return;
-    rec = it->second->leaderRec;
+    if (it == ms.open.end()) return;
+    LocalMeeting& m = *it->second;
+    if (--m.present > 0 || m.ranks < m.expected || m.state.load() == LocalMeeting::kGathering)
+      return;
+    rec = m.leaderRec;
     ms.open.erase(it);
   }
   if (rec) dropHold(rec);

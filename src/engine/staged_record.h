@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/cuda_driver.h"
+#include "base/error.h"
 #include "engine/op.h"
 #include "engine/staged.h"
 
@@ -87,25 +88,32 @@ struct LocalPart {
 struct LocalMeeting {
   enum State { kGathering, kDirect, kOnHost, kFailed };
   std::vector<LocalPart> parts;
-  // Set last (release), after `done`, `leaderRec` and `error`; read without the lock.
+  // Set last (release), after `done`, `leaderRec`, `code` and `error`; read without the lock.
   std::atomic<State> state{kGathering};
-  cuda::CuEvent done = nullptr;    // kDirect: recorded after the leader's copies
+  cuda::CuEvent done = nullptr;    // kDirect, or kFailed after the leader queued work
   StagedRecord* leaderRec = nullptr;  // owns `done`; back to the pool when all have left
   size_t ranks = 0;                // ranks whose launches joined
   size_t expected = 0;             // ranks of the communicator
   int present = 0;                 // launches that joined and have not left
-  std::string error;               // kFailed
+  Code code = Code::kSuccess;      // kFailed: the error
+  std::string error;
 };
+// How a launch joins a meeting: to wait for its outcome (the one completing it leads), to
+// send every rank to the host engine (a rank that cannot meet: its calls on the host), or
+// to fail it (the launch failed before it could join).
+enum class Join { kWait, kOnHost, kFail };
 // Adds a launch's `parts`, of `ranks` ranks, to the meeting of (commHash, seq); true when
-// that makes `expected` ranks (the caller leads it).
+// that makes `expected` ranks with kWait and the meeting still gathering (the caller leads).
 bool joinMeeting(uint64_t commHash, uint64_t seq, size_t expected, size_t ranks,
-                 std::span<const LocalPart> parts, LocalMeeting** meeting);
-// Sets the meeting's state and wakes its other launches.
-void settleMeeting(LocalMeeting* m, LocalMeeting::State state, std::string error = "");
-// A launch gives up waiting (abort, timeout): the meeting fails, unless every rank has
-// joined (its leader is at work and settles it soon: false, wait on).
-bool abandonMeeting(LocalMeeting* m, const std::string& why);
-// The launch is done with the meeting; the last one to leave frees it.
+                 std::span<const LocalPart> parts, Join how, LocalMeeting** meeting,
+                 const Error* failure = nullptr);
+// Sets the meeting's state (the leader) and wakes its other launches.
+void settleMeeting(LocalMeeting* m, LocalMeeting::State state, const Error* failure = nullptr);
+// A launch gives up waiting (abort, revoke, timeout): the meeting fails, unless every rank
+// has joined (its leader is at work and settles it soon: false, wait on).
+bool abandonMeeting(LocalMeeting* m, const Error& why);
+// The launch is done with the meeting; it is freed once every rank has joined and left
+// (a late rank still finds how it ended).
 void leaveMeeting(uint64_t commHash, uint64_t seq);
 
 // Host functions, run by CUDA on its own thread: they flip words and return.

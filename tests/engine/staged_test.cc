@@ -447,6 +447,64 @@ TEST(STAGED_SUITE, RanksSharingAContextCopyBetweenTheirBuffers) {
       opt));
 }
 
+// Ranks sharing a CUDA context may group their calls differently, as NCCL allows: a rank
+// that groups a collective with a send, or two collectives, sends those collectives to the
+// host engine on every rank (nobody waits for a meeting it cannot lead), and the ranks'
+// later collectives still meet in step.
+TEST(STAGED_SUITE, RanksSharingAContextMayGroupDifferently) {
+  NEED_DEVICE();
+  RankOptions opt;
+  opt.beforeInit = [](int) { mem().makeCurrent(0); };
+  verdict(runRanks(
+      Mode::kThreads, 3,
+      [](int rank, int n, ncclComm_t comm) -> std::string {
+        mem().makeCurrent(0);
+        auto s = static_cast<cudaStream_t>(mem().createStream());
+        const size_t k = 301;
+        int32_t* a = devInts(inputs(1, rank, k));
+        int32_t* b = devInts(inputs(2, rank, k));
+        int32_t* c = devInts(inputs(3, rank, k));
+        int32_t* p2p = devInts(std::vector<int32_t>(k, -1));
+        if (rank == 0) {  // the all-reduce of a grouped with a send here, a receive on rank 1
+          RANK_NCCL(ncclGroupStart());
+          RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
+          RANK_NCCL(ncclSend(c, k, ncclInt32, 1, comm, s));
+          RANK_NCCL(ncclGroupEnd());
+        } else if (rank == 1) {
+          RANK_NCCL(ncclGroupStart());
+          RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
+          RANK_NCCL(ncclRecv(p2p, k, ncclInt32, 0, comm, s));
+          RANK_NCCL(ncclGroupEnd());
+        } else {
+          RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
+        }
+        if (rank == 1) {  // two collectives in one group here, one by one elsewhere
+          RANK_NCCL(ncclGroupStart());
+          RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));
+          RANK_NCCL(ncclAllReduce(c, c, k, ncclInt32, ncclMax, comm, s));
+          RANK_NCCL(ncclGroupEnd());
+        } else {
+          RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));
+          RANK_NCCL(ncclAllReduce(c, c, k, ncclInt32, ncclMax, comm, s));
+        }
+        RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));  // in step again
+        mem().syncStream(s);
+        std::vector<int32_t> wa(k, 0), wb(k, 0), wc(k, 0);
+        for (size_t i = 0; i < k; ++i)
+          for (int r = 0; r < n; ++r) {
+            wa[i] += in(1, r, i);
+            wb[i] += in(2, r, i) * n;
+            wc[i] = std::max(wc[i], in(3, r, i));
+          }
+        RANK_TRY(expectInts("all-reduce beside a send", hostInts(a, k), wa));
+        RANK_TRY(expectInts("two all-reduces of b", hostInts(b, k), wb));
+        RANK_TRY(expectInts("all-reduce (max) of c", hostInts(c, k), wc));
+        if (rank == 1) RANK_TRY(expectInts("receive", hostInts(p2p, k), inputs(3, 0, k)));
+        return "";
+      },
+      opt));
+}
+
 // Several ranks of one process on one device (what stock NCCL refuses): each rank's own
 // thread and stream.
 TEST(STAGED_SUITE, FourRanksShareOneDeviceAsThreads) {

@@ -97,6 +97,8 @@ extern "C" __attribute__((visibility("default"))) int loomCudaReduce(
     int fn, int dtype, int kind, uint64_t scalarBits, void* dst, const void* a, const void* b,
     size_t n, loomCudaStream_t stream) {
   if (!bindDriver()) return 3;  // cudaErrorInitializationError
+  // A module that loads but cannot run here (cudaErrorNoKernelImageForDevice), for tests.
+  if (getenv("LOOM_STAND_IN_KERNELS_FAIL")) return 209;
   auto c = std::make_unique<Call>();
   if (fn < LOOM_CUDA_FN_REDUCE || fn > LOOM_CUDA_FN_POST ||
       !reducerOf(dtype, kind, scalarBits, &c->red))
