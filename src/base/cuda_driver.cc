@@ -119,6 +119,8 @@ std::string driverAbsenceReason() {
   return driver() ? std::string() : *gAbsence;
 }
 
+bool driverLibraryChosen() { return kDriverLibrary.isSet(); }
+
 bool forkedSinceLoad() { return gForked.load(std::memory_order_relaxed); }
 
 int currentDevice() {

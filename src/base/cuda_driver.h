@@ -116,6 +116,10 @@ extern const Driver* gDriver;
 // driver when there is none.
 const Driver* loadDriver();
 
+// Whether LOOM_CUDA_DRIVER_LIBRARY names a driver library other than the system's (a
+// stand-in): code built on the CUDA runtime, which always opens libcuda.so.1, does not fit it.
+bool driverLibraryChosen();
+
 // The process's driver, or nullptr when there is none. After the first call this is one
 // load and a predictable branch, with no lock and no getenv.
 inline const Driver* driver() {

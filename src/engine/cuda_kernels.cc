@@ -3,10 +3,10 @@
 #include <dlfcn.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <vector>
 
 #include "base/config.h"
+#include "base/cuda_driver.h"
 #include "base/dl.h"
 #include "base/log.h"
 
@@ -24,11 +24,9 @@ const Kernels* load() {
   const std::string set = kKernelsLibrary.get();
   // The module's CUDA runtime always opens the system's libcuda.so.1: with another driver
   // library selected (LOOM_CUDA_DRIVER_LIBRARY, a stand-in), only a module named here fits.
-  const char* driver = getenv("LOOM_CUDA_DRIVER_LIBRARY");
-  if (set.empty() && driver && *driver) {
-    LOOM_INFO(kLogInit, "LOOM_CUDA_DRIVER_LIBRARY=%s and no LOOM_CUDA_KERNELS_LIBRARY: no CUDA "
-              "kernels module (device collectives of ranks sharing a GPU reduce on the host)",
-              driver);
+  if (set.empty() && driverLibraryChosen()) {
+    LOOM_INFO(kLogInit, "LOOM_CUDA_DRIVER_LIBRARY set and no LOOM_CUDA_KERNELS_LIBRARY: no CUDA "
+              "kernels module (device collectives of ranks sharing a GPU reduce on the host)");
     return nullptr;
   }
   if (!set.empty()) {

@@ -93,14 +93,14 @@ class Launcher {
       devices_[i] = deviceOf(op);
       // A stream is a (handle, device) pair: the legacy and per-thread default streams have
       // one handle on every device.
-      bool known = false;
-      for (size_t s = 0; s < streams_.size(); ++s)
-        known |= streams_[s] == op.stream && streamDevice_[s] == devices_[i];
-      if (!known) {
+      size_t s = 0;
+      while (s < streams_.size() && !(streams_[s] == op.stream && streamDevice_[s] == devices_[i])) ++s;
+      if (s == streams_.size()) {
         streams_.push_back(op.stream);
         streamDevice_.push_back(devices_[i]);
         capturing_.push_back(isCapturing(op, devices_[i]));
       }
+      opStream_.push_back(s);
     }
     captured_ = capturing_[0];
     for (size_t s = 0; s < streams_.size(); ++s)
@@ -110,10 +110,10 @@ class Launcher {
                        ops_[0].comm.core->rank(), streams_[0],
                        captured_ ? "captured" : "not captured", streams_[s],
                        capturing_[s] ? "captured" : "not captured");
-    for (const Op& op : ops_) sameContext_ |= !op.comm.core->sameContextRanks().empty();
+    bool sameContext = false;  // a rank shares its CUDA context with another of its comm
+    for (const Op& op : ops_) sameContext |= !op.comm.core->sameContextRanks().empty();
     if (captured_) return runCaptured();
-    if (sameContext_ && meet()) return;
-    if (sameContext_) return runOnCaller();
+    if (sameContext) return meet() ? void() : runOnCaller();
     rec_ = takeRecord();
     rec_->captured = false;
     try {
@@ -259,7 +259,7 @@ class Launcher {
       rec_->captured = false;
       rec_->holds.store(1);
       size_t slot = 0;
-      for (const Op& op : ops_) parts.push_back({&op, mark(slot++, streamIndex(op))});
+      for (size_t i = 0; i < ops_.size(); ++i) parts.push_back({&ops_[i], mark(slot++, opStream_[i])});
     } catch (const Error& e) {  // the other ranks must not wait for this one
       joinMeeting(hash, seq, expected, keys.size(), {}, Join::kFail, &m, &e);
       leaveMeeting(hash, seq);
@@ -366,12 +366,6 @@ class Launcher {
         return "the communicator was revoked";
     }
     return "";
-  }
-
-  size_t streamIndex(const Op& op) const {
-    for (size_t s = 0; s < streams_.size(); ++s)
-      if (streams_[s] == op.stream && streamDevice_[s] == deviceOf(op)) return s;
-    return 0;
   }
 
   // The leader's part: when every rank gave one collective of one shape, stream 0 waits for
@@ -485,10 +479,7 @@ class Launcher {
   // host, the host engine runs the operations (waiting there for the other ranks' calls),
   // and the results are copied back on the streams. Nothing on the GPU waits for the host.
   void runOnCaller() {
-    std::vector<Communicator*> comms;
-    for (const Op& op : ops_)
-      if (std::find(comms.begin(), comms.end(), op.comm.core) == comms.end())
-        comms.push_back(op.comm.core);
+    const std::vector<Communicator*> comms = communicators();
     for (Communicator* c : comms) c->drainStaged();  // their earlier queued records run first
     rec_ = takeRecord();
     rec_->captured = false;
@@ -537,6 +528,15 @@ class Launcher {
       if (!streamsUseIt) dropHold(rec_);
       throw;
     }
+  }
+
+  // The launch's communicators, each once, in the order of its operations.
+  std::vector<Communicator*> communicators() const {
+    std::vector<Communicator*> comms;
+    for (const Op& op : ops_)
+      if (std::find(comms.begin(), comms.end(), op.comm.core) == comms.end())
+        comms.push_back(op.comm.core);
+    return comms;
   }
 
   void setDevice(cuda::ScopedDevice& sd, int device, const Op& op) {
@@ -608,10 +608,7 @@ class Launcher {
   }
 
   void queueOnProxies() {
-    std::vector<Communicator*> comms;
-    for (const Op& op : ops_)
-      if (std::find(comms.begin(), comms.end(), op.comm.core) == comms.end())
-        comms.push_back(op.comm.core);
+    const std::vector<Communicator*> comms = communicators();
     rec_->gate.store(0);
     rec_->done.store(false);
     rec_->cancelled.store(false);
@@ -725,7 +722,7 @@ class Launcher {
   std::vector<int> streamDevice_;
   std::vector<bool> capturing_;
   bool captured_ = false;
-  bool sameContext_ = false;  // a rank shares its CUDA context with another of its comm
+  std::vector<size_t> opStream_;  // each operation's index in streams_
   std::vector<Extent> extents_;
   std::vector<char*> stageIn_, stageOut_;
   StagedRecord* rec_ = nullptr;

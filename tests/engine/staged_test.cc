@@ -73,6 +73,36 @@ void verdict(const std::vector<std::string>& failures) {
   EXPECT_TRUE(failures.empty()) << joinFailures(failures);
 }
 
+// `n` ranks as threads of this process, each with device 0 current.
+std::vector<std::string> threadsOnDevice0(int n, const RankFn& fn) {
+  RankOptions opt;
+  opt.beforeInit = [](int) { mem().makeCurrent(0); };
+  return runRanks(
+      Mode::kThreads, n,
+      [&fn](int rank, int nranks, ncclComm_t comm) {
+        mem().makeCurrent(0);
+        return fn(rank, nranks, comm);
+      },
+      opt);
+}
+
+// `n` ranks as forked processes, each with device 0 current once it has device memory; a
+// rank whose process has none reports "skip: why" instead of running `fn`.
+std::vector<std::string> processesOnDevice0(int n, const RankFn& fn, int timeoutSec = 120) {
+  RankOptions opt;
+  opt.timeoutSec = timeoutSec;
+  opt.beforeInit = [](int) {
+    if (mem().unavailable().empty()) mem().makeCurrent(0);
+  };
+  return runRanks(
+      Mode::kProcesses, n,
+      [&fn](int rank, int nranks, ncclComm_t comm) -> std::string {
+        RANK_TRY(deviceOrSkip());
+        return fn(rank, nranks, comm);
+      },
+      opt);
+}
+
 // An int32 device buffer holding `host`.
 int32_t* devInts(const std::vector<int32_t>& host) {
   size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(int32_t);
@@ -192,18 +222,7 @@ TEST(STAGED_SUITE, EveryCollectiveInProcesses) {
   ASSERT_TRUE(kEnvSet);
   for (int n : {1, 2, 3}) {
     SCOPED_TRACE(n);
-    RankOptions opt;
-    opt.beforeInit = [](int) {
-      if (mem().unavailable().empty()) mem().makeCurrent(0);
-    };
-    auto failures = runRanks(
-        Mode::kProcesses, n,
-        [](int rank, int nranks, ncclComm_t comm) -> std::string {
-          RANK_TRY(deviceOrSkip());
-          return everyCollective(rank, nranks, comm);
-        },
-        opt);
-    verdict(failures);
+    verdict(processesOnDevice0(n, everyCollective));
   }
 }
 
@@ -272,15 +291,9 @@ TEST(STAGED_SUITE, ProcessesSharingADeviceWithoutMpsAreWarned) {
 // error in ncclCommGetAsyncError; nothing hangs.
 TEST(STAGED_SUITE, DeadPeerReleasesTheStream) {
   ASSERT_TRUE(kEnvSet);
-  RankOptions opt;
-  opt.timeoutSec = 60;
-  opt.beforeInit = [](int) {
-    if (mem().unavailable().empty()) mem().makeCurrent(0);
-  };
-  auto failures = runRanks(
-      Mode::kProcesses, 2,
+  auto failures = processesOnDevice0(
+      2,
       [](int rank, int, ncclComm_t comm) -> std::string {
-        RANK_TRY(deviceOrSkip());
         if (rank == 1) _exit(0);  // dies without a word
         mem().makeCurrent(0);
         void* stream = mem().createStream();
@@ -298,7 +311,7 @@ TEST(STAGED_SUITE, DeadPeerReleasesTheStream) {
         ncclCommAbort(comm);
         _exit(0);  // the harness would destroy the aborted communicator again
       },
-      opt);
+      60);
   // Rank 1's exit is its success; rank 0 reports.
   verdict(failures);
 }
@@ -306,15 +319,9 @@ TEST(STAGED_SUITE, DeadPeerReleasesTheStream) {
 // Aborting a communicator whose staged work waits on a silent peer lets the stream go.
 TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
   ASSERT_TRUE(kEnvSet);
-  RankOptions opt;
-  opt.timeoutSec = 60;
-  opt.beforeInit = [](int) {
-    if (mem().unavailable().empty()) mem().makeCurrent(0);
-  };
-  verdict(runRanks(
-      Mode::kProcesses, 2,
+  verdict(processesOnDevice0(
+      2,
       [](int rank, int, ncclComm_t comm) -> std::string {
-        RANK_TRY(deviceOrSkip());
         if (rank == 1) {  // silent: never calls, stays until rank 0 is done
           std::this_thread::sleep_for(std::chrono::seconds(3));
           ncclCommAbort(comm);
@@ -333,7 +340,7 @@ TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
         RANK_CHECK(s < 2, "the stream took %.1f s to go on after the abort", s);
         _exit(0);
       },
-      opt));
+      60));
 }
 
 // Captured into a CUDA graph (each rank a process capturing its own stream), the staged
@@ -341,14 +348,9 @@ TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
 // staging until it is destroyed.
 TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
   ASSERT_TRUE(kEnvSet);
-  RankOptions opt;
-  opt.beforeInit = [](int) {
-    if (mem().unavailable().empty()) mem().makeCurrent(0);
-  };
-  verdict(runRanks(
-      Mode::kProcesses, 2,
+  verdict(processesOnDevice0(
+      2,
       [&](int rank, int n, ncclComm_t comm) -> std::string {
-        RANK_TRY(deviceOrSkip());
         mem().makeCurrent(0);
         GraphApi g;
         RANK_CHECK(g.bind(), "the driver has no graph calls");
@@ -387,8 +389,7 @@ TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
           RANK_CHECK(live() == 0, "a destroyed graph still holds Loom's staging");
         }
         return "";
-      },
-      opt));
+      }));
 }
 
 // Ranks that share a CUDA context meet for each collective: an all-gather or broadcast
@@ -397,12 +398,9 @@ TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
 // to the host engine on every rank alike.
 TEST(STAGED_SUITE, RanksSharingAContextCopyBetweenTheirBuffers) {
   NEED_DEVICE();
-  RankOptions opt;
-  opt.beforeInit = [](int) { mem().makeCurrent(0); };
-  verdict(runRanks(
-      Mode::kThreads, 3,
+  verdict(threadsOnDevice0(
+      3,
       [](int rank, int n, ncclComm_t comm) -> std::string {
-        mem().makeCurrent(0);
         auto s = static_cast<cudaStream_t>(mem().createStream());
         const size_t k = 517;
         // In place: this rank's block of the output is its input.
@@ -443,8 +441,7 @@ TEST(STAGED_SUITE, RanksSharingAContextCopyBetweenTheirBuffers) {
         RANK_TRY(expectInts("grouped broadcast", hostInts(bc2, k), inputs(4, 0, k)));
         RANK_TRY(expectInts("grouped all-gather", hostInts(ag3, k * n), want3));
         return "";
-      },
-      opt));
+      }));
 }
 
 // Ranks sharing a CUDA context may group their calls differently, as NCCL allows: a rank
@@ -453,12 +450,9 @@ TEST(STAGED_SUITE, RanksSharingAContextCopyBetweenTheirBuffers) {
 // later collectives still meet in step.
 TEST(STAGED_SUITE, RanksSharingAContextMayGroupDifferently) {
   NEED_DEVICE();
-  RankOptions opt;
-  opt.beforeInit = [](int) { mem().makeCurrent(0); };
-  verdict(runRanks(
-      Mode::kThreads, 3,
+  verdict(threadsOnDevice0(
+      3,
       [](int rank, int n, ncclComm_t comm) -> std::string {
-        mem().makeCurrent(0);
         auto s = static_cast<cudaStream_t>(mem().createStream());
         const size_t k = 301;
         int32_t* a = devInts(inputs(1, rank, k));
@@ -501,17 +495,14 @@ TEST(STAGED_SUITE, RanksSharingAContextMayGroupDifferently) {
         RANK_TRY(expectInts("all-reduce (max) of c", hostInts(c, k), wc));
         if (rank == 1) RANK_TRY(expectInts("receive", hostInts(p2p, k), inputs(3, 0, k)));
         return "";
-      },
-      opt));
+      }));
 }
 
 // Several ranks of one process on one device (what stock NCCL refuses): each rank's own
 // thread and stream.
 TEST(STAGED_SUITE, FourRanksShareOneDeviceAsThreads) {
   NEED_DEVICE();
-  RankOptions opt;
-  opt.beforeInit = [](int) { mem().makeCurrent(0); };
-  verdict(runRanks(Mode::kThreads, 4, everyCollective, opt));
+  verdict(threadsOnDevice0(4, everyCollective));
 }
 
 // Ranks as threads queue all-reduces of growing sizes without waiting in between, as a
@@ -520,12 +511,9 @@ TEST(STAGED_SUITE, FourRanksShareOneDeviceAsThreads) {
 // of an H100 does), and the other rank's stream is held until this rank's next call.
 TEST(STAGED_SUITE, RanksAsThreadsQueueGrowingSizesWithoutWaiting) {
   NEED_DEVICE();
-  RankOptions opt;
-  opt.beforeInit = [](int) { mem().makeCurrent(0); };
-  verdict(runRanks(
-      Mode::kThreads, 2,
+  verdict(threadsOnDevice0(
+      2,
       [](int rank, int n, ncclComm_t comm) -> std::string {
-        mem().makeCurrent(0);
         auto s = static_cast<cudaStream_t>(mem().createStream());
         const size_t maxCount = size_t{1} << 20;  // 4 MiB of int32
         int32_t* src = devInts(inputs(1, rank, maxCount));
@@ -544,8 +532,7 @@ TEST(STAGED_SUITE, RanksAsThreadsQueueGrowingSizesWithoutWaiting) {
           RANK_TRY(expectInts("all-reduce of the largest size", hostInts(out, maxCount), want));
         }
         return "";
-      },
-      opt));
+      }));
 }
 
 // One thread drives two ranks on one device through a group: one staged launch spanning

@@ -1468,6 +1468,16 @@ __attribute__((visibility("default"))) void loomStandInAddRange(const void* p, s
   state().ranges.push_back({b, b + bytes, memType, managed ? 1u : 0u, device});
 }
 
+// Device memory as the stand-in's stream workers reach it (the kernels module's stand-in).
+__attribute__((visibility("default"))) void loomStandInReadDevice(void* dst, const void* src,
+                                                                 size_t n) {
+  readDevice(dst, reinterpret_cast<uintptr_t>(src), n);
+}
+__attribute__((visibility("default"))) void loomStandInWriteDevice(void* dst, const void* src,
+                                                                  size_t n) {
+  writeDevice(reinterpret_cast<uintptr_t>(dst), src, n);
+}
+
 __attribute__((visibility("default"))) void loomStandInAddDeviceRange(const void* p,
                                                                      size_t bytes, int device) {
   loomStandInAddRange(p, bytes, 2, 0, device);

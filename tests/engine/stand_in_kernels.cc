@@ -1,12 +1,10 @@
 // A stand-in for libloom-cuda-kernels.so (a test aid, with the stand-in driver): the module's
 // loomCudaReduce, computed by Loom's CPU reductions (kernels/reduce.h) in a host function
 // on the caller's stand-in stream, which reads and writes the stand-in's device memory
-// through /proc/self/mem as the stand-in's own stream workers do. Selected with
+// through the stand-in's own hooks (loomStandInReadDevice, loomStandInWriteDevice). Selected with
 // LOOM_CUDA_KERNELS_LIBRARY; the real module runs the same arithmetic on a GPU
 // (tests/kernels/cuda_parity_test.cc checks it against the CPU loops there).
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <memory>
@@ -19,32 +17,21 @@
 namespace {
 
 using HostFn = void (*)(void*);
+using MoveFn = void (*)(void* dst, const void* src, size_t n);
 int (*gLaunchHostFunc)(void* stream, HostFn fn, void* user) = nullptr;
+MoveFn gRead = nullptr, gWrite = nullptr;
 
 bool bindDriver() {
   static const bool ok = [] {
     const char* path = getenv("LOOM_CUDA_DRIVER_LIBRARY");
     void* h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (h) gLaunchHostFunc = reinterpret_cast<decltype(gLaunchHostFunc)>(dlsym(h, "cuLaunchHostFunc"));
-    return gLaunchHostFunc != nullptr;
+    if (!h) return false;
+    gLaunchHostFunc = reinterpret_cast<decltype(gLaunchHostFunc)>(dlsym(h, "cuLaunchHostFunc"));
+    gRead = reinterpret_cast<MoveFn>(dlsym(h, "loomStandInReadDevice"));
+    gWrite = reinterpret_cast<MoveFn>(dlsym(h, "loomStandInWriteDevice"));
+    return gLaunchHostFunc && gRead && gWrite;
   }();
   return ok;
-}
-
-int memFd() {
-  static const int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-  return fd;
-}
-void moveBytes(bool write, void* local, const void* remote, size_t n) {
-  char* l = static_cast<char*>(local);
-  off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(remote));
-  while (n > 0) {
-    ssize_t k = write ? pwrite(memFd(), l, n, at) : pread(memFd(), l, n, at);
-    if (k <= 0) abort();  // a test aid: a copy that cannot be done must be loud
-    l += k;
-    at += k;
-    n -= static_cast<size_t>(k);
-  }
 }
 
 struct Call {
@@ -60,15 +47,15 @@ void run(void* p) {
   std::unique_ptr<Call> c(static_cast<Call*>(p));
   const size_t bytes = c->n * c->red.eltSize;
   std::vector<char> a(bytes), b(bytes), d(bytes);
-  moveBytes(false, a.data(), c->a, bytes);
-  if (c->b) moveBytes(false, b.data(), c->b, bytes);
+  gRead(a.data(), c->a, bytes);
+  if (c->b) gRead(b.data(), c->b, bytes);
   switch (c->fn) {
     case LOOM_CUDA_FN_REDUCE: c->red.reduce(d.data(), a.data(), b.data(), c->n); break;
     case LOOM_CUDA_FN_REDUCE2: c->red.reduce2(d.data(), a.data(), b.data(), c->n); break;
     case LOOM_CUDA_FN_PRE: c->red.pre(d.data(), a.data(), c->n); break;
     default: c->red.post(d.data(), a.data(), c->n); break;
   }
-  moveBytes(true, d.data(), c->dst, bytes);
+  gWrite(c->dst, d.data(), bytes);
 }
 
 // The reducer that (dtype, kind, scalarBits) name, as kernels/reduce.h builds them.
@@ -99,12 +86,12 @@ extern "C" __attribute__((visibility("default"))) int loomCudaReduce(
   if (!bindDriver()) return 3;  // cudaErrorInitializationError
   // A module that loads but cannot run here (cudaErrorNoKernelImageForDevice), for tests.
   if (getenv("LOOM_STAND_IN_KERNELS_FAIL")) return 209;
-  auto c = std::make_unique<Call>();
-  if (fn < LOOM_CUDA_FN_REDUCE || fn > LOOM_CUDA_FN_POST ||
-      !reducerOf(dtype, kind, scalarBits, &c->red))
+  loom::Reducer red;
+  if (fn < LOOM_CUDA_FN_REDUCE || fn > LOOM_CUDA_FN_POST || !reducerOf(dtype, kind, scalarBits, &red))
     return 1;  // cudaErrorInvalidValue
   if (n == 0) return 0;
-  *c = Call{fn, c->red, dst, a, (fn == LOOM_CUDA_FN_REDUCE || fn == LOOM_CUDA_FN_REDUCE2) ? b : nullptr, n};
+  const bool binary = fn == LOOM_CUDA_FN_REDUCE || fn == LOOM_CUDA_FN_REDUCE2;
+  auto c = std::make_unique<Call>(Call{fn, red, dst, a, binary ? b : nullptr, n});
   if (gLaunchHostFunc(stream, run, c.get()) != 0) return 400;  // cudaErrorInvalidResourceHandle
   c.release();
   return 0;
