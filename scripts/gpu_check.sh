@@ -265,6 +265,10 @@ run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK
 run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), host engine" LOOM_NCCL_FALLBACK=off \
   LOOM_CUDA_KERNELS_LIBRARY=/nonexistent/libloom-cuda-kernels.so -- -t 2
 run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 2
+# Rank processes on one GPU go direct through CUDA IPC (engine/device_board.h); the same
+# through the host engine, side by side.
+run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), host engine" LOOM_NCCL_FALLBACK=off \
+  LOOM_LOCAL_DIRECT=0 -- -np 2
 run_perf "all_reduce_perf 4 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 4
 run_perf "all_reduce_perf 8 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 8
 perf=(-b 8 -e 64M -f 8 -n 3 -w 1 -c 1 -M device)

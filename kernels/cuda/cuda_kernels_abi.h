@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 #define LOOM_CUDA_KERNELS_LIBRARY "libloom-cuda-kernels.so"
-#define LOOM_CUDA_KERNELS_ABI_VERSION 2
+#define LOOM_CUDA_KERNELS_ABI_VERSION 3
 
 /* What loomCudaReduce computes, element-wise over n elements (see loom::Reducer):
  * REDUCE  dst = a OP pre(b)   (b is this rank's own contribution)
@@ -35,6 +35,28 @@ typedef struct CUstream_st* loomCudaStream_t;
 typedef int (*loomCudaReduce_t)(int fn, int dtype, int kind, uint64_t scalarBits, void* dst,
                                 const void* a, const void* b, size_t n, loomCudaStream_t stream);
 typedef int (*loomCudaKernelsAbiVersion_t)(void);
+
+/* One pass over several inputs (ABI 3), for collectives between ranks that share a GPU: for
+ * every element i and every output j,
+ *   out[j][i] = post(pre_0(in[0][i]) OP pre_1(in[1][i]) OP ... OP pre_{nin-1}(in[nin-1][i]))
+ * combined left to right and rounded after each step exactly as the chain PRE/REDUCE2 (or
+ * PRE/REDUCE with PreMulSum), ..., POST of loomCudaReduce would, so the bits are the same.
+ * pre_i scales by inScalar[i] (PreMulSum: each rank's own scalar); post applies postBits
+ * (SumPostDiv). An output may be the same pointer as an input; buffers must not otherwise
+ * overlap. Returns cudaErrorInvalidValue (1) for nin outside 1..LOOM_CUDA_MULTI_MAX, nout
+ * outside 0..LOOM_CUDA_MULTI_MAX, a null pointer, or an unknown dtype or kind. */
+#define LOOM_CUDA_MULTI_MAX 16
+typedef struct loomCudaMulti {
+  int nin;
+  int nout;
+  const void* in[LOOM_CUDA_MULTI_MAX];
+  uint64_t inScalar[LOOM_CUDA_MULTI_MAX];
+  void* out[LOOM_CUDA_MULTI_MAX];
+} loomCudaMulti;
+typedef int (*loomCudaReduceMulti_t)(int dtype, int kind, uint64_t postBits,
+                                     const loomCudaMulti* m, size_t n, loomCudaStream_t stream);
+int loomCudaReduceMulti(int dtype, int kind, uint64_t postBits, const loomCudaMulti* m, size_t n,
+                        loomCudaStream_t stream);
 
 int loomCudaReduce(int fn, int dtype, int kind, uint64_t scalarBits, void* dst, const void* a,
                    const void* b, size_t n, loomCudaStream_t stream);

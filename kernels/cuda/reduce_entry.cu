@@ -46,7 +46,47 @@ cudaError_t dispatch(int fn, int dtype, int kind, uint64_t scalarBits, void* dst
   return cudaErrorInvalidValue;
 }
 
+cudaError_t dispatchMulti(int dtype, int kind, uint64_t postBits, const loomCudaMulti* m,
+                          size_t n, cudaStream_t stream) {
+  if (!m || m->nin < 1 || m->nin > LOOM_CUDA_MULTI_MAX || m->nout < 0 ||
+      m->nout > LOOM_CUDA_MULTI_MAX)
+    return cudaErrorInvalidValue;
+  for (int i = 0; i < m->nin; ++i)
+    if (!m->in[i]) return cudaErrorInvalidValue;
+  for (int j = 0; j < m->nout; ++j)
+    if (!m->out[j]) return cudaErrorInvalidValue;
+  if (kind < 0 || kind >= loom::kNumRedKinds) return cudaErrorInvalidValue;
+  RedKind k = RedKind(kind);
+  bool isInt = dtype >= 0 && dtype < int(DataType::kFloat16);
+  if (k == RedKind::kSumPostDiv && isInt && postBits == 0) return cudaErrorInvalidValue;
+  switch (DataType(dtype)) {
+#define LOOM_MULTI_CASE(T) \
+  case DataType::T:        \
+    return loom::cuda::launchMulti<DataType::T>(k, postBits, *m, n, stream);
+    LOOM_MULTI_CASE(kInt8)
+    LOOM_MULTI_CASE(kUint8)
+    LOOM_MULTI_CASE(kInt32)
+    LOOM_MULTI_CASE(kUint32)
+    LOOM_MULTI_CASE(kInt64)
+    LOOM_MULTI_CASE(kUint64)
+    LOOM_MULTI_CASE(kFloat16)
+    LOOM_MULTI_CASE(kFloat32)
+    LOOM_MULTI_CASE(kFloat64)
+    LOOM_MULTI_CASE(kBfloat16)
+    LOOM_MULTI_CASE(kFloat8e4m3)
+    LOOM_MULTI_CASE(kFloat8e5m2)
+#undef LOOM_MULTI_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
+
+LOOM_CUDA_EXPORT int loomCudaReduceMulti(int dtype, int kind, uint64_t postBits,
+                                         const loomCudaMulti* m, size_t n,
+                                         loomCudaStream_t stream) {
+  return int(dispatchMulti(dtype, kind, postBits, m, n, stream));
+}
 
 LOOM_CUDA_EXPORT int loomCudaReduce(int fn, int dtype, int kind, uint64_t scalarBits, void* dst,
                                     const void* a, const void* b, size_t n,

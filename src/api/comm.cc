@@ -124,6 +124,9 @@ void ncclComm::runInit() noexcept {
           fb.ranks, pids, rank, loom::dispatch::mpsControlRunning());
       if (!sharing.empty()) LOOM_WARN("%s", sharing.c_str());
       c->setSameContextRanks(loom::dispatch::sameContextRanks(fb.ranks, pids, rank));
+      // Decided from what every rank knows alike: each rank creates it, or none does.
+      if (!shadow && loom::dispatch::processesOnOneDevice(fb.ranks, pids))
+        c->setDeviceBoard(loom::DeviceBoard::create(c->bootstrap(), cudaDev));
     }
     std::string noStaging = shadow || cudaDev < 0 ? "" : loom::stagedUnavailableReason();
     staged = !shadow && cudaDev >= 0 && noStaging.empty();

@@ -30,7 +30,7 @@ Driver* probe(std::string* why) {
     *why = "the CUDA driver library is not loadable: " + err;
     return nullptr;
   }
-  auto* d = new Driver{std::move(lib), {}, 0};
+  auto* d = new Driver{std::move(lib), {}, {}, false, false, {}, false, 0};
   const char* missing = nullptr;
   auto need = [&](auto*& fn, const char* sym) {
     if (!missing && !d->lib.bind(fn, sym)) missing = sym;
@@ -67,6 +67,14 @@ Driver* probe(std::string* why) {
                   d->lib.bind(st.graphRetainUserObject, "cuGraphRetainUserObject") &&
                   d->lib.bind(st.threadExchangeStreamCaptureMode,
                               "cuThreadExchangeStreamCaptureMode");
+  IpcApi& ipc = d->ipc;
+  d->hasIpc = d->hasStreams && st.eventDestroy &&
+              d->lib.bind(ipc.memGetAddressRange, "cuMemGetAddressRange_v2") &&
+              d->lib.bind(ipc.ipcGetMemHandle, "cuIpcGetMemHandle") &&
+              d->lib.bind(ipc.ipcOpenMemHandle, "cuIpcOpenMemHandle_v2") &&
+              d->lib.bind(ipc.ipcCloseMemHandle, "cuIpcCloseMemHandle") &&
+              d->lib.bind(ipc.ipcGetEventHandle, "cuIpcGetEventHandle") &&
+              d->lib.bind(ipc.ipcOpenEventHandle, "cuIpcOpenEventHandle");
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;

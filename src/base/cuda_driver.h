@@ -93,6 +93,22 @@ constexpr int kStreamCaptureModeRelaxed = 2;    // CU_STREAM_CAPTURE_MODE_RELAXE
 constexpr unsigned kUserObjectNoDestructorSync = 1;  // CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
 constexpr unsigned kGraphUserObjectMove = 1;         // CU_GRAPH_USER_OBJECT_MOVE
 
+// CUDA IPC (optional: `hasIpc` when all are bound): device memory and events of one process
+// opened in another, for ranks that are processes on one GPU (engine/device_board.h).
+struct CuIpcHandle {  // CUipcMemHandle and CUipcEventHandle alike
+  char reserved[64];
+};
+constexpr unsigned kEventInterprocess = 0x4;           // CU_EVENT_INTERPROCESS
+constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+struct IpcApi {
+  CuResult (*memGetAddressRange)(CuDevicePtr* base, size_t* size, CuDevicePtr p) = nullptr;
+  CuResult (*ipcGetMemHandle)(CuIpcHandle* h, CuDevicePtr p) = nullptr;
+  CuResult (*ipcOpenMemHandle)(CuDevicePtr* p, CuIpcHandle h, unsigned flags) = nullptr;
+  CuResult (*ipcCloseMemHandle)(CuDevicePtr p) = nullptr;
+  CuResult (*ipcGetEventHandle)(CuIpcHandle* h, CuEvent e) = nullptr;
+  CuResult (*ipcOpenEventHandle)(CuEvent* e, CuIpcHandle h) = nullptr;
+};
+
 // Plain data, created once and never freed (a driver must outlive every static
 // destructor that might still classify a buffer during exit).
 struct Driver {
@@ -101,6 +117,8 @@ struct Driver {
   StreamApi streams;
   bool hasStreams = false;  // every StreamApi entry up to streamIsCapturing is bound
   bool hasCapture = false;  // ... and the capture entries
+  IpcApi ipc;
+  bool hasIpc = false;      // every IpcApi entry is bound (and the stream API)
   int version = 0;  // 1000 * major + 10 * minor, as cuDriverGetVersion reports it
   // "CUDA error text (code)", for messages.
   std::string errorText(CuResult r) const;

@@ -129,6 +129,18 @@ std::vector<int> sameContextRanks(const std::vector<RankFallbackInfo>& ranks,
   return out;
 }
 
+bool processesOnOneDevice(const std::vector<RankFallbackInfo>& ranks, const std::vector<int>& pids) {
+  if (ranks.size() < 2) return false;
+  const RankFallbackInfo& first = ranks[0];
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r].cudaDev < 0 || ranks[r].hostHash != first.hostHash || !sameDevice(first, ranks[r]))
+      return false;
+    for (size_t q = 0; q < r; ++q)
+      if (pids[q] == pids[r]) return false;
+  }
+  return true;
+}
+
 bool mpsControlRunning() {
   const char* dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
   const std::string path = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";

@@ -51,6 +51,10 @@ FallbackDecision decideFallback(const std::vector<RankFallbackInfo>& ranks);
 std::string gpuSharingWarning(const std::vector<RankFallbackInfo>& ranks,
                               const std::vector<int>& pids, int rank, bool mpsRunning);
 
+// Whether every rank is a process of its own on one host's one CUDA device (their
+// collectives meet on a board: engine/device_board.h). The same on every rank.
+bool processesOnOneDevice(const std::vector<RankFallbackInfo>& ranks, const std::vector<int>& pids);
+
 // The other ranks that run in `rank`'s process (same host and pid) on its CUDA device:
 // threads sharing one CUDA context, whose streams the hardware may serialize behind each
 // other (engine/staged.h says what the staged path does about it). Empty when none does.

@@ -13,6 +13,7 @@
 #include "algo/select.h"
 #include "bootstrap/bootstrap.h"
 #include "engine/cpu_executor.h"
+#include "engine/device_board.h"
 #include "engine/flight_recorder.h"
 #include "engine/plan_cache.h"
 #include "engine/staged.h"
@@ -62,6 +63,10 @@ class Communicator {
   void setSameContextRanks(std::vector<int> ranks) { sameContext_ = std::move(ranks); }
   // Every rank of this communicator shares this rank's CUDA context.
   bool allInOneContext() const { return sameContext_.size() + 1 == static_cast<size_t>(nranks_); }
+  // Ranks that are processes on one GPU (every rank of the communicator): their
+  // collectives meet on this board (engine/device_board.h); nullptr otherwise.
+  DeviceBoard* deviceBoard() const { return board_.get(); }
+  void setDeviceBoard(std::unique_ptr<DeviceBoard> b) { board_ = std::move(b); }
   // Numbers the staged collectives that such ranks meet for (the same on every rank).
   uint64_t nextMeeting() { return ++meetings_; }
   // A host-memory call waits for the staged work issued before it (not on a proxy).
@@ -88,6 +93,7 @@ class Communicator {
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   std::vector<int> sameContext_;
+  std::unique_ptr<DeviceBoard> board_;
   uint64_t meetings_ = 0;
   uint64_t seq_ = 0;
   bool oversubscribed_ = false;

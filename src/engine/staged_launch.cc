@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "engine/communicator.h"
 #include "engine/cuda_kernels.h"
+#include "engine/direct_moves.h"
 #include "engine/engine.h"
 #include "engine/executor.h"
 #include "engine/staged_record.h"
@@ -74,9 +75,6 @@ int deviceOf(const Op& op) {
   return classifyPointer(op.sendbuff ? op.sendbuff : op.recvbuff).device;
 }
 
-// The CUDA kernels module failed its first launch of a meeting (nothing was written).
-struct KernelsUnusable {};
-
 class Launcher {
  public:
   Launcher(const cuda::Driver& drv, std::span<const Op> ops) : drv_(drv), st_(drv.streams), ops_(ops) {}
@@ -113,6 +111,7 @@ class Launcher {
     bool sameContext = false;  // a rank shares its CUDA context with another of its comm
     for (const Op& op : ops_) sameContext |= !op.comm.core->sameContextRanks().empty();
     if (captured_) return runCaptured();
+    if (meetOnBoards()) return;
     if (sameContext) return meet() ? void() : runOnCaller();
     rec_ = takeRecord();
     rec_->captured = false;
@@ -293,6 +292,28 @@ class Launcher {
     return state == LocalMeeting::kDirect;
   }
 
+  // Each collective of a communicator whose ranks are processes on one GPU takes a meeting
+  // number (engine/device_board.h). A launch of one such collective alone meets the other
+  // ranks' launches on the board; any other launch posts that its meetings go to the host
+  // engine. True when the collective went direct (its work is queued).
+  bool meetOnBoards() {
+    std::vector<const Op*> onBoard;
+    bool other = false;
+    for (const Op& op : ops_) {
+      if (!op.isP2p() && op.comm.core->deviceBoard())
+        onBoard.push_back(&op);
+      else
+        other = true;
+    }
+    if (onBoard.empty()) return false;
+    if (onBoard.size() == 1 && !other) {
+      const Op& op = *onBoard[0];
+      return op.comm.core->deviceBoard()->meet(drv_, op, op.comm.core->nextMeeting());
+    }
+    for (const Op* op : onBoard) op->comm.core->deviceBoard()->skip(*op, op->comm.core->nextMeeting());
+    return false;
+  }
+
   // The leader: direct when it can (its record then holds the meeting's `done` event), else
   // every rank to the host engine; a failure after work was queued still records `done`.
   void lead(LocalMeeting* m, size_t slot) {
@@ -377,11 +398,7 @@ class Launcher {
   bool direct(const std::vector<LocalPart>& parts, bool* queued) {
     const Op& o = *parts[0].op;
     const int n = o.comm.core->nranks();
-    const bool copyOnly = o.coll == Collective::kAllGather || o.coll == Collective::kBroadcast;
-    const cuda::Kernels* kern = copyOnly ? nullptr : cuda::kernels();
-    if (!copyOnly && (!kern || (o.coll != Collective::kAllReduce && o.coll != Collective::kReduce &&
-                                o.coll != Collective::kReduceScatter)))
-      return false;
+    if (!localDirect() || !canGoDirect(o)) return false;
     std::vector<const Op*> byRank(static_cast<size_t>(n), nullptr);
     for (const LocalPart& p : parts) {
       const Op& q = *p.op;
@@ -392,82 +409,18 @@ class Launcher {
         return false;
       byRank[static_cast<size_t>(r)] = &q;
     }
+    const cuda::Kernels* kern = cuda::kernels();
+    const bool copyOnly = o.coll == Collective::kAllGather || o.coll == Collective::kBroadcast;
     LOOM_INFO(kLogColl, "%s: %zu bytes per rank, moved between the buffers of %d ranks sharing "
               "a CUDA context (device %d) on stream %p%s%s",
               collectiveName(o.coll), o.bytes(), n, streamDevice_[0], streams_[0],
-              kern ? " with " : "", kern ? kern->path.c_str() : "");
+              copyOnly ? "" : " with ", copyOnly ? "" : kern->path.c_str());
     for (const LocalPart& p : parts) waitOn(0, p.ready);
     cuda::ScopedDevice sd;
     setDevice(sd, streamDevice_[0], o);
-    size_t launched = 0;  // work on the stream: from the first success on, a failure is late
-    const size_t b = o.bytes();
-    auto copy = [&](void* dst, const void* src) {
-      if (b == 0 || dst == src) return;
-      *queued = true;
-      check(drv_, st_.memcpyAsync(reinterpret_cast<cuda::CuDevicePtr>(dst),
-                                  reinterpret_cast<cuda::CuDevicePtr>(src), b, streams_[0]),
-            "cuMemcpyAsync (device to device)", o);
-    };
-    auto at = [](const void* p, size_t off) { return static_cast<const char*>(p) + off; };
-    // dst = the reduction over every rank of its send buffer at byte `off`, rank `first`'s
-    // contribution read first (dst may be that buffer), each rank's own pre, then the post.
-    auto reduceInto = [&](void* dst, int first, size_t off) {
-      if (o.count == 0) return;
-      auto launch = [&](int fn, const Op& by, const void* a, const void* bb) {
-        int rc = kern->reduce(fn, o.dtype, static_cast<int>(o.red.kind), by.red.scalarBits, dst, a,
-                              bb, o.count, static_cast<loomCudaStream_t>(streams_[0]));
-        if (rc != 0 && launched == 0 && !*queued) {
-          // Nothing written yet: a module that loads but cannot run here (a GPU it was not
-          // built for, an old driver) is given up for good, and this call goes to the host.
-          cuda::disableKernels(strprintf("loomCudaReduce failed (CUDA runtime error %d)", rc));
-          throw KernelsUnusable();
-        }
-        if (rc != 0)
-          LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaReduce failed "
-                     "(CUDA runtime error %d)", o.comm.core->rank(), collectiveName(o.coll), rc);
-        ++launched;
-        *queued = true;
-      };
-      const Op& f = *byRank[static_cast<size_t>(first)];
-      std::vector<const Op*> rest;
-      for (const Op* q : byRank)
-        if (q != &f) rest.push_back(q);
-      size_t i = 0;
-      if (o.red.hasPre() || rest.empty()) {
-        if (o.red.hasPre() || dst != at(f.sendbuff, off)) launch(LOOM_CUDA_FN_PRE, f, at(f.sendbuff, off), nullptr);
-      } else {
-        launch(LOOM_CUDA_FN_REDUCE2, f, at(f.sendbuff, off), at(rest[0]->sendbuff, off));
-        i = 1;
-      }
-      for (; i < rest.size(); ++i)
-        launch(o.red.hasPre() ? LOOM_CUDA_FN_REDUCE : LOOM_CUDA_FN_REDUCE2, *rest[i], dst,
-               at(rest[i]->sendbuff, off));
-      if (o.red.hasPost()) launch(LOOM_CUDA_FN_POST, f, dst, nullptr);
-    };
-    switch (o.coll) {
-      case Collective::kBroadcast: {
-        const void* src = byRank[static_cast<size_t>(o.root)]->sendbuff;
-        for (const Op* q : byRank) copy(q->recvbuff, src);
-        break;
-      }
-      case Collective::kAllGather:
-        for (const Op* q : byRank)
-          for (const Op* from : byRank)
-            copy(static_cast<char*>(q->recvbuff) + b * static_cast<size_t>(from->comm.core->rank()),
-                 from->sendbuff);
-        break;
-      case Collective::kAllReduce:
-        reduceInto(byRank[0]->recvbuff, 0, 0);
-        for (const Op* q : byRank) copy(q->recvbuff, byRank[0]->recvbuff);
-        break;
-      case Collective::kReduce:
-        reduceInto(byRank[static_cast<size_t>(o.root)]->recvbuff, o.root, 0);
-        break;
-      default:  // reduce-scatter: rank r's block of every send buffer into its output
-        for (int r = 0; r < n; ++r)
-          reduceInto(byRank[static_cast<size_t>(r)]->recvbuff, r, b * static_cast<size_t>(r));
-        break;
-    }
+    std::vector<DirectRank> ranks;
+    for (const Op* q : byRank) ranks.push_back({q->sendbuff, q->recvbuff, q->red.scalarBits});
+    queueDirect(drv_, o, ranks, streams_[0], queued);
     return true;
   }
 

@@ -11,13 +11,18 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "core/core_util.h"
 #include "core/rank_harness.h"
 #include "device_memory.h"
@@ -154,6 +159,60 @@ std::string expectInts(const char* what, const std::vector<int32_t>& got,
   return "";
 }
 
+// NCCL_DEBUG=INFO (COLL) into one file per process under a fresh directory while it lives
+// (set before forking ranks: each child logs to its own file); count() adds up the lines
+// that hold a text over every file.
+class CollLogs {
+ public:
+  CollLogs() {
+    char tmpl[] = "/tmp/loom-staged-logs-XXXXXX";
+    dir_ = mkdtemp(tmpl) ? tmpl : "";
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "COLL", 1);
+    setenv("NCCL_DEBUG_FILE", (dir_ + "/%p.log").c_str(), 1);
+    loom::logReset();
+  }
+  ~CollLogs() {
+    unsetenv("NCCL_DEBUG");
+    unsetenv("NCCL_DEBUG_SUBSYS");
+    unsetenv("NCCL_DEBUG_FILE");
+    loom::logReset();
+    for (const std::string& f : files()) unlink(f.c_str());
+    rmdir(dir_.c_str());
+  }
+  int count(const std::string& what) const {
+    int n = 0;
+    for (const std::string& f : files()) {
+      std::ifstream in(f);
+      for (std::string line; std::getline(in, line);) n += line.find(what) != std::string::npos;
+    }
+    return n;
+  }
+
+ private:
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    if (DIR* d = opendir(dir_.c_str())) {
+      while (dirent* e = readdir(d))
+        if (e->d_name[0] != '.') out.push_back(dir_ + "/" + e->d_name);
+      closedir(d);
+    }
+    return out;
+  }
+  std::string dir_;
+};
+
+// How many of everyCollective's five collectives go direct on a board of rank processes:
+// the copies always, the reductions with a kernels module that works (its stand-in here, as
+// CTest's ProcessesWithKernelsModule entry sets), none with LOOM_LOCAL_DIRECT=0.
+int directCollectivesExpected() {
+  const char* off = getenv("LOOM_LOCAL_DIRECT");
+  if (off && std::string(off) == "0") return 0;
+  const char* kern = getenv("LOOM_CUDA_KERNELS_LIBRARY");
+  const char* fail = getenv("LOOM_STAND_IN_KERNELS_FAIL");
+  return kern && *kern && !(fail && *fail) ? 5 : 2;
+}
+
 // Every collective and point-to-point call on device buffers, queued on one stream without
 // a sync between them (each reads the previous one's results where that is checkable),
 // then one sync and exact checks.
@@ -218,12 +277,193 @@ std::string everyCollective(int rank, int n, ncclComm_t comm) {
   return "";
 }
 
+// Collectives that ranks on one device move between their buffers where they can: an
+// all-gather or broadcast in place or not, with nothing to move, after an all-reduce on the
+// same streams; a group of two collectives per rank goes to the host engine on every rank
+// alike.
+std::string copyBetweenBuffers(int rank, int n, ncclComm_t comm) {
+  auto s = static_cast<cudaStream_t>(mem().createStream());
+  const size_t k = 517;
+  // In place: this rank's block of the output is its input.
+  int32_t* ag = devInts(std::vector<int32_t>(k * n, -1));
+  mem().toDevice(ag + rank * k, inputs(1, rank, k).data(), k * sizeof(int32_t));
+  RANK_NCCL(ncclAllGather(ag + rank * k, ag, k, ncclInt32, comm, s));
+  // Out of place, after an all-reduce that wrote its input.
+  int32_t* x = devInts(inputs(2, rank, k));
+  RANK_NCCL(ncclAllReduce(x, x, k, ncclInt32, ncclSum, comm, s));
+  int32_t* ag2 = devInts(std::vector<int32_t>(k * n, -1));
+  RANK_NCCL(ncclAllGather(x, ag2, k, ncclInt32, comm, s));
+  // Broadcast from rank 1, in place; then one with nothing to move.
+  int32_t* bc = devInts(rank == 1 ? inputs(3, 1, k) : std::vector<int32_t>(k, -1));
+  RANK_NCCL(ncclBroadcast(bc, bc, k, ncclInt32, 1, comm, s));
+  RANK_NCCL(ncclBroadcast(bc, bc, 0, ncclInt32, 1, comm, s));
+  // Two collectives in one group: the host engine, on every rank.
+  int32_t* bc2 = devInts(rank == 0 ? inputs(4, 0, k) : std::vector<int32_t>(k, -1));
+  int32_t* agIn = devInts(inputs(5, rank, k));
+  int32_t* ag3 = devInts(std::vector<int32_t>(k * n, -1));
+  RANK_NCCL(ncclGroupStart());
+  RANK_NCCL(ncclBroadcast(bc2, bc2, k, ncclInt32, 0, comm, s));
+  RANK_NCCL(ncclAllGather(agIn, ag3, k, ncclInt32, comm, s));
+  RANK_NCCL(ncclGroupEnd());
+  mem().syncStream(s);
+  std::vector<int32_t> want, want2, sum(k, 0), want3;
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < k; ++i) sum[i] += in(2, r, i);
+  for (int r = 0; r < n; ++r) {
+    std::vector<int32_t> b = inputs(1, r, k);
+    want.insert(want.end(), b.begin(), b.end());
+    want2.insert(want2.end(), sum.begin(), sum.end());
+    std::vector<int32_t> c = inputs(5, r, k);
+    want3.insert(want3.end(), c.begin(), c.end());
+  }
+  RANK_TRY(expectInts("in-place all-gather", hostInts(ag, k * n), want));
+  RANK_TRY(expectInts("all-gather of the all-reduce", hostInts(ag2, k * n), want2));
+  RANK_TRY(expectInts("broadcast", hostInts(bc, k), inputs(3, 1, k)));
+  RANK_TRY(expectInts("grouped broadcast", hostInts(bc2, k), inputs(4, 0, k)));
+  RANK_TRY(expectInts("grouped all-gather", hostInts(ag3, k * n), want3));
+  return "";
+}
+
+// Ranks on one device may group their calls differently, as NCCL allows: a rank that groups
+// a collective with a send, or two collectives, sends those collectives to the host engine
+// on every rank (nobody waits for a meeting it cannot lead), and the ranks' later
+// collectives still meet in step.
+std::string groupDifferently(int rank, int n, ncclComm_t comm) {
+  auto s = static_cast<cudaStream_t>(mem().createStream());
+  const size_t k = 301;
+  int32_t* a = devInts(inputs(1, rank, k));
+  int32_t* b = devInts(inputs(2, rank, k));
+  int32_t* c = devInts(inputs(3, rank, k));
+  int32_t* p2p = devInts(std::vector<int32_t>(k, -1));
+  if (rank == 0) {  // the all-reduce of a grouped with a send here, a receive on rank 1
+    RANK_NCCL(ncclGroupStart());
+    RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
+    RANK_NCCL(ncclSend(c, k, ncclInt32, 1, comm, s));
+    RANK_NCCL(ncclGroupEnd());
+  } else if (rank == 1) {
+    RANK_NCCL(ncclGroupStart());
+    RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
+    RANK_NCCL(ncclRecv(p2p, k, ncclInt32, 0, comm, s));
+    RANK_NCCL(ncclGroupEnd());
+  } else {
+    RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
+  }
+  if (rank == 1) {  // two collectives in one group here, one by one elsewhere
+    RANK_NCCL(ncclGroupStart());
+    RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));
+    RANK_NCCL(ncclAllReduce(c, c, k, ncclInt32, ncclMax, comm, s));
+    RANK_NCCL(ncclGroupEnd());
+  } else {
+    RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));
+    RANK_NCCL(ncclAllReduce(c, c, k, ncclInt32, ncclMax, comm, s));
+  }
+  RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));  // in step again
+  mem().syncStream(s);
+  std::vector<int32_t> wa(k, 0), wb(k, 0), wc(k, 0);
+  for (size_t i = 0; i < k; ++i)
+    for (int r = 0; r < n; ++r) {
+      wa[i] += in(1, r, i);
+      wb[i] += in(2, r, i) * n;
+      wc[i] = std::max(wc[i], in(3, r, i));
+    }
+  RANK_TRY(expectInts("all-reduce beside a send", hostInts(a, k), wa));
+  RANK_TRY(expectInts("two all-reduces of b", hostInts(b, k), wb));
+  RANK_TRY(expectInts("all-reduce (max) of c", hostInts(c, k), wc));
+  if (rank == 1) RANK_TRY(expectInts("receive", hostInts(p2p, k), inputs(3, 0, k)));
+  return "";
+}
+
 TEST(STAGED_SUITE, EveryCollectiveInProcesses) {
   ASSERT_TRUE(kEnvSet);
   for (int n : {1, 2, 3}) {
     SCOPED_TRACE(n);
     verdict(processesOnDevice0(n, everyCollective));
   }
+}
+
+// Ranks that are processes on one device meet for each collective on a board in shared
+// memory (engine/device_board.h): the last to arrive maps the others' buffers with CUDA IPC
+// and moves the data on its stream, every stream ordered by interprocess events. Each
+// direct collective is logged once, by its leader: the count shows which went direct.
+TEST(STAGED_SUITE, ProcessesOnOneDeviceMeetOnABoard) {
+  ASSERT_TRUE(kEnvSet);
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    CollLogs logs;
+    verdict(processesOnDevice0(n, everyCollective));
+    const int direct = logs.count("through CUDA IPC");
+    std::cout << n << " rank processes: " << direct << " of 5 collectives went direct\n";
+#ifdef LOOM_STAND_IN_CUDA_PATH
+    EXPECT_EQ(direct, directCollectivesExpected());
+#else  // a real GPU: the reductions too where the kernels module was built
+    EXPECT_TRUE(direct == 2 || direct == 5) << direct;
+#endif
+  }
+}
+
+// The copies between buffers (in place, after an all-reduce, a broadcast with nothing to
+// move) and a group of two collectives, which every rank sends to the host engine.
+TEST(STAGED_SUITE, ProcessesOnOneDeviceCopyBetweenTheirBuffers) {
+  ASSERT_TRUE(kEnvSet);
+  CollLogs logs;
+  verdict(processesOnDevice0(3, copyBetweenBuffers));
+  const char* off = getenv("LOOM_LOCAL_DIRECT");
+  const bool direct = !(off && std::string(off) == "0");
+  // Two all-gathers and a broadcast with data to move (the empty one is logged too), and
+  // the all-reduce with a kernels module.
+  const int copies = direct ? 4 : 0, reductions = directCollectivesExpected() == 5 ? 1 : 0;
+  const int got = logs.count("through CUDA IPC");
+#ifdef LOOM_STAND_IN_CUDA_PATH
+  EXPECT_EQ(got, copies + reductions);
+#else
+  EXPECT_TRUE(got == copies || got == copies + 1) << got;
+#endif
+}
+
+// Rank processes that group the same collectives differently stay in step: a meeting that
+// one rank cannot attend goes to the host engine on every rank, and nobody waits for it.
+TEST(STAGED_SUITE, ProcessesOnOneDeviceMayGroupDifferently) {
+  ASSERT_TRUE(kEnvSet);
+  verdict(processesOnDevice0(3, groupDifferently));
+}
+
+// A peer process that exits while a rank waits for it on the board breaks the board: the
+// call fails (or, where the rank did not wait, its staged work reports it), and every later
+// direct call on the communicator fails alike; nothing hangs.
+TEST(STAGED_SUITE, DeadPeerBreaksTheBoard) {
+  ASSERT_TRUE(kEnvSet);
+  verdict(processesOnDevice0(
+      2,
+      [](int rank, int, ncclComm_t comm) -> std::string {
+        if (rank == 1) _exit(0);  // dies without a word
+        mem().makeCurrent(0);
+        void* stream = mem().createStream();
+        auto s = static_cast<cudaStream_t>(stream);
+        int32_t* a = devInts(inputs(1, 0, 1000));
+        int32_t* g = devInts(std::vector<int32_t>(2000, -1));
+        auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t rc = ncclAllGather(a, g, 1000, ncclInt32, comm, s);
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        RANK_CHECK(secs < 30, "the call took %.1f s to fail", secs);
+        if (rc == ncclSuccess) {  // went to the staged path: the async error says it
+          mem().syncStream(stream);
+          ncclResult_t async = ncclSuccess;
+          RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+          RANK_CHECK(async == ncclRemoteError || async == ncclSystemError, "async error %d: %s",
+                     async, ncclGetLastError(comm));
+        } else {
+          RANK_CHECK(rc == ncclRemoteError, "all-gather: %d (%s)", rc, ncclGetLastError(comm));
+          std::string why = ncclGetLastError(comm);
+          RANK_CHECK(why.find("exited") != std::string::npos, "the error does not say the "
+                     "peer exited: %s", why.c_str());
+          rc = ncclBroadcast(a, a, 1000, ncclInt32, 0, comm, s);
+          RANK_CHECK(rc == ncclRemoteError, "a later broadcast: %d (%s)", rc,
+                     ncclGetLastError(comm));
+        }
+        ncclCommAbort(comm);
+        _exit(0);  // the harness would destroy the aborted communicator again
+      },
+      60));
 }
 
 // Processes sharing a device without NVIDIA's MPS take turns on the GPU: the lowest of
@@ -398,50 +638,7 @@ TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
 // to the host engine on every rank alike.
 TEST(STAGED_SUITE, RanksSharingAContextCopyBetweenTheirBuffers) {
   NEED_DEVICE();
-  verdict(threadsOnDevice0(
-      3,
-      [](int rank, int n, ncclComm_t comm) -> std::string {
-        auto s = static_cast<cudaStream_t>(mem().createStream());
-        const size_t k = 517;
-        // In place: this rank's block of the output is its input.
-        int32_t* ag = devInts(std::vector<int32_t>(k * n, -1));
-        mem().toDevice(ag + rank * k, inputs(1, rank, k).data(), k * sizeof(int32_t));
-        RANK_NCCL(ncclAllGather(ag + rank * k, ag, k, ncclInt32, comm, s));
-        // Out of place, after an all-reduce that wrote its input.
-        int32_t* x = devInts(inputs(2, rank, k));
-        RANK_NCCL(ncclAllReduce(x, x, k, ncclInt32, ncclSum, comm, s));
-        int32_t* ag2 = devInts(std::vector<int32_t>(k * n, -1));
-        RANK_NCCL(ncclAllGather(x, ag2, k, ncclInt32, comm, s));
-        // Broadcast from rank 1, in place; then one with nothing to move.
-        int32_t* bc = devInts(rank == 1 ? inputs(3, 1, k) : std::vector<int32_t>(k, -1));
-        RANK_NCCL(ncclBroadcast(bc, bc, k, ncclInt32, 1, comm, s));
-        RANK_NCCL(ncclBroadcast(bc, bc, 0, ncclInt32, 1, comm, s));
-        // Two collectives in one group: the host engine, on every rank.
-        int32_t* bc2 = devInts(rank == 0 ? inputs(4, 0, k) : std::vector<int32_t>(k, -1));
-        int32_t* agIn = devInts(inputs(5, rank, k));
-        int32_t* ag3 = devInts(std::vector<int32_t>(k * n, -1));
-        RANK_NCCL(ncclGroupStart());
-        RANK_NCCL(ncclBroadcast(bc2, bc2, k, ncclInt32, 0, comm, s));
-        RANK_NCCL(ncclAllGather(agIn, ag3, k, ncclInt32, comm, s));
-        RANK_NCCL(ncclGroupEnd());
-        mem().syncStream(s);
-        std::vector<int32_t> want, want2, sum(k, 0), want3;
-        for (int r = 0; r < n; ++r)
-          for (size_t i = 0; i < k; ++i) sum[i] += in(2, r, i);
-        for (int r = 0; r < n; ++r) {
-          std::vector<int32_t> b = inputs(1, r, k);
-          want.insert(want.end(), b.begin(), b.end());
-          want2.insert(want2.end(), sum.begin(), sum.end());
-          std::vector<int32_t> c = inputs(5, r, k);
-          want3.insert(want3.end(), c.begin(), c.end());
-        }
-        RANK_TRY(expectInts("in-place all-gather", hostInts(ag, k * n), want));
-        RANK_TRY(expectInts("all-gather of the all-reduce", hostInts(ag2, k * n), want2));
-        RANK_TRY(expectInts("broadcast", hostInts(bc, k), inputs(3, 1, k)));
-        RANK_TRY(expectInts("grouped broadcast", hostInts(bc2, k), inputs(4, 0, k)));
-        RANK_TRY(expectInts("grouped all-gather", hostInts(ag3, k * n), want3));
-        return "";
-      }));
+  verdict(threadsOnDevice0(3, copyBetweenBuffers));
 }
 
 // Ranks sharing a CUDA context may group their calls differently, as NCCL allows: a rank
@@ -450,52 +647,7 @@ TEST(STAGED_SUITE, RanksSharingAContextCopyBetweenTheirBuffers) {
 // later collectives still meet in step.
 TEST(STAGED_SUITE, RanksSharingAContextMayGroupDifferently) {
   NEED_DEVICE();
-  verdict(threadsOnDevice0(
-      3,
-      [](int rank, int n, ncclComm_t comm) -> std::string {
-        auto s = static_cast<cudaStream_t>(mem().createStream());
-        const size_t k = 301;
-        int32_t* a = devInts(inputs(1, rank, k));
-        int32_t* b = devInts(inputs(2, rank, k));
-        int32_t* c = devInts(inputs(3, rank, k));
-        int32_t* p2p = devInts(std::vector<int32_t>(k, -1));
-        if (rank == 0) {  // the all-reduce of a grouped with a send here, a receive on rank 1
-          RANK_NCCL(ncclGroupStart());
-          RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
-          RANK_NCCL(ncclSend(c, k, ncclInt32, 1, comm, s));
-          RANK_NCCL(ncclGroupEnd());
-        } else if (rank == 1) {
-          RANK_NCCL(ncclGroupStart());
-          RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
-          RANK_NCCL(ncclRecv(p2p, k, ncclInt32, 0, comm, s));
-          RANK_NCCL(ncclGroupEnd());
-        } else {
-          RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));
-        }
-        if (rank == 1) {  // two collectives in one group here, one by one elsewhere
-          RANK_NCCL(ncclGroupStart());
-          RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));
-          RANK_NCCL(ncclAllReduce(c, c, k, ncclInt32, ncclMax, comm, s));
-          RANK_NCCL(ncclGroupEnd());
-        } else {
-          RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));
-          RANK_NCCL(ncclAllReduce(c, c, k, ncclInt32, ncclMax, comm, s));
-        }
-        RANK_NCCL(ncclAllReduce(b, b, k, ncclInt32, ncclSum, comm, s));  // in step again
-        mem().syncStream(s);
-        std::vector<int32_t> wa(k, 0), wb(k, 0), wc(k, 0);
-        for (size_t i = 0; i < k; ++i)
-          for (int r = 0; r < n; ++r) {
-            wa[i] += in(1, r, i);
-            wb[i] += in(2, r, i) * n;
-            wc[i] = std::max(wc[i], in(3, r, i));
-          }
-        RANK_TRY(expectInts("all-reduce beside a send", hostInts(a, k), wa));
-        RANK_TRY(expectInts("two all-reduces of b", hostInts(b, k), wb));
-        RANK_TRY(expectInts("all-reduce (max) of c", hostInts(c, k), wc));
-        if (rank == 1) RANK_TRY(expectInts("receive", hostInts(p2p, k), inputs(3, 0, k)));
-        return "";
-      }));
+  verdict(threadsOnDevice0(3, groupDifferently));
 }
 
 // Several ranks of one process on one device (what stock NCCL refuses): each rank's own

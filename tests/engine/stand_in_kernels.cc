@@ -1,5 +1,5 @@
 // A stand-in for libloom-cuda-kernels.so (a test aid, with the stand-in driver): the module's
-// loomCudaReduce, computed by Loom's CPU reductions (kernels/reduce.h) in a host function
+// loomCudaReduce and loomCudaReduceMulti, computed by Loom's CPU reductions (kernels/reduce.h) in a host function
 // on the caller's stand-in stream, which reads and writes the stand-in's device memory
 // through the stand-in's own hooks (loomStandInReadDevice, loomStandInWriteDevice). Selected with
 // LOOM_CUDA_KERNELS_LIBRARY; the real module runs the same arithmetic on a GPU
@@ -78,7 +78,57 @@ bool reducerOf(int dtype, int kind, uint64_t scalarBits, loom::Reducer* out) {
   return false;
 }
 
+// loomCudaReduceMulti's work: the chain of CPU steps it stands for (pre of input 0, each
+// other input reduced in with its own scalar, post), every input read before any output is
+// written (an output may be an input).
+struct MultiCall {
+  int dtype;
+  loom::Reducer red;
+  loomCudaMulti m;
+  size_t n;
+};
+
+void runMulti(void* p) {
+  std::unique_ptr<MultiCall> c(static_cast<MultiCall*>(p));
+  const size_t bytes = c->n * c->red.eltSize;
+  std::vector<std::vector<char>> in(static_cast<size_t>(c->m.nin), std::vector<char>(bytes));
+  for (int i = 0; i < c->m.nin; ++i) gRead(in[static_cast<size_t>(i)].data(), c->m.in[i], bytes);
+  std::vector<char> acc = in[0];
+  const bool pre = c->red.hasPre();
+  if (pre) loom::Reducer::preMulSum(c->dtype, &c->m.inScalar[0]).pre(acc.data(), in[0].data(), c->n);
+  for (int i = 1; i < c->m.nin; ++i) {
+    const char* x = in[static_cast<size_t>(i)].data();
+    if (pre)
+      loom::Reducer::preMulSum(c->dtype, &c->m.inScalar[i]).reduce(acc.data(), acc.data(), x, c->n);
+    else
+      c->red.reduce2(acc.data(), acc.data(), x, c->n);
+  }
+  c->red.post(acc.data(), acc.data(), c->n);
+  for (int j = 0; j < c->m.nout; ++j) gWrite(c->m.out[j], acc.data(), bytes);
+}
+
 }  // namespace
+
+extern "C" __attribute__((visibility("default"))) int loomCudaReduceMulti(
+    int dtype, int kind, uint64_t postBits, const loomCudaMulti* m, size_t n,
+    loomCudaStream_t stream) {
+  if (!bindDriver()) return 3;  // cudaErrorInitializationError
+  if (getenv("LOOM_STAND_IN_KERNELS_FAIL")) return 209;
+  if (!m || m->nin < 1 || m->nin > LOOM_CUDA_MULTI_MAX || m->nout < 0 ||
+      m->nout > LOOM_CUDA_MULTI_MAX)
+    return 1;
+  for (int i = 0; i < m->nin; ++i)
+    if (!m->in[i]) return 1;
+  for (int j = 0; j < m->nout; ++j)
+    if (!m->out[j]) return 1;
+  loom::Reducer red;
+  if (!reducerOf(dtype, kind, postBits, &red)) return 1;
+  if (n == 0 || m->nout == 0) return 0;
+  auto c = std::make_unique<MultiCall>(MultiCall{dtype, red, *m, n});
+  if (gLaunchHostFunc(stream, runMulti, c.get()) != 0) return 400;
+  c.release();
+  return 0;
+}
 
 extern "C" __attribute__((visibility("default"))) int loomCudaReduce(
     int fn, int dtype, int kind, uint64_t scalarBits, void* dst, const void* a, const void* b,

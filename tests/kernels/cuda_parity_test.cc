@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct CudaEnv {
   CudaRuntime rt;
   DynLib module;
   loomCudaReduce_t reduce = nullptr;
+  loomCudaReduceMulti_t reduceMulti = nullptr;
   std::string skipReason;
 };
 
@@ -47,7 +49,8 @@ CudaEnv& env() {
     }
     loomCudaKernelsAbiVersion_t version = nullptr;
     if (!e->module.bind(version, "loomCudaKernelsAbiVersion") ||
-        !e->module.bind(e->reduce, "loomCudaReduce")) {
+        !e->module.bind(e->reduce, "loomCudaReduce") ||
+        !e->module.bind(e->reduceMulti, "loomCudaReduceMulti")) {
       e->skipReason = "module lacks its entry points";
       return e;
     }
@@ -131,6 +134,71 @@ TEST_P(CudaParityTest, MatchesCpuBitForBit) {
           ASSERT_TRUE(test::sameResult(t, g, w))
               << t.name << " kind=" << redKindName(r.kind) << " fn=" << fn << " n=" << n << " ["
               << i << "] gpu 0x" << std::hex << g << " cpu 0x" << w;
+        }
+      }
+    }
+  }
+}
+
+// loomCudaReduceMulti (one pass over k inputs into several outputs, one of them an input)
+// against the chain of CPU steps the engine would otherwise run: pre(in0), then each input
+// reduced in (with its own scalar for PreMulSum), then post.
+TEST_P(CudaParityTest, MultiMatchesTheCpuChainBitForBit) {
+  CudaEnv& e = env();
+  if (!e.skipReason.empty()) GTEST_SKIP() << e.skipReason;
+  const test::TypeModel& t = test::kTypes[GetParam()];
+  constexpr int k = 5;
+  std::vector<Reducer> reducers;
+  for (int op = 0; op <= 4; ++op) reducers.push_back(Reducer::make(t.dtype, op, k));
+  uint64_t scalar = t.family == test::Family::kInt ? 7 : t.fromDouble(-0.3);
+  reducers.push_back(Reducer::preMulSum(t.dtype, &scalar));
+  reducers.push_back(Reducer::sumPostDiv(t.dtype, k));
+  for (size_t n : {size_t(1), size_t(17), size_t(100003)}) {
+    const size_t bytes = n * t.size;
+    std::mt19937_64 rng(n + 7);
+    std::vector<std::vector<uint8_t>> in(k, std::vector<uint8_t>(bytes));
+    for (auto& v : in)
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t x = test::randomElement(t, rng);
+        std::memcpy(&v[i * t.size], &x, t.size);
+      }
+    std::vector<std::unique_ptr<DeviceBuf>> din;
+    for (int i = 0; i < k; ++i) din.push_back(std::make_unique<DeviceBuf>(bytes));
+    DeviceBuf dout(bytes);
+    for (const Reducer& r : reducers) {
+      // Each input's own scalar where the kind has one (PreMulSum: a rank's ncclScalar).
+      std::vector<uint64_t> scalars(k, r.scalarBits);
+      if (r.hasPre())
+        for (int i = 0; i < k; ++i)
+          scalars[i] = t.family == test::Family::kInt ? uint64_t(3 + i) : t.fromDouble(-0.3 + 0.1 * i);
+      std::vector<uint8_t> want = in[0], got(bytes);
+      if (r.hasPre()) Reducer::preMulSum(t.dtype, &scalars[0]).pre(want.data(), in[0].data(), n);
+      for (int i = 1; i < k; ++i) {
+        if (r.hasPre()) Reducer::preMulSum(t.dtype, &scalars[i]).reduce(want.data(), want.data(), in[i].data(), n);
+        else r.reduce2(want.data(), want.data(), in[i].data(), n);
+      }
+      r.post(want.data(), want.data(), n);
+      loomCudaMulti m{};
+      m.nin = k;
+      m.nout = 2;
+      for (int i = 0; i < k; ++i) {
+        ASSERT_EQ(e.rt.memcpy(din[i]->p, in[i].data(), bytes, kMemcpyDefault), 0);
+        m.in[i] = din[i]->p;
+        m.inScalar[i] = scalars[i];
+      }
+      m.out[0] = dout.p;
+      m.out[1] = din[2]->p;  // in place: an input is also an output
+      ASSERT_EQ(e.reduceMulti(r.dtype, int(r.kind), r.scalarBits, &m, n, nullptr), 0);
+      ASSERT_EQ(e.rt.deviceSynchronize(), 0);
+      for (void* out : {dout.p, din[2]->p}) {
+        ASSERT_EQ(e.rt.memcpy(got.data(), out, bytes, kMemcpyDefault), 0);
+        for (size_t i = 0; i < n; ++i) {
+          uint64_t g = 0, w = 0;
+          std::memcpy(&g, &got[i * t.size], t.size);
+          std::memcpy(&w, &want[i * t.size], t.size);
+          ASSERT_TRUE(test::sameResult(t, g, w))
+              << t.name << " kind=" << redKindName(r.kind) << " n=" << n << " [" << i << "] gpu 0x"
+              << std::hex << g << " cpu 0x" << w << (out == dout.p ? " (output)" : " (in place)");
         }
       }
     }

@@ -1,0 +1,43 @@
+// The data movement of a direct collective: ranks on one GPU whose device buffers one CUDA
+// context reaches (rank threads sharing the context, or rank processes whose buffers the
+// leader mapped through CUDA IPC), moved by one leader on one stream: copies for an
+// all-gather or a broadcast, the CUDA kernels module's reductions (engine/cuda_kernels.h)
+// for an all-reduce, a reduce or a reduce-scatter. Nothing here waits for anything: the
+// caller orders the stream after every rank's inputs and every rank's stream after it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "base/cuda_driver.h"
+#include "engine/op.h"
+
+namespace loom::staged {
+
+// One rank's part, as the leader reaches it.
+struct DirectRank {
+  const void* send;
+  void* recv;
+  uint64_t scalarBits;  // the rank's own Reducer::scalarBits (a pre-multiplied sum's scalar)
+};
+
+// The CUDA kernels module failed its first launch, before anything was queued: it is given
+// up for the process (cuda::disableKernels), and the call goes to the host engine.
+struct KernelsUnusable {};
+
+// LOOM_LOCAL_DIRECT (default 1): whether collectives of ranks on one GPU may go direct;
+// 0 sends them through the host engine (the staged path), as where they cannot.
+bool localDirect();
+
+// Whether collective `o` can go direct in this process: a copy, or a reduction with the
+// kernels module loaded and no device scalar.
+bool canGoDirect(const Op& o);
+
+// Queues `o` (its collective, count, type, root and reduction; rank r's buffers in
+// byRank[r]) on `stream`, whose device must be current. *queued turns true with the first
+// work queued (a later failure leaves that work on the stream). Throws loom::Error, or
+// KernelsUnusable.
+void queueDirect(const cuda::Driver& drv, const Op& o, std::span<const DirectRank> byRank,
+                 void* stream, bool* queued);
+
+}  // namespace loom::staged
