@@ -7,14 +7,35 @@
 // It also emulates streams, so that work Loom queues on a caller's stream can be tested
 // without a GPU: every stream is a FIFO of operations (copies, host functions, 32-bit waits
 // and writes, event waits) that a worker thread of its own runs in order. Device memory is
-// host pages kept PROT_NONE, so that a direct host access by Loom faults; the workers reach
-// it through /proc/self/mem, whose writes and reads ignore page protection. Events, the
+// host pages kept PROT_NONE, so that a direct host access by Loom faults. Events, the
 // legacy stream's implicit ordering and stream capture into linear graphs follow cuda.h,
 // as do the per-thread capture interaction mode (cuThreadExchangeStreamCaptureMode) and
 // user objects that graphs and execs own (their destroy callbacks run on a thread of the
 // stand-in's own, as CUDA runs them on an internal one).
+//
+// Device memory from cuMemAlloc is a memfd, mapped twice: MAP_SHARED PROT_NONE at the
+// address handed out, and read-write at an alias that only the stand-in uses. Its workers
+// and hooks reach device memory through the alias; ranges that a test registers as device
+// memory (plain PROT_NONE pages of its own) they reach through /proc/self/mem, whose reads
+// and writes ignore page protection (the kernel refuses such forced writes to MAP_SHARED
+// pages, hence the alias). The memfd makes the memory shareable with other processes, as
+// CUDA IPC shares it between processes on one GPU: cuIpcGetMemHandle names the memfd (the
+// exporting pid, its descriptor and a serial number that its name repeats), and
+// cuIpcOpenMemHandle in another process opens it through /proc/<pid>/fd and maps it the
+// same way, as device memory of the opener's current device. Interprocess events
+// (CU_EVENT_INTERPROCESS) own a shared page that counts their records and marks each one
+// done when its stream reaches it, through which events that cuIpcOpenEventHandle opens in
+// other processes wait for the latest record (see IpcEventPage).
+//
+// CUDA does not survive fork(); the stand-in keeps working in a forked child (tests fork
+// ranks after loading it), and as before a child's device memory is its own: an atfork
+// handler gives the child a private copy of every memfd-backed range at the same
+// addresses, so that neither side's writes reach the other. Interprocess event pages are
+// left shared.
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +55,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -45,6 +67,7 @@ constexpr CUresult kOutOfMemory = 2;
 constexpr CUresult kInvalidContext = 201;
 constexpr CUresult kInvalidHandle = 400;
 constexpr CUresult kIllegalState = 401;
+constexpr CUresult kNotFound = 500;
 constexpr CUresult kNotReady = 600;
 constexpr CUresult kCaptureUnsupported = 900;
 constexpr CUresult kCaptureInvalidated = 901;
@@ -67,10 +90,23 @@ struct Range {
   int device;
 };
 
+// Device memory backed by a memfd: an allocation of cuMemAlloc's or a mapping that
+// cuIpcOpenMemHandle opened. [begin, end) is mapped PROT_NONE for everyone else; `alias`
+// maps the same file read-write for the stand-in alone.
+struct Backed {
+  uintptr_t begin, end;
+  char* alias;
+  int fd;           // kept open until cuMemFree / cuIpcCloseMemHandle: handles name it
+  uint64_t serial;  // in the memfd's name too, so that an opener can tell a reused fd
+  bool opened;      // by cuIpcOpenMemHandle: closed by cuIpcCloseMemHandle, not exportable
+};
+
 struct State {
   std::mutex mu;  // a leaf: nothing else is locked while it is held
-  std::vector<Range> ranges;          // registered by tests through the hooks
-  std::map<uintptr_t, Range> allocs;  // made by cuMemAlloc / cuMemHostAlloc, by begin
+  std::vector<Range> ranges;           // registered by tests through the hooks
+  std::map<uintptr_t, Range> allocs;   // by cuMemAlloc / cuMemHostAlloc / IPC, by begin
+  std::map<uintptr_t, Backed> backed;  // the memfd-backed ones among them, by begin
+  uint64_t lastSerial = 0;             // of memfds this process made (memory, event pages)
   int currentDevice = 0;
   std::atomic<CUresult> initResult{kSuccess};
   std::atomic<CUresult> queryResult{kSuccess};
@@ -81,8 +117,19 @@ struct State {
   pid_t memPid = 0;  // the process that opened memFd
 };
 
+void privatizeAfterFork();
+
 State& state() {
-  static State* s = new State();  // outlives any static destructor that still queries
+  static State* s = [] {
+    auto* st = new State();  // outlives any static destructor that still queries
+    // Held across fork(), so that the child finds the maps whole; see privatizeAfterFork.
+    pthread_atfork([] { state().mu.lock(); }, [] { state().mu.unlock(); },
+                   [] {
+                     state().mu.unlock();
+                     privatizeAfterFork();
+                   });
+    return st;
+  }();
   return *s;
 }
 
@@ -154,10 +201,10 @@ int procMem() {
   return s.memFd;
 }
 
-// Device pages are PROT_NONE; /proc/self/mem accesses them all the same (FOLL_FORCE).
-void readDevice(void* dst, uintptr_t src, size_t n) {
+// Ranges a test registered as device memory are plain PROT_NONE pages: /proc/self/mem
+// reaches them all the same (FOLL_FORCE).
+void readProcMem(char* d, uintptr_t src, size_t n) {
   const int fd = procMem();
-  auto* d = static_cast<char*>(dst);
   while (n > 0) {
     ssize_t r = pread(fd, d, n, static_cast<off_t>(src));
     if (r < 0 && errno == EINTR) continue;
@@ -166,14 +213,57 @@ void readDevice(void* dst, uintptr_t src, size_t n) {
   }
 }
 
-void writeDevice(uintptr_t dst, const void* src, size_t n) {
+void writeProcMem(uintptr_t dst, const char* s, size_t n) {
   const int fd = procMem();
-  auto* s = static_cast<const char*>(src);
   while (n > 0) {
     ssize_t r = pwrite(fd, s, n, static_cast<off_t>(dst));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) fail("writing device memory through /proc/self/mem", dst);
     s += r, dst += r, n -= r;
+  }
+}
+
+// Where the stand-in reaches p: the alias of the memfd-backed range holding it, with *span
+// the bytes of [p, p + n) that the range covers; or nullptr when p lies in no such range,
+// with *span the bytes up to the next one (which /proc/self/mem serves).
+char* aliasOf(uintptr_t p, size_t n, size_t* span) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto next = s.backed.upper_bound(p);
+  if (next != s.backed.begin()) {
+    const Backed& b = std::prev(next)->second;
+    if (p < b.end) {
+      *span = std::min<size_t>(n, b.end - p);
+      return b.alias + (p - b.begin);
+    }
+  }
+  *span = next == s.backed.end() ? n : std::min<size_t>(n, next->first - p);
+  return nullptr;
+}
+
+// Device memory, piece by piece: through the alias where a memfd backs it, else through
+// /proc/self/mem (which the kernel refuses for writes to the PROT_NONE MAP_SHARED pages).
+void readDevice(void* dst, uintptr_t src, size_t n) {
+  auto* d = static_cast<char*>(dst);
+  while (n > 0) {
+    size_t span = 0;
+    if (const char* a = aliasOf(src, n, &span))
+      memcpy(d, a, span);
+    else
+      readProcMem(d, src, span);
+    d += span, src += span, n -= span;
+  }
+}
+
+void writeDevice(uintptr_t dst, const void* src, size_t n) {
+  auto* s = static_cast<const char*>(src);
+  while (n > 0) {
+    size_t span = 0;
+    if (char* a = aliasOf(dst, n, &span))
+      memcpy(a, s, span);
+    else
+      writeProcMem(dst, s, span);
+    s += span, dst += span, n -= span;
   }
 }
 
@@ -186,7 +276,8 @@ void copyBytes(uintptr_t dst, uintptr_t src, size_t n) {
   } else if (!toDevice) {
     readDevice(reinterpret_cast<void*>(dst), src, n);
   } else {
-    // Neither side may be touched directly; a whole-size bounce also survives overlap.
+    // Neither side may be touched directly; a whole-size bounce also survives overlap
+    // (two aliases of one memfd overlap without sharing addresses).
     std::vector<char> bounce(n);
     readDevice(bounce.data(), src, n);
     writeDevice(dst, bounce.data(), n);
@@ -213,10 +304,15 @@ bool wordTarget(uintptr_t addr, bool* device) {
   return *device || r.memType == 1;
 }
 
-// Host words are shared with host threads: acquire loads, release stores. Device words are
-// only ever reached through /proc/self/mem, whose system calls order them as fences would.
+// Host words are shared with host threads, and words of memfd-backed device memory (through
+// the alias) with other processes too: acquire loads, release stores. Other device words
+// are only ever reached through /proc/self/mem, whose system calls order them as fences
+// would.
 uint32_t loadWord(uintptr_t addr, bool device) {
   if (!device) return __atomic_load_n(reinterpret_cast<const uint32_t*>(addr), __ATOMIC_ACQUIRE);
+  size_t span = 0;
+  if (const char* a = aliasOf(addr, 4, &span); a && span == 4)
+    return __atomic_load_n(reinterpret_cast<const uint32_t*>(a), __ATOMIC_ACQUIRE);
   uint32_t word;
   readDevice(&word, addr, sizeof word);
   return word;
@@ -225,6 +321,11 @@ uint32_t loadWord(uintptr_t addr, bool device) {
 void storeWord(uintptr_t addr, uint32_t word, bool device) {
   if (!device) {
     __atomic_store_n(reinterpret_cast<uint32_t*>(addr), word, __ATOMIC_RELEASE);
+    return;
+  }
+  size_t span = 0;
+  if (char* a = aliasOf(addr, 4, &span); a && span == 4) {
+    __atomic_store_n(reinterpret_cast<uint32_t*>(a), word, __ATOMIC_RELEASE);
     return;
   }
   writeDevice(addr, &word, sizeof word);
@@ -242,9 +343,10 @@ bool waitSatisfied(uint32_t word, uint32_t value, unsigned cond) {
   }
 }
 
-void waitWord(uintptr_t addr, uint32_t value, unsigned cond, bool device) {
-  // A GPU polls memory; here a worker does, briefly hot and then every 20 µs.
-  for (unsigned polls = 0; !waitSatisfied(loadWord(addr, device), value, cond); ++polls) {
+// A GPU polls memory; here a worker does, briefly hot and then every 20 µs.
+template <typename Done>
+void pollUntil(Done done) {
+  for (unsigned polls = 0; !done(); ++polls) {
     if (polls < 1000) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
@@ -254,6 +356,146 @@ void waitWord(uintptr_t addr, uint32_t value, unsigned cond, bool device) {
       nanosleep(&pause, nullptr);
     }
   }
+}
+
+void waitWord(uintptr_t addr, uint32_t value, unsigned cond, bool device) {
+  pollUntil([&] { return waitSatisfied(loadWord(addr, device), value, cond); });
+}
+
+// ---- memfds: device memory and interprocess event pages
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+
+// The name a memfd of this stand-in carries: what it is (kind), the process that made it
+// and that process's serial number for it. /proc/<pid>/fd/<fd> shows it as
+// "/memfd:<name> (deleted)", by which an opener checks that a handle's fd still names it.
+void memfdName(char* out, size_t len, const char* kind, pid_t pid, uint64_t serial) {
+  snprintf(out, len, "loom-stand-in-%s:%lld:%llu", kind, static_cast<long long>(pid),
+           static_cast<unsigned long long>(serial));
+}
+
+// A new memfd of `bytes` (sparse: pages are allocated as they are written), or -1.
+int newMemfd(const char* kind, pid_t pid, uint64_t serial, size_t bytes) {
+  char name[96];
+  memfdName(name, sizeof name, kind, pid, serial);
+  // Not executable where the kernel knows the flag (6.3+; it warns without it), else plain.
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_NOEXEC_SEAL);
+  if (fd < 0 && errno == EINVAL) fd = memfd_create(name, MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Maps fd's first `bytes` twice, both MAP_SHARED: PROT_NONE (at `at` if given, replacing
+// what is there) and read-write as the alias (at `aliasAt` if given). False, with nothing
+// new left mapped, when either fails.
+bool mapTwice(int fd, size_t bytes, void* at, void* aliasAt, uintptr_t* begin, char** alias) {
+  const int fixed = at ? MAP_FIXED : 0, aliasFixed = aliasAt ? MAP_FIXED : 0;
+  void* p = mmap(at, bytes, PROT_NONE, MAP_SHARED | MAP_NORESERVE | fixed, fd, 0);
+  if (p == MAP_FAILED) return false;
+  void* a =
+      mmap(aliasAt, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | aliasFixed, fd, 0);
+  if (a == MAP_FAILED) {
+    if (!at) munmap(p, bytes);
+    return false;
+  }
+  *begin = reinterpret_cast<uintptr_t>(p);
+  *alias = static_cast<char*>(a);
+  return true;
+}
+
+void unmapBacked(const Backed& b) {
+  munmap(reinterpret_cast<void*>(b.begin), b.end - b.begin);
+  munmap(b.alias, b.end - b.begin);
+  close(b.fd);
+}
+
+// Writes view[off, off + n) to fd at off; the child's copy (privatizeAfterFork) must be whole.
+void writeAllAt(int fd, const char* view, off_t off, size_t n) {
+  while (n > 0) {
+    ssize_t r = pwrite(fd, view + off, n, off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) fail("copying device memory into the forked child's own memfd", off);
+    off += r, n -= r;
+  }
+}
+
+// In a forked child (the only thread there): every memfd-backed range gets a new memfd
+// holding a copy of what it holds now, mapped over both the range and its alias at the same
+// addresses, so that the child's writes stay its own and the parent's do not reach it, as
+// with the private anonymous memory this stand-in used before IPC. Only the parts that hold
+// data are copied (SEEK_DATA), so sparse memory stays sparse. The inherited descriptor is
+// closed: it is the parent's to export. Mappings opened from other processes are copied
+// too: a child's device memory is all its own.
+void privatizeAfterFork() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  const pid_t self = getpid();
+  for (auto& [begin, b] : s.backed) {
+    const size_t bytes = b.end - b.begin;
+    const uint64_t serial = ++s.lastSerial;
+    const int fd = newMemfd("mem", self, serial, bytes);
+    if (fd < 0) fail("memfd_create in a forked child", b.begin);
+    for (off_t off = 0; off < static_cast<off_t>(bytes);) {
+      off_t data = lseek(b.fd, off, SEEK_DATA);
+      if (data < 0 && errno == ENXIO) break;  // only a hole is left
+      if (data < 0) data = off;               // no SEEK_DATA: copy the rest whole
+      off_t hole = lseek(b.fd, data, SEEK_HOLE);
+      if (hole < 0 || hole > static_cast<off_t>(bytes)) hole = static_cast<off_t>(bytes);
+      writeAllAt(fd, b.alias, data, static_cast<size_t>(hole - data));
+      off = hole;
+    }
+    uintptr_t at = 0;
+    char* alias = nullptr;
+    if (!mapTwice(fd, bytes, reinterpret_cast<void*>(b.begin), b.alias, &at, &alias))
+      fail("mapping the forked child's own copy of device memory", b.begin);
+    close(b.fd);
+    b.fd = fd;
+    b.serial = serial;
+  }
+}
+
+// What the stand-in puts in the 64 bytes of a CUipcMemHandle / CUipcEventHandle.
+struct HandleBits {
+  uint64_t magic;
+  uint64_t pid;     // the exporting process
+  uint64_t maker;   // the process that made the memfd, as its name says (an event opened
+                    // from a handle and exported again names the first exporter)
+  uint64_t serial;  // the maker's for the memfd, as its name says
+  uint64_t size;    // of the memory (0 for an event)
+  int32_t fd;       // the memfd, in the exporting process
+  char unused[20];
+};
+static_assert(sizeof(HandleBits) == 64, "a CUDA IPC handle has 64 bytes");
+constexpr uint64_t kMemHandleMagic = 0x4c6f6f6d4d656d31ULL;    // "LoomMem1"
+constexpr uint64_t kEventHandleMagic = 0x4c6f6f6d45766e31ULL;  // "LoomEvn1"
+
+// Opens the memfd that another process's handle names, through /proc/<pid>/fd/<fd>, and
+// checks that it is still that memfd (its name: the number may have been reused since) and,
+// for memory, of the handle's size. Returns the new descriptor, or -1.
+int openExported(const HandleBits& h, const char* kind, off_t size) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%llu/fd/%d", static_cast<unsigned long long>(h.pid), h.fd);
+  const int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char name[96], want[128], got[128];
+  memfdName(name, sizeof name, kind, static_cast<pid_t>(h.maker), h.serial);
+  snprintf(want, sizeof want, "/memfd:%s (deleted)", name);
+  char self[64];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(self, got, sizeof got - 1);
+  struct stat st;
+  if (n < 0 || (got[n] = 0, strcmp(got, want) != 0) || fstat(fd, &st) != 0 ||
+      st.st_size != size) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // ---- streams, events, capture
@@ -494,10 +736,61 @@ struct Capture {
   bool invalidated = false;
 };
 
+// The shared page of an interprocess event (CU_EVENT_INTERPROCESS), which every process
+// holding the event reads and writes: a count of the records made, and slots that say
+// which records are done. cuEventRecord takes the next record number g at the call and
+// queues an operation that marks g done when the stream reaches it. A wait, query or
+// synchronize is for the latest record at its call (g = the count then; 0: nothing to wait
+// for) and is satisfied once g is done, whatever became of other records: records on
+// different streams or in different processes may complete in any order. A record's slot
+// is g mod kSlots and holds the highest record number of that slot done so far, so a wait
+// could also be satisfied by a record kSlots later completing first, which takes more than
+// kSlots records of one event pending at once. Owned by the event and by the operations
+// queued for it, so that destroying the event while they are pending is safe
+// (cuEventDestroy returns at once, as in CUDA).
+struct IpcEventPage {
+  static constexpr size_t kBytes = 4096;
+  static constexpr uint64_t kSlots = kBytes / sizeof(uint64_t) - 1;
+  int fd = -1;
+  uint64_t maker = 0, serial = 0;  // in the memfd's name (see memfdName)
+  uint64_t* words = nullptr;       // [0] records made, [1 + g % kSlots] record g's slot
+  IpcEventPage() = default;
+  IpcEventPage(const IpcEventPage&) = delete;
+  IpcEventPage& operator=(const IpcEventPage&) = delete;
+  ~IpcEventPage() {
+    if (words) munmap(words, kBytes);
+    if (fd >= 0) close(fd);
+  }
+  // Maps fd (a memfd of kBytes); false when it cannot.
+  bool map(int descriptor) {
+    void* p = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, descriptor, 0);
+    if (p == MAP_FAILED) return false;
+    fd = descriptor;
+    words = static_cast<uint64_t*>(p);
+    return true;
+  }
+  uint64_t record() { return __atomic_add_fetch(&words[0], 1, __ATOMIC_ACQ_REL); }
+  uint64_t latest() const { return __atomic_load_n(&words[0], __ATOMIC_ACQUIRE); }
+  uint64_t* slot(uint64_t g) const { return &words[1 + g % kSlots]; }
+  bool reached(uint64_t g) const {
+    return g == 0 || __atomic_load_n(slot(g), __ATOMIC_ACQUIRE) >= g;
+  }
+  void complete(uint64_t g) {  // the slot becomes max(slot, g)
+    uint64_t* w = slot(g);
+    uint64_t seen = __atomic_load_n(w, __ATOMIC_RELAXED);
+    while (seen < g &&
+           !__atomic_compare_exchange_n(w, &seen, g, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+  }
+};
+
 struct Event {
   Points points;  // the work it stands for; empty: complete
   bool captured = false;  // last recorded in a capturing stream
   std::weak_ptr<Capture> capturedIn;
+  // Interprocess events only (created with CU_EVENT_INTERPROCESS or opened from a handle):
+  // their waits go by the page's counters, whichever process recorded them last.
+  std::shared_ptr<IpcEventPage> ipc;
 };
 
 struct Registry {
@@ -609,6 +902,21 @@ bool allReached(const Points& points) {
   return true;
 }
 
+// What waiting for an event now means: its points, or for an interprocess event the
+// latest record at the time of the call.
+struct EventTarget {
+  Points points;
+  std::shared_ptr<IpcEventPage> ipc;
+  uint64_t record = 0;  // 0: nothing recorded, nothing to wait for
+  bool reached() const { return ipc ? ipc->reached(record) : allReached(points); }
+  void wait() const {
+    if (ipc)
+      pollUntil([&] { return ipc->reached(record); });
+    else
+      waitAll(points);
+  }
+};
+
 // Whether capture forbids a potentially unsafe call (a synchronous copy, an allocation, an
 // event's creation) from this thread now, as cuThreadExchangeStreamCaptureMode describes:
 // in the thread's mode GLOBAL (the default), a capture of this thread's not begun in
@@ -707,6 +1015,84 @@ std::shared_ptr<T> findLocked(std::unordered_map<const void*, std::shared_ptr<T>
   return it == map.end() ? nullptr : it->second;
 }
 
+// CUDA IPC handles, as cuda.h declares them: 64 opaque bytes (HandleBits), passed by value.
+struct CUipcMemHandle {
+  char reserved[64];
+};
+struct CUipcEventHandle {
+  char reserved[64];
+};
+constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+
+template <typename Handle>
+HandleBits bitsOf(const Handle& h) {
+  HandleBits b;
+  memcpy(&b, h.reserved, sizeof b);
+  return b;
+}
+template <typename Handle>
+void fillHandle(Handle* h, const HandleBits& b) {
+  memcpy(h->reserved, &b, sizeof b);
+}
+
+// Takes the memfd-backed range at `begin` (opened by cuIpcOpenMemHandle or not, as asked)
+// out of the maps, after waiting for every stream's work (as cudaFree does: queued work may
+// still use it), and unmaps it. kInvalidValue when there is none.
+CUresult releaseBacked(CUdeviceptr begin, bool opened) {
+  auto known = [&] {
+    std::lock_guard<std::mutex> lock(state().mu);
+    auto it = state().backed.find(begin);
+    return it != state().backed.end() && it->second.opened == opened;
+  };
+  if (!known()) return kInvalidValue;
+  Points points;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
+    points = everythingLocked();
+  }
+  waitAll(points);
+  Backed b;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    auto it = state().backed.find(begin);
+    if (it == state().backed.end() || it->second.opened != opened) return kInvalidValue;
+    b = it->second;
+    state().backed.erase(it);
+    state().allocs.erase(begin);
+  }
+  unmapBacked(b);
+  return kSuccess;
+}
+
+constexpr unsigned kEventDisableTiming = 0x2, kEventInterprocess = 0x4;
+
+// A new interprocess event page of this process's, or nullptr.
+std::shared_ptr<IpcEventPage> newEventPage() {
+  uint64_t serial;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    serial = ++state().lastSerial;
+  }
+  const int fd = newMemfd("event", getpid(), serial, IpcEventPage::kBytes);
+  if (fd < 0) return nullptr;
+  auto page = std::make_shared<IpcEventPage>();
+  if (!page->map(fd)) {
+    close(fd);
+    return nullptr;
+  }
+  page->maker = static_cast<uint64_t>(getpid());
+  page->serial = serial;
+  return page;
+}
+
+// Interprocess events cannot be captured here: their records and waits go through the
+// shared page at the time of the call, which a graph could not replay. The call fails and
+// breaks the capture (CUDA's own rules for them in graphs are not modelled).
+CUresult refuseIpcEventInCapture(const std::shared_ptr<Capture>& c) {
+  c->invalidated = true;
+  return kCaptureUnsupported;
+}
 }  // namespace
 
 extern "C" {
@@ -734,6 +1120,7 @@ __attribute__((visibility("default"))) CUresult cuGetErrorString(CUresult error,
     case 201: *text = "invalid device context"; break;
     case 400: *text = "invalid resource handle"; break;
     case 401: *text = "the operation cannot be performed in the present state"; break;
+    case 500: *text = "named symbol not found"; break;
     case 600: *text = "device not ready"; break;
     case 900: *text = "operation not permitted when stream is capturing"; break;
     case 901: *text = "operation failed due to a previous error during capture"; break;
@@ -840,7 +1227,9 @@ __attribute__((visibility("default"))) CUresult cuPointerGetAttributes(
 
 // ---- memory
 
-// Device memory: PROT_NONE pages of the calling thread's current device.
+// Device memory of the calling thread's current device: a memfd of `bytes`, mapped
+// PROT_NONE where it is handed out and read-write at the stand-in's alias (see Backed), so
+// that cuIpcGetMemHandle can share it. Sparse, as the anonymous MAP_NORESERVE pages were.
 __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   if (!dptr || bytes == 0) return kInvalidValue;
   const int device = callerDevice();
@@ -849,42 +1238,112 @@ __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr* dptr,
     std::lock_guard<std::mutex> lock(registry().mu);
     if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
   }
-  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return kOutOfMemory;
-  const auto b = reinterpret_cast<uintptr_t>(p);
+  uint64_t serial;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    serial = ++state().lastSerial;
+  }
+  const int fd = newMemfd("mem", getpid(), serial, bytes);
+  if (fd < 0) return kOutOfMemory;
+  uintptr_t b = 0;
+  char* alias = nullptr;
+  if (!mapTwice(fd, bytes, nullptr, nullptr, &b, &alias)) {
+    close(fd);
+    return kOutOfMemory;
+  }
   {
     std::lock_guard<std::mutex> lock(state().mu);
     state().allocs[b] = Range{b, b + bytes, 2, 0, device};
+    state().backed[b] = Backed{b, b + bytes, alias, fd, serial, false};
   }
   *dptr = b;
   return kSuccess;
 }
 
-// Like cudaFree, waits for all streams first: queued work may still use the memory.
+
+// Memory that cuIpcOpenMemHandle mapped is cuIpcCloseMemHandle's to release, not this.
 __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  auto known = [&] {
-    std::lock_guard<std::mutex> lock(state().mu);
-    auto it = state().allocs.find(dptr);
-    return it != state().allocs.end() && it->second.memType == 2;
-  };
-  if (!known()) return kInvalidValue;
-  Points points;
-  {
-    std::lock_guard<std::mutex> lock(registry().mu);
-    if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
-    points = everythingLocked();
-  }
-  waitAll(points);
+  return releaseBacked(dptr, false);
+}
+
+// The allocation holding dptr: cuMemAlloc's, a mapping cuIpcOpenMemHandle opened, or a
+// range a test registered as device (or managed) memory. Either answer may be left out.
+__attribute__((visibility("default"))) CUresult cuMemGetAddressRange_v2(CUdeviceptr* pbase,
+                                                                        size_t* psize,
+                                                                        CUdeviceptr dptr) {
+  if (callerDevice() < 0) return kInvalidContext;
   Range r;
   {
     std::lock_guard<std::mutex> lock(state().mu);
-    auto it = state().allocs.find(dptr);
-    if (it == state().allocs.end() || it->second.memType != 2) return kInvalidValue;
-    r = it->second;
-    state().allocs.erase(it);
+    if (!findRangeLocked(dptr, &r) || !deviceLike(r)) return kNotFound;
   }
-  munmap(reinterpret_cast<void*>(r.begin), r.end - r.begin);
+  if (pbase) *pbase = r.begin;
+  if (psize) *psize = r.end - r.begin;
   return kSuccess;
+}
+
+// ---- IPC memory
+
+
+// A handle for a whole allocation of cuMemAlloc's in this process (dptr its base, as CUDA
+// requires): the memfd behind it, named by this process's id, its descriptor and the
+// allocation's serial number, so that no later allocation yields an equal handle.
+__attribute__((visibility("default"))) CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle,
+                                                                  CUdeviceptr dptr) {
+  if (!pHandle) return kInvalidValue;
+  HandleBits bits{};
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    auto it = state().backed.find(dptr);
+    if (it == state().backed.end() || it->second.opened) return kInvalidValue;
+    const Backed& b = it->second;
+    const auto self = static_cast<uint64_t>(getpid());
+    bits = HandleBits{kMemHandleMagic, self, self, b.serial, b.end - b.begin, b.fd, {}};
+  }
+  fillHandle(pHandle, bits);
+  return kSuccess;
+}
+
+// Maps another process's allocation, as device memory of the caller's current device.
+// CUDA refuses a handle of the calling process itself (CUDA_ERROR_INVALID_CONTEXT); a
+// handle whose memory cannot be reached (not a handle of this stand-in's, the process or
+// its descriptor gone, the descriptor now naming something else) is an invalid handle.
+// Opening one handle twice in a process gives two mappings of the same memory, each to be
+// closed with cuIpcCloseMemHandle (CUDA may instead hand out the first mapping again).
+__attribute__((visibility("default"))) CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr,
+                                                                      CUipcMemHandle handle,
+                                                                      unsigned flags) {
+  if (!pdptr || (flags & ~kIpcMemLazyEnablePeerAccess)) return kInvalidValue;
+  const int device = callerDevice();
+  if (device < 0) return kInvalidContext;
+  const HandleBits h = bitsOf(handle);
+  if (h.magic != kMemHandleMagic || h.size == 0) return kInvalidHandle;
+  if (h.pid == static_cast<uint64_t>(getpid())) return kInvalidContext;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
+  }
+  const int fd = openExported(h, "mem", static_cast<off_t>(h.size));
+  if (fd < 0) return kInvalidHandle;
+  uintptr_t b = 0;
+  char* alias = nullptr;
+  if (!mapTwice(fd, h.size, nullptr, nullptr, &b, &alias)) {
+    close(fd);
+    return kOutOfMemory;
+  }
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().allocs[b] = Range{b, b + h.size, 2, 0, device};
+    state().backed[b] = Backed{b, b + h.size, alias, fd, h.serial, true};
+  }
+  *pdptr = b;
+  return kSuccess;
+}
+
+// Unmaps what cuIpcOpenMemHandle mapped (dptr: the base it returned), once every stream's
+// queued work is done, as cuMemFree does here; the exporter's memory lives on.
+__attribute__((visibility("default"))) CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+  return releaseBacked(dptr, true);
 }
 
 // Pinned host memory: ordinary read-write pages the device maps (memory type 1).
@@ -1098,11 +1557,19 @@ __attribute__((visibility("default"))) CUresult cuStreamWriteValue32_v2(void* st
 
 // ---- events
 
+
+// CU_EVENT_INTERPROCESS requires CU_EVENT_DISABLE_TIMING, as in CUDA; such an event owns a
+// shared page (IpcEventPage) that cuIpcGetEventHandle exports.
 __attribute__((visibility("default"))) CUresult cuEventCreate(void** phEvent, unsigned flags) {
-  constexpr unsigned kKnownFlags = 0x1 | 0x2 | 0x4;  // blocking sync, no timing, interprocess
+  constexpr unsigned kKnownFlags = 0x1 | kEventDisableTiming | kEventInterprocess;
   if (!phEvent || (flags & ~kKnownFlags)) return kInvalidValue;
+  if ((flags & kEventInterprocess) && !(flags & kEventDisableTiming)) return kInvalidValue;
   if (callerDevice() < 0) return kInvalidContext;
   auto e = std::make_shared<Event>();
+  if (flags & kEventInterprocess) {
+    e->ipc = newEventPage();
+    if (!e->ipc) return kOutOfMemory;
+  }
   std::lock_guard<std::mutex> lock(registry().mu);
   if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
   registry().events[e.get()] = e;
@@ -1110,18 +1577,32 @@ __attribute__((visibility("default"))) CUresult cuEventCreate(void** phEvent, un
   return kSuccess;
 }
 
+// An interprocess event's page lives on in the operations still queued for it.
 __attribute__((visibility("default"))) CUresult cuEventDestroy_v2(void* event) {
   std::lock_guard<std::mutex> lock(registry().mu);
   return registry().events.erase(event) ? kSuccess : kInvalidHandle;
 }
 
-// The event stands for the stream's work queued so far; recording again replaces that.
+// The event stands for the stream's work queued so far; recording again replaces that. An
+// interprocess event (created so, or opened from a handle) also takes the next record
+// number, which an operation queued now marks completed on the shared page when the stream
+// reaches it: waits in every process holding the event go by that.
 __attribute__((visibility("default"))) CUresult cuEventRecord(void* event, void* stream) {
   std::lock_guard<std::mutex> lock(registry().mu);
   std::shared_ptr<Event> e = findLocked(registry().events, event);
   if (!e) return kInvalidHandle;
   std::shared_ptr<Stream> s;
   if (CUresult r = resolveLocked(stream, &s)) return r;
+  if (e->ipc) {
+    if (s->capture) return refuseIpcEventInCapture(s->capture);
+    if (s->kind == StreamKind::Legacy && legacyBlockedLocked(true)) return kCaptureImplicit;
+    const uint64_t g = e->ipc->record();
+    std::vector<Op> ops;
+    ops.push_back(Op{{}, [page = e->ipc, g] { page->complete(g); }});
+    if (CUresult r = enqueueLocked(s, std::move(ops))) return r;
+    e->points = untilNowLocked(s);  // covers the marking operation
+    return kSuccess;
+  }
   if (const std::shared_ptr<Capture>& c = s->capture) {
     if (c->invalidated) return kCaptureInvalidated;
     e->captured = true;
@@ -1137,6 +1618,8 @@ __attribute__((visibility("default"))) CUresult cuEventRecord(void* event, void*
 }
 
 // The stream waits for the work the event stands for now; later records do not matter.
+// For an interprocess event that is the latest record at the call, whichever process made
+// it: an operation polls the shared page until that record is completed.
 __attribute__((visibility("default"))) CUresult cuStreamWaitEvent(void* stream, void* event,
                                                                   unsigned flags) {
   constexpr unsigned kWaitExternal = 0x1;  // CU_EVENT_WAIT_EXTERNAL
@@ -1146,6 +1629,16 @@ __attribute__((visibility("default"))) CUresult cuStreamWaitEvent(void* stream, 
   if (!e) return kInvalidHandle;
   std::shared_ptr<Stream> s;
   if (CUresult r = resolveLocked(stream, &s)) return r;
+
+  if (e->ipc) {
+    if (s->capture) return refuseIpcEventInCapture(s->capture);
+    if (flags & kWaitExternal) return kInvalidValue;  // only meaningful while capturing
+    const uint64_t g = e->ipc->latest();
+    std::vector<Op> ops;
+    if (g > 0)
+      ops.push_back(Op{{}, [page = e->ipc, g] { pollUntil([&] { return page->reached(g); }); }});
+    return enqueueLocked(s, std::move(ops));
+  }
 
   if (const std::shared_ptr<Capture> c = s->capture) {
     if (c->invalidated) return kCaptureInvalidated;
@@ -1192,27 +1685,81 @@ __attribute__((visibility("default"))) CUresult cuStreamWaitEvent(void* stream, 
 }
 
 namespace {
-// The points an event stands for, or why it has none to wait for.
-CUresult eventPoints(void* event, Points* points) {
+// What an event stands for now, or why it has nothing to wait for.
+CUresult eventTarget(void* event, EventTarget* target) {
   std::lock_guard<std::mutex> lock(registry().mu);
   std::shared_ptr<Event> e = findLocked(registry().events, event);
   if (!e) return kInvalidHandle;
+  if (e->ipc) {
+    target->ipc = e->ipc;
+    target->record = e->ipc->latest();
+    return kSuccess;
+  }
   if (e->captured) return kCapturedEvent;
-  *points = e->points;
+  target->points = e->points;
   return kSuccess;
 }
 }  // namespace
 
 __attribute__((visibility("default"))) CUresult cuEventQuery(void* event) {
-  Points points;
-  if (CUresult r = eventPoints(event, &points)) return r;
-  return allReached(points) ? kSuccess : kNotReady;
+  EventTarget target;
+  if (CUresult r = eventTarget(event, &target)) return r;
+  return target.reached() ? kSuccess : kNotReady;
 }
 
 __attribute__((visibility("default"))) CUresult cuEventSynchronize(void* event) {
-  Points points;
-  if (CUresult r = eventPoints(event, &points)) return r;
-  waitAll(points);
+  EventTarget target;
+  if (CUresult r = eventTarget(event, &target)) return r;
+  target.wait();
+  return kSuccess;
+}
+
+// ---- IPC events
+
+// A handle for an interprocess event of this process's (created with CU_EVENT_INTERPROCESS,
+// or itself opened from a handle): its page's memfd.
+__attribute__((visibility("default"))) CUresult cuIpcGetEventHandle(CUipcEventHandle* pHandle,
+                                                                    void* event) {
+  if (!pHandle) return kInvalidValue;
+  std::shared_ptr<IpcEventPage> page;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    std::shared_ptr<Event> e = findLocked(registry().events, event);
+    if (!e) return kInvalidHandle;
+    if (!e->ipc) return kInvalidValue;
+    page = e->ipc;
+  }
+  fillHandle(pHandle, HandleBits{kEventHandleMagic, static_cast<uint64_t>(getpid()),
+                                 page->maker, page->serial, 0, page->fd, {}});
+  return kSuccess;
+}
+
+// An event of this process's on another process's interprocess event: it maps the same
+// page, so that records in either process are seen by waits in both. As for memory
+// handles, a handle of the calling process itself is refused (CUDA_ERROR_INVALID_CONTEXT),
+// and one whose page cannot be reached is an invalid handle. Every open makes a new event,
+// to be destroyed with cuEventDestroy.
+__attribute__((visibility("default"))) CUresult cuIpcOpenEventHandle(void** phEvent,
+                                                                     CUipcEventHandle handle) {
+  if (!phEvent) return kInvalidValue;
+  if (callerDevice() < 0) return kInvalidContext;
+  const HandleBits h = bitsOf(handle);
+  if (h.magic != kEventHandleMagic) return kInvalidHandle;
+  if (h.pid == static_cast<uint64_t>(getpid())) return kInvalidContext;
+  const int fd = openExported(h, "event", IpcEventPage::kBytes);
+  if (fd < 0) return kInvalidHandle;
+  auto e = std::make_shared<Event>();
+  e->ipc = std::make_shared<IpcEventPage>();
+  if (!e->ipc->map(fd)) {
+    close(fd);
+    return kOutOfMemory;
+  }
+  e->ipc->maker = h.maker;
+  e->ipc->serial = h.serial;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  if (forbiddenByCaptureLocked()) return kCaptureUnsupported;
+  registry().events[e.get()] = e;
+  *phEvent = e.get();
   return kSuccess;
 }
 
@@ -1493,6 +2040,14 @@ __attribute__((visibility("default"))) void loomStandInClear() {
 __attribute__((visibility("default"))) void loomStandInSetCurrentDevice(int device) {
   std::lock_guard<std::mutex> lock(state().mu);
   state().currentDevice = device;
+}
+
+// Sets the calling thread's own current device, as cuCtxSetCurrent would (-1: no context),
+// or with -100 gives up its own so that it follows the process-wide one again; returns the
+// previous setting in the same terms. For test aids that allocate on a device of their
+// choosing while other threads (ranks) use theirs.
+__attribute__((visibility("default"))) int loomStandInExchangeThreadDevice(int device) {
+  return std::exchange(tlsDevice, device);
 }
 
 // What cuInit returns (0 = success); only useful before Loom's first call.

@@ -25,6 +25,10 @@ struct StandInHooks {
   void (*resumeStream)(void* stream) = nullptr;
   long (*streamOps)(void* stream) = nullptr;     // operations completed on it so far
   long (*liveUserObjects)() = nullptr;  // user objects whose destroy callback has not run
+  // Sets the calling thread's own current device (as cuCtxSetCurrent; -1: none), or with
+  // kFollowProcessDevice makes it follow setCurrentDevice's again; returns the previous one.
+  int (*exchangeThreadDevice)(int device) = nullptr;
+  static constexpr int kFollowProcessDevice = -100;
 
   // The library open reached: for dlsym of the stand-in's driver functions too.
   void* handle = nullptr;
@@ -54,7 +58,8 @@ struct StandInHooks {
     return handle && bind(handle, pauseStream, "loomStandInPauseStream") &&
            bind(handle, resumeStream, "loomStandInResumeStream") &&
            bind(handle, streamOps, "loomStandInStreamOps") &&
-           bind(handle, liveUserObjects, "loomStandInLiveUserObjects");
+           bind(handle, liveUserObjects, "loomStandInLiveUserObjects") &&
+           bind(handle, exchangeThreadDevice, "loomStandInExchangeThreadDevice");
   }
 
  private:

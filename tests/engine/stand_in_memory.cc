@@ -1,6 +1,8 @@
-// Device memory from the stand-in driver: mmap'd pages, reported as device memory and
-// protected with PROT_NONE, so that a memcpy of them would SIGSEGV. Streams and copies go
-// through the stand-in's own driver functions, which reach such pages without faulting.
+// Device memory from the stand-in driver: its own cuMemAlloc's (memfd-backed PROT_NONE
+// pages, so that a memcpy of them would SIGSEGV, and exportable with cuIpcGetMemHandle as
+// cudaMalloc'd memory is). Managed memory is PROT_NONE pages of this file's, registered with
+// the stand-in. Streams and copies go through the stand-in's own driver functions, which
+// reach such pages without faulting.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -25,6 +27,9 @@ using CUdeviceptr = unsigned long long;
 
 // The stand-in's driver functions that streams and copies need, as cuda.h declares them.
 struct StreamApi {
+  CUresult (*memAlloc)(CUdeviceptr* dptr, size_t bytes) = nullptr;
+  CUresult (*memFree)(CUdeviceptr dptr) = nullptr;
+  CUresult (*memsetD8)(CUdeviceptr dst, unsigned char value, size_t count) = nullptr;
   CUresult (*streamCreate)(void** stream, unsigned flags) = nullptr;
   CUresult (*streamSynchronize)(void* stream) = nullptr;
   CUresult (*streamDestroy)(void* stream) = nullptr;
@@ -55,7 +60,10 @@ class StandInMemory : public DeviceMemory {
     why_ = hooks_.open(LOOM_STAND_IN_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
     if (!why_.empty()) return;
     void* lib = hooks_.handle;
-    bool ok = hooks_.bindStreams() && bindSymbol(lib, api_.streamCreate, "cuStreamCreate") &&
+    bool ok = hooks_.bindStreams() && bindSymbol(lib, api_.memAlloc, "cuMemAlloc_v2") &&
+              bindSymbol(lib, api_.memFree, "cuMemFree_v2") &&
+              bindSymbol(lib, api_.memsetD8, "cuMemsetD8_v2") &&
+              bindSymbol(lib, api_.streamCreate, "cuStreamCreate") &&
               bindSymbol(lib, api_.streamSynchronize, "cuStreamSynchronize") &&
               bindSymbol(lib, api_.streamDestroy, "cuStreamDestroy_v2") &&
               bindSymbol(lib, api_.memcpyHtoD, "cuMemcpyHtoD_v2") &&
@@ -66,6 +74,7 @@ class StandInMemory : public DeviceMemory {
     if (!why_.empty()) return;
     // First, while the memory their work may use is still mapped: destroying waits for it.
     for (void* s : streams_) api_.streamDestroy(s);
+    for (CUdeviceptr p : dev_) api_.memFree(p);
     hooks_.clear();
     hooks_.setCurrentDevice(0);
     for (auto& [p, bytes] : maps_) munmap(p, bytes);
@@ -76,12 +85,22 @@ class StandInMemory : public DeviceMemory {
   int deviceCount() const override { return kStandInDevices; }
   void makeCurrent(int device) override { hooks_.setCurrentDevice(device); }
 
+  // cuMemAlloc on `device`, made current for this thread alone while it allocates and
+  // fills (ranks as threads allocate at once, each with its own device), then as it was.
   void* allocDevice(size_t bytes, int device, uint8_t fill) override {
-    void* p = map(bytes);
-    memset(p, fill, bytes);
-    protect(p, bytes, PROT_NONE);
-    hooks_.addDeviceRange(p, bytes, device);
-    return p;
+    const int before = hooks_.exchangeThreadDevice(device);
+    CUdeviceptr p = 0;
+    CUresult r = api_.memAlloc(&p, bytes);
+    if (r == 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);  // ranks as threads allocate at once
+        dev_.push_back(p);
+      }
+      r = api_.memsetD8(p, fill, bytes);
+    }
+    hooks_.exchangeThreadDevice(before);
+    check(r, "cuMemAlloc / cuMemsetD8");
+    return reinterpret_cast<void*>(p);
   }
   void* allocManaged(size_t bytes, int device) override {
     void* p = map(bytes);
@@ -100,6 +119,8 @@ class StandInMemory : public DeviceMemory {
     hooks_.addRange(p, bytes, 1, 0, 0);
     return p;
   }
+  // Looks without the driver (a copy on the legacy stream would wait for blocking streams a
+  // test holds): the PROT_NONE mapping is of a read-write memfd, so it may be made readable.
   bool holds(const void* p, size_t bytes, uint8_t fill) override {
     void* page = const_cast<void*>(p);
     protect(page, bytes, PROT_READ);
@@ -151,7 +172,8 @@ class StandInMemory : public DeviceMemory {
   StreamApi api_;
   std::mutex mu_;  // guards the lists below
   std::vector<void*> streams_;
-  std::vector<std::pair<void*, size_t>> maps_;
+  std::vector<CUdeviceptr> dev_;                // from cuMemAlloc, freed with cuMemFree
+  std::vector<std::pair<void*, size_t>> maps_;  // managed memory
   std::vector<void*> pinned_;
 };
 

@@ -4,6 +4,7 @@
 // it. The test opens the stand-in directly and calls it as Loom would, by dlsym.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ using CUdeviceptr = unsigned long long;
 using CUhostFn = void (*)(void*);
 
 constexpr CUresult kInvalidValue = 1, kInvalidContext = 201, kInvalidHandle = 400;
+constexpr CUresult kNotFound = 500;
 constexpr CUresult kNotReady = 600, kCaptureUnsupported = 900, kCaptureInvalidated = 901;
 constexpr CUresult kCaptureImplicit = 906, kCapturedEvent = 907;
 constexpr unsigned kWaitGeq = 0, kWaitEq = 1, kWaitAnd = 2, kWaitNor = 3, kWaitFlush = 1u << 30;
@@ -37,6 +39,13 @@ constexpr unsigned kUserObjectNoDestructorSync = 1, kGraphUserObjectMove = 1;
 constexpr int kStatusNone = 0, kStatusActive = 1, kStatusInvalidated = 2;
 void* const kLegacy = reinterpret_cast<void*>(0x1);
 void* const kPerThread = reinterpret_cast<void*>(0x2);
+constexpr unsigned kEventDisableTiming = 0x2, kEventInterprocess = 0x4;
+constexpr unsigned kIpcMemLazyEnablePeerAccess = 0x1;
+
+// CUipcMemHandle and CUipcEventHandle: 64 opaque bytes, passed by value.
+struct IpcHandle {
+  char reserved[64];
+};
 
 // The driver functions under test, bound from the stand-in.
 struct Driver {
@@ -82,6 +91,12 @@ struct Driver {
   CUresult (*userObjectRelease)(void*, unsigned);
   CUresult (*graphRetainUserObject)(void*, void*, unsigned, unsigned);
   CUresult (*graphReleaseUserObject)(void*, void*, unsigned);
+  CUresult (*memGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);
+  CUresult (*ipcGetMemHandle)(IpcHandle*, CUdeviceptr);
+  CUresult (*ipcOpenMemHandle)(CUdeviceptr*, IpcHandle, unsigned);
+  CUresult (*ipcCloseMemHandle)(CUdeviceptr);
+  CUresult (*ipcGetEventHandle)(IpcHandle*, void*);
+  CUresult (*ipcOpenEventHandle)(void**, IpcHandle);
 };
 
 template <typename Fn>
@@ -148,6 +163,12 @@ std::string bindDriver(Driver& d, StandInHooks& hooks) {
        "cuGraphRetainUserObject"},
       {bind(lib, d.graphReleaseUserObject, "cuGraphReleaseUserObject"),
        "cuGraphReleaseUserObject"},
+      {bind(lib, d.memGetAddressRange, "cuMemGetAddressRange_v2"), "cuMemGetAddressRange_v2"},
+      {bind(lib, d.ipcGetMemHandle, "cuIpcGetMemHandle"), "cuIpcGetMemHandle"},
+      {bind(lib, d.ipcOpenMemHandle, "cuIpcOpenMemHandle_v2"), "cuIpcOpenMemHandle_v2"},
+      {bind(lib, d.ipcCloseMemHandle, "cuIpcCloseMemHandle"), "cuIpcCloseMemHandle"},
+      {bind(lib, d.ipcGetEventHandle, "cuIpcGetEventHandle"), "cuIpcGetEventHandle"},
+      {bind(lib, d.ipcOpenEventHandle, "cuIpcOpenEventHandle"), "cuIpcOpenEventHandle"},
   };
   for (const Entry& e : entries)
     if (!e.ok) return std::string("the stand-in lacks ") + e.name;
@@ -177,7 +198,8 @@ bool stillTrue(const std::function<bool()>& cond) {
   return cond();
 }
 
-// The permissions /proc/self/maps shows for the mapping holding p ("---p": PROT_NONE).
+// The permissions /proc/self/maps shows for the mapping holding p ("---s": PROT_NONE and
+// shared, as the stand-in's device memory is).
 std::string permsOf(CUdeviceptr p) {
   FILE* f = fopen("/proc/self/maps", "r");
   if (!f) return "";
@@ -278,6 +300,12 @@ class StandInStreams : public testing::Test {
     events_.push_back(e);
     return e;
   }
+  void* ipcEvent() {  // CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS
+    void* e = nullptr;
+    EXPECT_EQ(d_.eventCreate(&e, kEventDisableTiming | kEventInterprocess), 0);
+    events_.push_back(e);
+    return e;
+  }
   void* pinned(size_t bytes) {
     void* p = nullptr;
     constexpr unsigned kPortable = 0x1, kDeviceMap = 0x2;
@@ -306,7 +334,7 @@ TEST_F(StandInStreams, CopiesRoundTripThroughProtectedDeviceMemory) {
   std::vector<uint8_t> in(n), out(n);
   for (size_t i = 0; i < n; ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
   CUdeviceptr a = device(n), b = device(n);
-  EXPECT_EQ(permsOf(a), "---p") << "device memory must fault on any host access";
+  EXPECT_EQ(permsOf(a), "---s") << "device memory must fault on any host access";
 
   ASSERT_EQ(d_.memcpyHtoD(a, in.data(), n), 0);
   ASSERT_EQ(d_.memcpy(b, a, n), 0);  // device to device
@@ -326,7 +354,7 @@ TEST_F(StandInStreams, CopiesRoundTripThroughProtectedDeviceMemory) {
   EXPECT_EQ(memcmp(staging, in.data(), n), 0);
   ASSERT_EQ(d_.memcpyDtoH(out.data(), a, n), 0);
   EXPECT_EQ(out, in);
-  EXPECT_EQ(permsOf(a), "---p");
+  EXPECT_EQ(permsOf(a), "---s");
 
   // The driver reports its own allocations, whatever tests registered or cleared.
   hooks_.clear();
@@ -342,7 +370,8 @@ TEST_F(StandInStreams, CopiesRoundTripThroughProtectedDeviceMemory) {
 }
 
 TEST_F(StandInStreams, CopiesAndWaitsReachMemoryOfEveryKind) {
-  // A device word: written by one stream, waited for by another, through /proc/self/mem.
+  // A device word: written by one stream, waited for by another, through the stand-in's
+  // alias of the memory.
   CUdeviceptr flag = device(4096);
   ASSERT_EQ(d_.memsetD8(flag, 0, 4096), 0);
   void* waiter = stream();
@@ -366,6 +395,226 @@ TEST_F(StandInStreams, CopiesAndWaitsReachMemoryOfEveryKind) {
   ASSERT_EQ(d_.memcpyAsync(dptr(dst.data()), big, n, waiter), 0);
   ASSERT_EQ(d_.streamSynchronize(waiter), 0);
   EXPECT_EQ(dst, src);
+}
+
+// Ranges a test registers as device memory are its own PROT_NONE pages, not memfd-backed:
+// the stand-in reaches them through /proc/self/mem, and copies, fills and 32-bit waits and
+// writes work there as on cuMemAlloc's memory, also between the two kinds.
+TEST_F(StandInStreams, CopiesAndWaitsReachDeviceRangesATestRegistered) {
+  constexpr size_t n = 2 * 4096;
+  void* pages = mmap(nullptr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(pages, MAP_FAILED);
+  OnExit unmap{[&] {
+                 d_.ctxSynchronize();
+                 hooks_.clear();
+                 munmap(pages, n);
+               },
+               d_.ctxSynchronize};
+  hooks_.addDeviceRange(pages, n, 1);
+  const CUdeviceptr r = dptr(pages);
+  EXPECT_EQ(permsOf(r), "---p");
+
+  std::vector<uint8_t> in(n), out(n);
+  for (size_t i = 0; i < n; ++i) in[i] = static_cast<uint8_t>(i * 5 + 1);
+  CUdeviceptr a = device(n);
+  ASSERT_EQ(d_.memcpyHtoD(r, in.data(), n), 0);
+  ASSERT_EQ(d_.memcpy(a, r, n), 0);  // registered range -> memfd-backed memory
+  ASSERT_EQ(d_.memsetD8(r + 4096, 0x3C, 4096), 0);
+  ASSERT_EQ(d_.memcpyDtoH(out.data(), a, n), 0);
+  EXPECT_EQ(out, in);
+  ASSERT_EQ(d_.memcpy(a, r, n), 0);
+  ASSERT_EQ(d_.memcpyDtoH(out.data(), a, n), 0);
+  EXPECT_TRUE(std::equal(out.begin(), out.begin() + 4096, in.begin()));
+  EXPECT_EQ(std::vector<uint8_t>(out.begin() + 4096, out.end()), std::vector<uint8_t>(4096, 0x3C));
+
+  void* waiter = stream();
+  void* writer = stream(0x1);
+  std::atomic<int> after{0};
+  ASSERT_EQ(d_.streamWaitValue32(waiter, r + 8, 7, kWaitEq), 0);
+  ASSERT_EQ(d_.launchHostFunc(waiter, bump, &after), 0);
+  EXPECT_TRUE(stillTrue([&] { return after == 0; }));
+  ASSERT_EQ(d_.streamWriteValue32(writer, r + 8, 7, 0), 0);
+  ASSERT_EQ(d_.streamSynchronize(waiter), 0);
+  EXPECT_EQ(after, 1);
+
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_EQ(d_.memGetAddressRange(&base, &size, r + 5000), 0);
+  EXPECT_EQ(base, r);
+  EXPECT_EQ(size, n);
+  IpcHandle h{};
+  EXPECT_EQ(d_.ipcGetMemHandle(&h, r), kInvalidValue) << "not cuMemAlloc's: not exportable";
+}
+
+// What cuda.h says of IPC memory handles that the exporting process can check alone: only
+// the base of a cuMemAlloc allocation is exportable, each allocation has a handle of its
+// own, and a process cannot open its own handles.
+TEST_F(StandInStreams, IpcMemoryHandlesAreCheckedInTheExportingProcess) {
+  constexpr size_t n = 4096 + 100;
+  CUdeviceptr a = device(n), b = device(n);
+  EXPECT_EQ(permsOf(a), "---s") << "shareable device memory: MAP_SHARED, PROT_NONE";
+  IpcHandle ha{}, hb{}, again{};
+  ASSERT_EQ(d_.ipcGetMemHandle(&ha, a), 0);
+  ASSERT_EQ(d_.ipcGetMemHandle(&hb, b), 0);
+  EXPECT_NE(memcmp(&ha, &hb, sizeof ha), 0);
+  ASSERT_EQ(d_.ipcGetMemHandle(&again, a), 0);
+  EXPECT_EQ(memcmp(&ha, &again, sizeof ha), 0) << "one allocation, one handle";
+
+  // The next allocation may get a freed one's memfd number; its handle still differs.
+  CUdeviceptr gone = 0, next = 0;
+  IpcHandle hGone{}, hNext{};
+  ASSERT_EQ(d_.memAlloc(&gone, n), 0);
+  ASSERT_EQ(d_.ipcGetMemHandle(&hGone, gone), 0);
+  ASSERT_EQ(d_.memFree(gone), 0);
+  EXPECT_EQ(d_.ipcGetMemHandle(&again, gone), kInvalidValue) << "freed";
+  next = device(n);
+  ASSERT_EQ(d_.ipcGetMemHandle(&hNext, next), 0);
+  EXPECT_NE(memcmp(&hGone, &hNext, sizeof hGone), 0);
+
+  EXPECT_EQ(d_.ipcGetMemHandle(&again, a + 8), kInvalidValue) << "not the allocation's base";
+  EXPECT_EQ(d_.ipcGetMemHandle(nullptr, a), kInvalidValue);
+  EXPECT_EQ(d_.ipcGetMemHandle(&again, dptr(pinned(4096))), kInvalidValue);
+
+  CUdeviceptr opened = 0;
+  EXPECT_EQ(d_.ipcOpenMemHandle(&opened, ha, 0), kInvalidContext)
+      << "CUDA refuses a handle of the calling process itself";
+  EXPECT_EQ(d_.ipcOpenMemHandle(&opened, ha, kIpcMemLazyEnablePeerAccess), kInvalidContext);
+  EXPECT_EQ(d_.ipcOpenMemHandle(&opened, ha, 0x2), kInvalidValue);
+  EXPECT_EQ(d_.ipcOpenMemHandle(nullptr, ha, 0), kInvalidValue);
+  IpcHandle zero{}, garbage;
+  memset(&garbage, 0x5A, sizeof garbage);
+  EXPECT_EQ(d_.ipcOpenMemHandle(&opened, zero, 0), kInvalidHandle);
+  EXPECT_EQ(d_.ipcOpenMemHandle(&opened, garbage, 0), kInvalidHandle);
+  EXPECT_EQ(opened, 0u);
+  EXPECT_EQ(d_.ipcCloseMemHandle(a), kInvalidValue) << "not opened from a handle";
+  EXPECT_EQ(d_.ipcCloseMemHandle(0), kInvalidValue);
+
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_EQ(d_.memGetAddressRange(&base, &size, a + n - 1), 0);
+  EXPECT_EQ(base, a);
+  EXPECT_EQ(size, n);
+  base = 0;
+  ASSERT_EQ(d_.memGetAddressRange(&base, nullptr, b + 4096), 0);
+  EXPECT_EQ(base, b);
+  size = 0;
+  ASSERT_EQ(d_.memGetAddressRange(nullptr, &size, b), 0);
+  EXPECT_EQ(size, n);
+  int local = 0;
+  EXPECT_EQ(d_.memGetAddressRange(&base, &size, dptr(&local)), kNotFound);
+  EXPECT_EQ(d_.memGetAddressRange(&base, &size, a + n), kNotFound) << "past the allocation";
+  const char* text = nullptr;
+  ASSERT_EQ(d_.getErrorString(kNotFound, &text), 0);
+  EXPECT_STREQ(text, "named symbol not found");
+}
+
+// CU_EVENT_INTERPROCESS needs CU_EVENT_DISABLE_TIMING, as in CUDA; only interprocess events
+// are exportable, and a process cannot open its own handles. The stand-in does not capture
+// them: a record or a wait in a capturing stream fails and breaks the capture.
+TEST_F(StandInStreams, InterprocessEventsAreCheckedAndNotCaptured) {
+  void* e = nullptr;
+  EXPECT_EQ(d_.eventCreate(&e, kEventInterprocess), kInvalidValue);
+  EXPECT_EQ(d_.eventCreate(&e, kEventInterprocess | 0x1), kInvalidValue);
+  EXPECT_EQ(e, nullptr);
+  void* ev = ipcEvent();
+  IpcHandle h{}, again{};
+  EXPECT_EQ(d_.ipcGetEventHandle(&h, event()), kInvalidValue) << "not an interprocess event";
+  EXPECT_EQ(d_.ipcGetEventHandle(&h, reinterpret_cast<void*>(0x1234)), kInvalidHandle);
+  EXPECT_EQ(d_.ipcGetEventHandle(nullptr, ev), kInvalidValue);
+  ASSERT_EQ(d_.ipcGetEventHandle(&h, ev), 0);
+  ASSERT_EQ(d_.ipcGetEventHandle(&again, ipcEvent()), 0);
+  EXPECT_NE(memcmp(&h, &again, sizeof h), 0);
+
+  void* opened = nullptr;
+  EXPECT_EQ(d_.ipcOpenEventHandle(&opened, h), kInvalidContext)
+      << "a handle of the calling process itself";
+  EXPECT_EQ(d_.ipcOpenEventHandle(nullptr, h), kInvalidValue);
+  IpcHandle zero{}, memory{};
+  EXPECT_EQ(d_.ipcOpenEventHandle(&opened, zero), kInvalidHandle);
+  ASSERT_EQ(d_.ipcGetMemHandle(&memory, device(64)), 0);
+  EXPECT_EQ(d_.ipcOpenEventHandle(&opened, memory), kInvalidHandle) << "a memory handle";
+  EXPECT_EQ(opened, nullptr);
+
+  EXPECT_EQ(d_.eventQuery(ev), 0) << "never recorded: nothing to wait for";
+  EXPECT_EQ(d_.eventSynchronize(ev), 0);
+
+  void* s = stream();
+  void* graph = nullptr;
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureThreadLocal), 0);
+  EXPECT_EQ(d_.eventRecord(ev, s), kCaptureUnsupported);
+  EXPECT_EQ(d_.streamEndCapture(s, &graph), kCaptureInvalidated);
+  ASSERT_EQ(d_.streamBeginCapture(s, kCaptureThreadLocal), 0);
+  EXPECT_EQ(d_.streamWaitEvent(s, ev, 0), kCaptureUnsupported);
+  EXPECT_EQ(d_.streamEndCapture(s, &graph), kCaptureInvalidated);
+  EXPECT_EQ(graph, nullptr);
+
+  // Destroyed while its record is queued: the queued operation keeps the shared page.
+  hooks_.pauseStream(s);
+  OnExit resume{[&] { hooks_.resumeStream(s); }, d_.ctxSynchronize};
+  void* doomed = nullptr;
+  ASSERT_EQ(d_.eventCreate(&doomed, kEventDisableTiming | kEventInterprocess), 0);
+  ASSERT_EQ(d_.eventRecord(doomed, s), 0);
+  EXPECT_EQ(d_.eventQuery(doomed), kNotReady);
+  ASSERT_EQ(d_.eventDestroy(doomed), 0);
+  hooks_.resumeStream(s);
+  EXPECT_EQ(d_.streamSynchronize(s), 0);
+}
+
+// A wait for an interprocess event is for the record that was the latest at the call, as
+// cuda.h says of cuStreamWaitEvent: a wait before any record waits for nothing, and whichever
+// of two records on different streams is done first, each wait ends with its own record,
+// neither held by the other nor let go by it. (The same page serves every process holding
+// the event; see the fork test below for two of them.)
+TEST_F(StandInStreams, InterprocessEventWaitIsForTheLatestRecordAtTheCall) {
+  void* ev = ipcEvent();
+  void* early = stream(0x1);
+  std::atomic<int> ranEarly{0};
+  ASSERT_EQ(d_.streamWaitEvent(early, ev, 0), 0);  // nothing recorded yet
+  ASSERT_EQ(d_.launchHostFunc(early, bump, &ranEarly), 0);
+  ASSERT_EQ(d_.streamSynchronize(early), 0);
+  EXPECT_EQ(ranEarly, 1);
+
+  for (bool olderFirst : {true, false}) {
+    SCOPED_TRACE(olderFirst ? "the older record is done first" : "the newer record is done first");
+    auto* words = static_cast<uint32_t*>(pinned(4096));
+    uint32_t* gate1 = words;
+    uint32_t* gate2 = words + 1;
+    OnExit release{[&] {
+                     storeWord(gate1, 1);
+                     storeWord(gate2, 1);
+                   },
+                   d_.ctxSynchronize};
+    void* s1 = stream(0x1);
+    void* s2 = stream(0x1);
+    void* t1 = stream(0x1);
+    void* t2 = stream(0x1);
+    std::atomic<int> ran1{0}, ran2{0};
+    ASSERT_EQ(d_.streamWaitValue32(s1, dptr(gate1), 1, kWaitGeq), 0);
+    ASSERT_EQ(d_.eventRecord(ev, s1), 0);  // the older record, held by gate1
+    ASSERT_EQ(d_.streamWaitEvent(t1, ev, 0), 0);
+    ASSERT_EQ(d_.launchHostFunc(t1, bump, &ran1), 0);
+    ASSERT_EQ(d_.streamWaitValue32(s2, dptr(gate2), 1, kWaitGeq), 0);
+    ASSERT_EQ(d_.eventRecord(ev, s2), 0);  // the newer record, held by gate2
+    ASSERT_EQ(d_.streamWaitEvent(t2, ev, 0), 0);
+    ASSERT_EQ(d_.launchHostFunc(t2, bump, &ran2), 0);
+    EXPECT_TRUE(stillTrue([&] { return ran1 == 0 && ran2 == 0; }));
+    EXPECT_EQ(d_.eventQuery(ev), kNotReady);
+
+    storeWord(olderFirst ? gate1 : gate2, 1);
+    std::atomic<int>& ranFirst = olderFirst ? ran1 : ran2;
+    std::atomic<int>& ranSecond = olderFirst ? ran2 : ran1;
+    ASSERT_TRUE(eventually([&] { return ranFirst == 1; })) << "its record is done";
+    EXPECT_TRUE(stillTrue([&] { return ranSecond == 0; })) << "its record is not";
+    EXPECT_EQ(d_.eventQuery(ev), olderFirst ? kNotReady : 0) << "the query is for the newer";
+
+    storeWord(olderFirst ? gate2 : gate1, 1);
+    ASSERT_EQ(d_.eventSynchronize(ev), 0);
+    EXPECT_EQ(d_.eventQuery(ev), 0);
+    ASSERT_EQ(d_.streamSynchronize(t1), 0);
+    ASSERT_EQ(d_.streamSynchronize(t2), 0);
+    EXPECT_EQ(ran1, 1);
+    EXPECT_EQ(ran2, 1);
+  }
 }
 
 TEST_F(StandInStreams, OperationsRunInQueueOrder) {
@@ -1155,25 +1404,39 @@ TEST_F(StandInStreams, ExecDestroyedWhileItsLaunchIsQueuedKeepsItsObjectsUntilIt
 #endif
 #endif
 
-// /proc/self/mem opened before a fork still reaches the parent: a child's copies must not.
+// Device memory is a shared memfd, and /proc/self/mem opened before a fork still reaches the
+// parent: a child's copies must reach neither the parent's allocations nor a range the test
+// registered. The child starts with a copy of what the parent's memory held.
 TEST_F(StandInStreams, ForkedChildCopiesIntoItsOwnMemory) {
 #ifdef LOOM_TSAN
   GTEST_SKIP() << "ThreadSanitizer ends a forked child of a threaded process that starts threads";
 #else
   CUdeviceptr a = device(4096);
+  void* pages = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(pages, MAP_FAILED);
+  OnExit unmap{[&] {
+                 hooks_.clear();
+                 munmap(pages, 4096);
+               },
+               d_.ctxSynchronize};
+  hooks_.addDeviceRange(pages, 4096, 0);
+  const CUdeviceptr r = dptr(pages);
   const uint32_t parentValue = 0x11111111, childValue = 0x22222222;
-  ASSERT_EQ(d_.memcpyHtoD(a, &parentValue, 4), 0);  // /proc/self/mem is open from here on
+  ASSERT_EQ(d_.memcpyHtoD(a, &parentValue, 4), 0);
+  ASSERT_EQ(d_.memcpyHtoD(r, &parentValue, 4), 0);  // /proc/self/mem is open from here on
   ASSERT_EQ(d_.ctxSynchronize(), 0);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     alarm(5);  // a wedged child must not hang the suite
     void* s = nullptr;
-    uint32_t back = 0;
-    bool ok = d_.streamCreate(&s, 0x1) == 0 &&
+    uint32_t before = 0, back = 0, backR = 0;
+    bool ok = d_.streamCreate(&s, 0x1) == 0 && d_.memcpyAsync(dptr(&before), a, 4, s) == 0 &&
               d_.memcpyAsync(a, dptr(&childValue), 4, s) == 0 &&
-              d_.memcpyAsync(dptr(&back), a, 4, s) == 0 && d_.streamSynchronize(s) == 0 &&
-              back == childValue;
+              d_.memcpyAsync(r, dptr(&childValue), 4, s) == 0 &&
+              d_.memcpyAsync(dptr(&back), a, 4, s) == 0 &&
+              d_.memcpyAsync(dptr(&backR), r, 4, s) == 0 && d_.streamSynchronize(s) == 0 &&
+              before == parentValue && back == childValue && backR == childValue;
     _exit(ok ? 0 : 1);
   }
   int wstatus = 0;
@@ -1182,6 +1445,175 @@ TEST_F(StandInStreams, ForkedChildCopiesIntoItsOwnMemory) {
   uint32_t now = 0;
   ASSERT_EQ(d_.memcpyDtoH(&now, a, 4), 0);
   EXPECT_EQ(now, parentValue);
+  ASSERT_EQ(d_.memcpyDtoH(&now, r, 4), 0);
+  EXPECT_EQ(now, parentValue);
+#endif
+}
+
+// An allocation exported with cuIpcGetMemHandle and opened in another process is the same
+// memory: the child reads what the parent wrote and the parent then sees what the child
+// wrote. A handle of an allocation since freed cannot be opened, even where its memfd
+// number was reused; a second open of a handle maps the memory a second time.
+TEST_F(StandInStreams, IpcMemoryOpenedInAnotherProcessIsTheSameMemory) {
+#ifdef LOOM_TSAN
+  GTEST_SKIP() << "ThreadSanitizer ends a forked child of a threaded process that starts threads";
+#else
+  constexpr size_t n = 2 * 4096 + 40;
+  CUdeviceptr gone = 0;
+  IpcHandle hGone{}, h{};
+  ASSERT_EQ(d_.memAlloc(&gone, n), 0);
+  ASSERT_EQ(d_.ipcGetMemHandle(&hGone, gone), 0);
+  ASSERT_EQ(d_.memFree(gone), 0);
+  CUdeviceptr a = device(n);
+  std::vector<uint8_t> parentData(n), childData(n);
+  for (size_t i = 0; i < n; ++i) {
+    parentData[i] = static_cast<uint8_t>(i * 3 + 1);
+    childData[i] = static_cast<uint8_t>(i * 11 + 7);
+  }
+  ASSERT_EQ(d_.memcpyHtoD(a, parentData.data(), n), 0);
+  ASSERT_EQ(d_.ipcGetMemHandle(&h, a), 0);
+  ASSERT_EQ(d_.ctxSynchronize(), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(5);  // a wedged child must not hang the suite
+    // The exit status names the first check that failed. Only streams of its own: the
+    // parent's have no workers here.
+    auto check = [](bool ok, int code) {
+      if (!ok) _exit(code);
+    };
+    CUdeviceptr m = 0, m2 = 0, base = 0;
+    size_t size = 0;
+    check(d_.ipcOpenMemHandle(&m, hGone, 0) == kInvalidHandle, 2);
+    check(d_.ipcOpenMemHandle(&m, h, kIpcMemLazyEnablePeerAccess) == 0 && m != 0, 3);
+    check(permsOf(m) == "---s", 4);
+    check(d_.memGetAddressRange(&base, &size, m + n - 1) == 0 && base == m && size == n, 5);
+    int attrs[] = {2, 9};  // memory type, device ordinal
+    unsigned type = 0;
+    int ordinal = -1;
+    void* data[] = {&type, &ordinal};
+    check(d_.pointerGetAttributes(2, attrs, data, m + 1) == 0 && type == 2 && ordinal == 0, 6);
+    IpcHandle again{};
+    check(d_.ipcGetMemHandle(&again, m) == kInvalidValue, 7);  // not this process's allocation
+    check(d_.memFree(m) == kInvalidValue, 8);                  // cuIpcCloseMemHandle's
+    void* s = nullptr;
+    std::vector<uint8_t> back(n);
+    check(d_.streamCreate(&s, 0x1) == 0 && d_.memcpyAsync(dptr(back.data()), m, n, s) == 0 &&
+              d_.memcpyAsync(m, dptr(childData.data()), n, s) == 0 &&
+              d_.streamSynchronize(s) == 0,
+          9);
+    check(back == parentData, 10);
+    check(d_.ipcOpenMemHandle(&m2, h, 0) == 0 && m2 != 0 && m2 != m, 11);
+    uint32_t word = 0;
+    check(d_.memcpyAsync(dptr(&word), m2 + 4096, 4, s) == 0 && d_.streamSynchronize(s) == 0 &&
+              memcmp(&word, &childData[4096], 4) == 0,
+          12);
+    check(d_.ipcCloseMemHandle(m2) == 0 && d_.ipcCloseMemHandle(m) == 0, 13);
+    check(d_.ipcCloseMemHandle(m) == kInvalidValue, 14);
+    check(d_.streamDestroy(s) == 0, 15);
+    _exit(0);
+  }
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+      << "child status " << wstatus << " (exit code: the failed check)";
+  std::vector<uint8_t> now(n);
+  ASSERT_EQ(d_.memcpyDtoH(now.data(), a, n), 0);
+  EXPECT_EQ(now, childData);
+#endif
+}
+
+// An interprocess event orders work across processes: the child records the parent's event
+// (opened from its handle) after a copy into the parent's memory, on a stream it holds; the
+// parent's stream waiting for the event must not run until the child lets its stream go, and
+// then sees the child's data.
+TEST_F(StandInStreams, IpcEventOrdersWorkAcrossProcesses) {
+#ifdef LOOM_TSAN
+  GTEST_SKIP() << "ThreadSanitizer ends a forked child of a threaded process that starts threads";
+#else
+  constexpr size_t n = 4096;
+  CUdeviceptr a = device(n);
+  ASSERT_EQ(d_.memsetD8(a, 0, n), 0);
+  void* ev = ipcEvent();
+  IpcHandle hMem{}, hEvent{};
+  ASSERT_EQ(d_.ipcGetMemHandle(&hMem, a), 0);
+  ASSERT_EQ(d_.ipcGetEventHandle(&hEvent, ev), 0);
+  std::vector<uint8_t> childData(n);
+  for (size_t i = 0; i < n; ++i) childData[i] = static_cast<uint8_t>(i * 13 + 5);
+  int toParent[2], toChild[2];
+  ASSERT_EQ(pipe(toParent), 0);
+  ASSERT_EQ(pipe(toChild), 0);
+  ASSERT_EQ(d_.ctxSynchronize(), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(10);  // a wedged child must not hang the suite
+    close(toParent[0]);
+    close(toChild[1]);
+    auto check = [](bool ok, int code) {  // the exit status names the failed check
+      if (!ok) _exit(code);
+    };
+    CUdeviceptr m = 0;
+    void* opened = nullptr;
+    void* gate = nullptr;
+    void* s = nullptr;
+    check(d_.ipcOpenMemHandle(&m, hMem, 0) == 0, 2);
+    check(d_.ipcOpenEventHandle(&opened, hEvent) == 0 && opened != nullptr, 3);
+    check(d_.memHostAlloc(&gate, 4096, 0x3) == 0, 4);  // zeroed pages
+    check(d_.streamCreate(&s, 0x1) == 0, 5);
+    // Held until the parent has looked: the copy and the record stay queued behind it.
+    check(d_.streamWaitValue32(s, dptr(gate), 1, kWaitGeq) == 0, 6);
+    check(d_.memcpyAsync(m, dptr(childData.data()), n, s) == 0, 7);
+    check(d_.eventRecord(opened, s) == 0, 8);
+    check(d_.eventQuery(opened) == kNotReady, 9);
+    char c = 'r';
+    check(write(toParent[1], &c, 1) == 1, 10);
+    check(read(toChild[0], &c, 1) == 1, 11);
+    storeWord(static_cast<uint32_t*>(gate), 1);
+    check(d_.streamSynchronize(s) == 0 && d_.eventQuery(opened) == 0, 12);
+    check(d_.eventDestroy(opened) == 0 && d_.ipcCloseMemHandle(m) == 0, 13);
+    _exit(0);
+  }
+  close(toParent[1]);
+  close(toChild[0]);
+  char c = 0;
+  const bool recorded = read(toParent[0], &c, 1) == 1;
+  void* t = stream(0x1);
+  std::vector<uint8_t> out(n, 0xFF);
+  // Whatever fails below: the child is let go and reaped, and a wait the child's record will
+  // never end is ended by a record of the parent's (a later record completes it too).
+  bool released = false;
+  auto letGo = [&] {
+    if (released) return;
+    released = true;
+    (void)!write(toChild[1], "g", 1);
+    close(toChild[1]);
+  };
+  OnExit cleanup{[&] {
+                   letGo();
+                   if (!eventually([&] { return d_.streamQuery(t) == 0; }))
+                     d_.eventRecord(ev, stream(0x1));
+                 },
+                 d_.ctxSynchronize};
+  if (recorded) {
+    // The parent's own event, which the child recorded through its handle: this waits for
+    // that record.
+    ASSERT_EQ(d_.streamWaitEvent(t, ev, 0), 0);
+    ASSERT_EQ(d_.memcpyAsync(dptr(out.data()), a, n, t), 0);
+    EXPECT_TRUE(stillTrue([&] {
+      return d_.streamQuery(t) == kNotReady && d_.eventQuery(ev) == kNotReady;
+    })) << "the child's stream is held: its record is not done";
+  }
+  letGo();
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  close(toParent[0]);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+      << "child status " << wstatus << " (exit code: the failed check)";
+  ASSERT_TRUE(recorded) << "the child did not get to record";
+  ASSERT_TRUE(eventually([&] { return d_.streamQuery(t) == 0; }));
+  EXPECT_EQ(d_.eventQuery(ev), 0);
+  EXPECT_EQ(out, childData);
 #endif
 }
 
