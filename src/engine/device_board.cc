@@ -415,10 +415,6 @@ void DeviceBoard::lead(const cuda::Driver& drv, const Op& op, uint64_t seq) {
               collectiveName(op.coll), e.what());
     return settle(seq, kOnHost, 0, "");
   }
-  LOOM_INFO(kLogColl, "%s #%llu: %zu bytes per rank, moved by rank %d between the buffers of %d "
-            "rank processes on device %d through CUDA IPC, on stream %p",
-            collectiveName(op.coll), static_cast<unsigned long long>(seq), op.bytes(), rank_,
-            nranks_, device_, op.stream);
   bool queued = false;
   try {
     for (cuda::CuEvent ev : waits)
@@ -436,6 +432,11 @@ void DeviceBoard::lead(const cuda::Driver& drv, const Op& op, uint64_t seq) {
     const int code = static_cast<int>(e.code());
     return settle(seq, kFailed, recorded ? -code : code, e.what());
   }
+  // Said once it is queued (a module that cannot launch sends it to the host instead).
+  LOOM_INFO(kLogColl, "%s #%llu: %zu bytes per rank, moved by rank %d between the buffers of %d "
+            "rank processes on device %d through CUDA IPC, on stream %p",
+            collectiveName(op.coll), static_cast<unsigned long long>(seq), op.bytes(), rank_,
+            nranks_, device_, op.stream);
   settle(seq, kDirect, 0, "");
 }
 
