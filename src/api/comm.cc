@@ -125,7 +125,9 @@ void ncclComm::runInit() noexcept {
       if (!sharing.empty()) LOOM_WARN("%s", sharing.c_str());
       c->setSameContextRanks(loom::dispatch::sameContextRanks(fb.ranks, pids, rank));
       // Decided from what every rank knows alike: each rank creates it, or none does.
-      if (!shadow && loom::dispatch::processesOnOneDevice(fb.ranks, pids))
+      bool onePidNs = true;  // pids compare only within one pid namespace
+      for (const loom::PeerInfo& p : c->peers()) onePidNs &= p.pidNs == c->peers()[0].pidNs;
+      if (!shadow && onePidNs && loom::dispatch::processesOnOneDevice(fb.ranks, pids))
         c->setDeviceBoard(loom::DeviceBoard::create(c->bootstrap(), cudaDev));
     }
     std::string noStaging = shadow || cudaDev < 0 ? "" : loom::stagedUnavailableReason();

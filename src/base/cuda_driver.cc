@@ -74,7 +74,8 @@ Driver* probe(std::string* why) {
               d->lib.bind(ipc.ipcOpenMemHandle, "cuIpcOpenMemHandle_v2") &&
               d->lib.bind(ipc.ipcCloseMemHandle, "cuIpcCloseMemHandle") &&
               d->lib.bind(ipc.ipcGetEventHandle, "cuIpcGetEventHandle") &&
-              d->lib.bind(ipc.ipcOpenEventHandle, "cuIpcOpenEventHandle");
+              d->lib.bind(ipc.ipcOpenEventHandle, "cuIpcOpenEventHandle") &&
+              d->lib.bind(ipc.ctxSynchronize, "cuCtxSynchronize");
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;

@@ -107,6 +107,7 @@ struct IpcApi {
   CuResult (*ipcCloseMemHandle)(CuDevicePtr p) = nullptr;
   CuResult (*ipcGetEventHandle)(CuIpcHandle* h, CuEvent e) = nullptr;
   CuResult (*ipcOpenEventHandle)(CuEvent* e, CuIpcHandle h) = nullptr;
+  CuResult (*ctxSynchronize)() = nullptr;  // before mappings are closed
 };
 
 // Plain data, created once and never freed (a driver must outlive every static

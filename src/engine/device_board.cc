@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <exception>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -17,8 +18,10 @@
 namespace loom {
 namespace {
 
-constexpr uint64_t kMagic = 0x6472616f626d6f6cull;  // "loomboard", nearly
+// "loomb" and the layout's version (1): a board of another build is not misread.
+constexpr uint64_t kMagic = 0x6c6f6f6d62000001ull;
 constexpr uint32_t kRecords = 16;  // meetings a rank that cannot take part may run ahead
+constexpr size_t kMaxMaps = 128;   // peers' allocations kept mapped (then all are closed)
 enum : uint32_t { kDirect = 1, kOnHost = 2, kFailed = 3 };
 
 // A rank's lasting entries: its pid, and its events once it made them.
@@ -92,22 +95,44 @@ std::unique_ptr<DeviceBoard> DeviceBoard::create(Bootstrap& bs, int device) {
   constexpr size_t kName = 128;
   std::vector<char> names(kName * static_cast<size_t>(n), 0);
   ShmSegment seg;
+  std::string why;
   if (rank == 0) {
-    seg = ShmSegment::create("board", bytes);
-    auto* sh = static_cast<Shared*>(seg.data());
-    sh->magic = kMagic;
-    sh->nranks = n;
-    sh->records = kRecords;
-    snprintf(names.data(), kName, "%s", seg.name().c_str());
+    try {
+      seg = ShmSegment::create("board", bytes);
+      auto* sh = static_cast<Shared*>(seg.data());
+      sh->magic = kMagic;
+      sh->nranks = n;
+      sh->records = kRecords;
+      snprintf(names.data(), kName, "%s", seg.name().c_str());
+    } catch (const Error& e) {
+      why = e.what();
+    }
   }
-  bs.allGather(names.data(), kName);
-  if (rank != 0) seg = ShmSegment::open(std::string(names.data(), strnlen(names.data(), kName)), bytes);
-  bs.barrier();  // every rank has it mapped
-  if (rank == 0) seg.unlink();
+  bs.allGather(names.data(), kName);  // rank 0's name, or "" when it could not make one
+  const std::string name(names.data(), strnlen(names.data(), kName));
+  if (rank != 0 && !name.empty()) {
+    try {
+      seg = ShmSegment::open(name, bytes);
+      auto* sh = static_cast<Shared*>(seg.data());
+      if (sh->magic != kMagic || sh->nranks != n || sh->records != kRecords)
+        why = name + " is not this communicator's board (another build of Loom?)";
+    } catch (const Error& e) {
+      why = e.what();  // another IPC namespace (a container's own /dev/shm), another user
+    }
+  }
+  // Every rank maps it, or none uses it: collectives then take the staged path.
+  std::vector<uint8_t> ok(static_cast<size_t>(n), 0);
+  ok[static_cast<size_t>(rank)] = !name.empty() && why.empty() ? 1 : 0;
+  bs.allGather(ok.data(), 1);
+  if (rank == 0 && seg.valid()) seg.unlink();
+  for (int r = 0; r < n; ++r)
+    if (!ok[static_cast<size_t>(r)]) {
+      LOOM_INFO(kLogInit, "rank %d: no direct collectives for the rank processes on device %d: "
+                "rank %d could not map their board%s%s", rank, device, r,
+                why.empty() ? "" : ": ", why.c_str());
+      return nullptr;
+    }
   auto* sh = static_cast<Shared*>(seg.data());
-  if (sh->magic != kMagic || sh->nranks != n)
-    LOOM_THROW(kInternalError, "rank %d: the device board %s is not this communicator's", rank,
-               names.data());
   sh->slot(rank).pid.store(static_cast<int32_t>(getpid()), std::memory_order_release);
   bs.barrier();  // every pid is in place
   return std::unique_ptr<DeviceBoard>(new DeviceBoard(std::move(seg), rank, n, device));
@@ -125,7 +150,7 @@ DeviceBoard::~DeviceBoard() {
   std::string why;
   if (!sd.set(device_, &why)) return;
   // Best effort: at exit the driver may already refuse (its results do not matter here).
-  for (const auto& [h, p] : maps_) drv->ipc.ipcCloseMemHandle(p);
+  closeMaps(*drv);
   for (cuda::CuEvent e : peerReady_)
     if (e) drv->streams.eventDestroy(e);
   for (cuda::CuEvent e : peerDone_)
@@ -137,10 +162,13 @@ DeviceBoard::~DeviceBoard() {
 void DeviceBoard::checkBroken(const Op& op) const {
   uint32_t b = sh_->broken.load(std::memory_order_acquire);
   if (b == 0) return;
-  while (b == 1) {  // its breaker is writing why
+  for (int spins = 0; b == 1 && spins < 100000; ++spins) {  // its breaker is writing why
     sched_yield();
     b = sh_->broken.load(std::memory_order_acquire);
   }
+  if (b == 1)  // its breaker died halfway
+    throw Error(Code::kRemoteError, strprintf("rank %d: %s on device buffers: the communicator's "
+                                              "direct path is broken", rank_, collectiveName(op.coll)));
   throw Error(static_cast<Code>(sh_->brokenCode),
               strprintf("rank %d: %s on device buffers: the communicator's direct path is broken: "
                         "%s", rank_, collectiveName(op.coll), sh_->brokenWhy));
@@ -156,8 +184,8 @@ void DeviceBoard::breakBoard(int code, const std::string& why) {
   throw Error(static_cast<Code>(code), strprintf("rank %d: %s", rank_, why.c_str()));
 }
 
-template <typename Ready>
-void DeviceBoard::waitUntil(const Op& op, const char* what, Ready ready) {
+template <typename Ready, typename MayGiveUp>
+void DeviceBoard::waitUntil(const Op& op, const char* what, Ready ready, MayGiveUp mayGiveUp) {
   if (ready()) return;
   const double limit = hostTimeoutSec();
   const auto t0 = std::chrono::steady_clock::now();
@@ -176,11 +204,14 @@ void DeviceBoard::waitUntil(const Op& op, const char* what, Ready ready) {
       nanosleep(&pause, nullptr);
     }
     checkBroken(op);
-    if (op.comm.abortFlag && op.comm.abortFlag->load(std::memory_order_relaxed))
+    // Once every rank has joined, the leader is at work on this rank's buffers: only a dead
+    // peer ends the wait (the leader settles at once otherwise).
+    const bool giveUp = mayGiveUp();
+    if (giveUp && op.comm.abortFlag && op.comm.abortFlag->load(std::memory_order_relaxed))
       breakBoard(static_cast<int>(Code::kInvalidUsage),
                  strprintf("the communicator was aborted on rank %d while it waited for %s",
                            rank_, what));
-    if (op.comm.revokeFlag && op.comm.revokeFlag->load(std::memory_order_relaxed))
+    if (giveUp && op.comm.revokeFlag && op.comm.revokeFlag->load(std::memory_order_relaxed))
       breakBoard(static_cast<int>(Code::kInvalidUsage),
                  strprintf("the communicator was revoked on rank %d while it waited for %s",
                            rank_, what));
@@ -194,7 +225,7 @@ void DeviceBoard::waitUntil(const Op& op, const char* what, Ready ready) {
                    strprintf("rank %d (pid %d, a process on the same GPU) exited while rank %d "
                              "waited for %s", r, pid, rank_, what));
     }
-    if (limit > 0 && std::chrono::duration<double>(now - t0).count() > limit)
+    if (giveUp && limit > 0 && std::chrono::duration<double>(now - t0).count() > limit)
       breakBoard(static_cast<int>(Code::kRemoteError),
                  strprintf("rank %d waited for %s longer than LOOM_TIMEOUT (%.0f s)", rank_, what,
                            limit));
@@ -215,8 +246,15 @@ void DeviceBoard::ensureEvents(const cuda::Driver& drv) {
                  drv.errorText(r).c_str());
   };
   RankSlot& s = sh_->slot(rank_);
-  make(&ready_, &s.ready, "ready");
-  make(&done_, &s.done, "done");
+  try {
+    make(&ready_, &s.ready, "ready");
+    make(&done_, &s.done, "done");
+  } catch (...) {  // none half made: the next call tries again
+    for (cuda::CuEvent* ev : {&ready_, &done_})
+      if (*ev) drv.streams.eventDestroy(*ev);
+    ready_ = done_ = nullptr;
+    throw;
+  }
   s.hasEvents.store(1, std::memory_order_release);
 }
 
@@ -269,7 +307,8 @@ void DeviceBoard::waitFree(const Op& op, uint64_t seq) {
   const uint64_t use = (seq - 1) / kRecords, k = static_cast<uint64_t>(nranks_);
   Record& rec = sh_->record(seq);
   waitUntil(op, "the other ranks to leave an earlier collective",
-            [&] { return rec.left.load(std::memory_order_acquire) >= use * k; });
+            [&] { return rec.left.load(std::memory_order_acquire) >= use * k; },
+            [] { return true; });
 }
 
 // A rank that cannot take part knows the outcome: it posts so, settles the meeting if it
@@ -289,7 +328,7 @@ bool DeviceBoard::meet(const cuda::Driver& drv, const Op& op, uint64_t seq) {
   Record& rec = sh_->record(seq);
   Export ex;
   std::string why;
-  bool can = drv.hasIpc && staged::localDirect() && staged::canGoDirect(op);
+  bool can = drv.hasIpc && staged::localDirect() && staged::canGoDirect(op, cuda::kernels());
   if (!can)
     why = !drv.hasIpc ? "the CUDA driver lacks IPC" : !staged::localDirect() ? "LOOM_LOCAL_DIRECT=0"
                                                                      : "no CUDA kernels module";
@@ -341,8 +380,10 @@ bool DeviceBoard::meet(const cuda::Driver& drv, const Op& op, uint64_t seq) {
   if (join(seq)) {
     lead(drv, op, seq);
   } else {
+    const uint64_t all = ((seq - 1) / kRecords + 1) * static_cast<uint64_t>(nranks_);
     waitUntil(op, "the other ranks to issue the same collective",
-              [&] { return rec.settled.load(std::memory_order_acquire) == seq; });
+              [&] { return rec.settled.load(std::memory_order_acquire) == seq; },
+              [&] { return rec.joined.load(std::memory_order_acquire) < all; });
   }
   const uint32_t state = rec.state;
   const int leader = rec.leader, code = rec.code;
@@ -392,11 +433,19 @@ void DeviceBoard::lead(const cuda::Driver& drv, const Op& op, uint64_t seq) {
               why.c_str());
     return settle(seq, kOnHost, 0, "");
   }
+  // Fetched once: another thread may give the module up meanwhile (cuda::disableKernels).
+  const cuda::Kernels* kern = cuda::kernels();
+  if (!staged::canGoDirect(op, kern)) return settle(seq, kOnHost, 0, "");
   cuda::ScopedDevice sd;
   std::string devWhy;
   if (!sd.set(device_, &devWhy)) return settle(seq, kOnHost, 0, "");
   std::vector<cuda::CuEvent> waits;
   try {
+    // Bounded: a freed allocation's mapping is never used again (a new one has a new
+    // handle), and it may hold the peer's memory. Before this meeting could overflow the
+    // cache, once the GPU has finished with them all, every mapping is closed; the ones
+    // still in use are opened again.
+    if (maps_.size() + 2 * static_cast<size_t>(nranks_) > kMaxMaps) closeMaps(drv);
     for (int r = 0; r < nranks_; ++r) {
       const Post& q = sh_->post(seq, r);
       staged::DirectRank& d = ranks[static_cast<size_t>(r)];
@@ -410,9 +459,11 @@ void DeviceBoard::lead(const cuda::Driver& drv, const Op& op, uint64_t seq) {
       d.recv = q.hasRecv ? reinterpret_cast<void*>(mapped(drv, q.recv) + q.recvOff) : nullptr;
       waits.push_back(openedEvent(drv, r, false));
     }
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     LOOM_WARN("rank %d: %s of processes on one GPU goes through the host engine: %s", rank_,
               collectiveName(op.coll), e.what());
+    return settle(seq, kOnHost, 0, "");
+  } catch (...) {
     return settle(seq, kOnHost, 0, "");
   }
   bool queued = false;
@@ -421,16 +472,21 @@ void DeviceBoard::lead(const cuda::Driver& drv, const Op& op, uint64_t seq) {
       if (cuda::CuResult r = drv.streams.streamWaitEvent(op.stream, ev, 0); r != cuda::kCudaSuccess)
         LOOM_THROW(kUnhandledCudaError, "cuStreamWaitEvent (a rank's ready) failed: %s",
                    drv.errorText(r).c_str());
-    staged::queueDirect(drv, op, ranks, op.stream, &queued);
+    staged::queueDirect(drv, kern, op, ranks, op.stream, &queued);
     if (cuda::CuResult r = drv.streams.eventRecord(done_, op.stream); r != cuda::kCudaSuccess)
       LOOM_THROW(kUnhandledCudaError, "cuEventRecord (done) failed: %s", drv.errorText(r).c_str());
   } catch (const staged::KernelsUnusable&) {
     return settle(seq, kOnHost, 0, "");
-  } catch (const Error& e) {
+  } catch (const std::exception& ex) {
     // The others must still wait for what was queued: a negative code says `done` is recorded.
+    const auto* err = dynamic_cast<const Error*>(&ex);
     const bool recorded = queued && drv.streams.eventRecord(done_, op.stream) == cuda::kCudaSuccess;
-    const int code = static_cast<int>(e.code());
-    return settle(seq, kFailed, recorded ? -code : code, e.what());
+    const int code = static_cast<int>(err ? err->code() : Code::kInternalError);
+    return settle(seq, kFailed, recorded ? -code : code, ex.what());
+  } catch (...) {
+    const bool recorded = queued && drv.streams.eventRecord(done_, op.stream) == cuda::kCudaSuccess;
+    const int code = static_cast<int>(Code::kInternalError);
+    return settle(seq, kFailed, recorded ? -code : code, "an unknown exception");
   }
   // Said once it is queued (a module that cannot launch sends it to the host instead).
   LOOM_INFO(kLogColl, "%s #%llu: %zu bytes per rank, moved by rank %d between the buffers of %d "
@@ -450,6 +506,13 @@ cuda::CuDevicePtr DeviceBoard::mapped(const cuda::Driver& drv, const cuda::CuIpc
     LOOM_THROW(kUnhandledCudaError, "cuIpcOpenMemHandle failed: %s", drv.errorText(r).c_str());
   maps_[key] = p;
   return p;
+}
+
+void DeviceBoard::closeMaps(const cuda::Driver& drv) {
+  if (maps_.empty()) return;
+  drv.ipc.ctxSynchronize();  // the work queued on them has finished (the device is current)
+  for (const auto& [h, p] : maps_) drv.ipc.ipcCloseMemHandle(p);
+  maps_.clear();
 }
 
 cuda::CuEvent DeviceBoard::openedEvent(const cuda::Driver& drv, int rank, bool done) {

@@ -22,6 +22,11 @@
 // Failure: an abort or revoke, LOOM_TIMEOUT, or a peer process that exits while a rank waits
 // breaks the board: every waiting and later call on it fails with that error (an event
 // already queued on a stream is not recalled: a leader that dies after queueing is not seen).
+// Once every rank has joined a meeting only a dead peer ends a wait: the leader may be
+// writing into the waiting rank's buffers.
+//
+// Peers' allocations stay mapped (cuIpcOpenMemHandle) while the communicator lives, up to
+// 128; then, and at destroy, the device is synchronized and every mapping closed.
 #pragma once
 
 #include <atomic>
@@ -43,7 +48,8 @@ class Bootstrap;
 class DeviceBoard {
  public:
   // Collective over the bootstrap (every rank of the communicator calls it): rank 0 creates
-  // the shared segment and every rank maps it. `device`: this rank's CUDA device.
+  // the shared segment and every rank maps it. `device`: this rank's CUDA device. nullptr on
+  // every rank when some rank could not map it (another IPC namespace, another user).
   static std::unique_ptr<DeviceBoard> create(Bootstrap& bs, int device);
   ~DeviceBoard();
   DeviceBoard(const DeviceBoard&) = delete;
@@ -75,11 +81,13 @@ class DeviceBoard {
   void settle(uint64_t seq, uint32_t state, int code, const std::string& error);
   // Until `ready()`; throws when the board breaks, the call is interrupted (abort, revoke),
   // LOOM_TIMEOUT passes or a peer process is gone (all of which break the board).
-  template <typename Ready>
-  void waitUntil(const Op& op, const char* what, Ready ready);
+  // `mayGiveUp()` false: only a dead peer ends the wait.
+  template <typename Ready, typename MayGiveUp>
+  void waitUntil(const Op& op, const char* what, Ready ready, MayGiveUp mayGiveUp);
   [[noreturn]] void breakBoard(int code, const std::string& why);
   void checkBroken(const Op& op) const;
   cuda::CuDevicePtr mapped(const cuda::Driver& drv, const cuda::CuIpcHandle& h);
+  void closeMaps(const cuda::Driver& drv);  // after the device's queued work; device current
   cuda::CuEvent openedEvent(const cuda::Driver& drv, int rank, bool done);
 
   ShmSegment seg_;

@@ -25,20 +25,19 @@ bool localDirect() {
   return on;
 }
 
-bool canGoDirect(const Op& o) {
+bool canGoDirect(const Op& o, const cuda::Kernels* kern) {
   if (o.isP2p() || o.deviceScalar) return false;
   if (o.coll == Collective::kAllGather || o.coll == Collective::kBroadcast) return true;
   if (o.coll != Collective::kAllReduce && o.coll != Collective::kReduce &&
       o.coll != Collective::kReduceScatter)
     return false;
-  return cuda::kernels() != nullptr;
+  return kern != nullptr;
 }
 
-void queueDirect(const cuda::Driver& drv, const Op& o, std::span<const DirectRank> byRank,
-                 void* stream, bool* queued) {
+void queueDirect(const cuda::Driver& drv, const cuda::Kernels* kern, const Op& o,
+                 std::span<const DirectRank> byRank, void* stream, bool* queued) {
   const cuda::StreamApi& st = drv.streams;
   const int n = static_cast<int>(byRank.size());
-  const cuda::Kernels* kern = cuda::kernels();
   size_t launched = 0;  // kernels launched: from the first success on, a failure is late
   const size_t b = o.bytes();
   auto copy = [&](void* dst, const void* src) {

@@ -10,6 +10,7 @@
 #include <span>
 
 #include "base/cuda_driver.h"
+#include "engine/cuda_kernels.h"
 #include "engine/op.h"
 
 namespace loom::staged {
@@ -29,15 +30,17 @@ struct KernelsUnusable {};
 // 0 sends them through the host engine (the staged path), as where they cannot.
 bool localDirect();
 
-// Whether collective `o` can go direct in this process: a copy, or a reduction with the
-// kernels module loaded and no device scalar.
-bool canGoDirect(const Op& o);
+// Whether collective `o` can go direct with kernels module `kern` (cuda::kernels(), fetched
+// once by the caller: another thread may give it up meanwhile): a copy, or a reduction with
+// a module and no device scalar.
+bool canGoDirect(const Op& o, const cuda::Kernels* kern);
 
 // Queues `o` (its collective, count, type, root and reduction; rank r's buffers in
-// byRank[r]) on `stream`, whose device must be current. *queued turns true with the first
+// byRank[r]) on `stream`, whose device must be current, with module `kern` (may be null
+// for copies). *queued turns true with the first
 // work queued (a later failure leaves that work on the stream). Throws loom::Error, or
 // KernelsUnusable.
-void queueDirect(const cuda::Driver& drv, const Op& o, std::span<const DirectRank> byRank,
-                 void* stream, bool* queued);
+void queueDirect(const cuda::Driver& drv, const cuda::Kernels* kern, const Op& o,
+                 std::span<const DirectRank> byRank, void* stream, bool* queued);
 
 }  // namespace loom::staged

@@ -2,6 +2,7 @@
 // caller's streams (engine/staged.h describes the sequence).
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <mutex>
 #include <vector>
@@ -306,11 +307,21 @@ class Launcher {
         other = true;
     }
     if (onBoard.empty()) return false;
-    if (onBoard.size() == 1 && !other) {
-      const Op& op = *onBoard[0];
-      return op.comm.core->deviceBoard()->meet(drv_, op, op.comm.core->nextMeeting());
+    // Every number first: a skip that throws (a broken board) must not leave another
+    // communicator's numbers behind the other ranks'.
+    std::vector<uint64_t> seqs;
+    for (const Op* op : onBoard) seqs.push_back(op->comm.core->nextMeeting());
+    if (onBoard.size() == 1 && !other)
+      return onBoard[0]->comm.core->deviceBoard()->meet(drv_, *onBoard[0], seqs[0]);
+    std::exception_ptr first;
+    for (size_t i = 0; i < onBoard.size(); ++i) {
+      try {
+        onBoard[i]->comm.core->deviceBoard()->skip(*onBoard[i], seqs[i]);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     }
-    for (const Op* op : onBoard) op->comm.core->deviceBoard()->skip(*op, op->comm.core->nextMeeting());
+    if (first) std::rethrow_exception(first);
     return false;
   }
 
@@ -398,7 +409,8 @@ class Launcher {
   bool direct(const std::vector<LocalPart>& parts, bool* queued) {
     const Op& o = *parts[0].op;
     const int n = o.comm.core->nranks();
-    if (!localDirect() || !canGoDirect(o)) return false;
+    const cuda::Kernels* kern = cuda::kernels();  // once: another thread may give it up
+    if (!localDirect() || !canGoDirect(o, kern)) return false;
     std::vector<const Op*> byRank(static_cast<size_t>(n), nullptr);
     for (const LocalPart& p : parts) {
       const Op& q = *p.op;
@@ -409,18 +421,17 @@ class Launcher {
         return false;
       byRank[static_cast<size_t>(r)] = &q;
     }
-    const cuda::Kernels* kern = cuda::kernels();
     const bool copyOnly = o.coll == Collective::kAllGather || o.coll == Collective::kBroadcast;
     LOOM_INFO(kLogColl, "%s: %zu bytes per rank, moved between the buffers of %d ranks sharing "
               "a CUDA context (device %d) on stream %p%s%s",
               collectiveName(o.coll), o.bytes(), n, streamDevice_[0], streams_[0],
-              copyOnly ? "" : " with ", copyOnly ? "" : kern->path.c_str());
+              copyOnly || !kern ? "" : " with ", copyOnly || !kern ? "" : kern->path.c_str());
     for (const LocalPart& p : parts) waitOn(0, p.ready);
     cuda::ScopedDevice sd;
     setDevice(sd, streamDevice_[0], o);
     std::vector<DirectRank> ranks;
     for (const Op* q : byRank) ranks.push_back({q->sendbuff, q->recvbuff, q->red.scalarBits});
-    queueDirect(drv_, o, ranks, streams_[0], queued);
+    queueDirect(drv_, kern, o, ranks, streams_[0], queued);
     return true;
   }
 

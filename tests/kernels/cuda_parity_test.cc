@@ -163,9 +163,12 @@ TEST_P(CudaParityTest, MultiMatchesTheCpuChainBitForBit) {
         std::memcpy(&v[i * t.size], &x, t.size);
       }
     std::vector<std::unique_ptr<DeviceBuf>> din;
-    for (int i = 0; i < k; ++i) din.push_back(std::make_unique<DeviceBuf>(bytes));
-    DeviceBuf dout(bytes);
+    for (int i = 0; i < k; ++i) din.push_back(std::make_unique<DeviceBuf>(bytes + 16));
+    DeviceBuf dout(bytes + 16);
+    // Aligned (16-byte packs) and shifted by one element (the element-wise path alone).
+    for (size_t shift : {size_t(0), size_t(t.size)})
     for (const Reducer& r : reducers) {
+      auto at = [&](void* p) { return static_cast<void*>(static_cast<char*>(p) + shift); };
       // Each input's own scalar where the kind has one (PreMulSum: a rank's ncclScalar).
       std::vector<uint64_t> scalars(k, r.scalarBits);
       if (r.hasPre())
@@ -182,15 +185,15 @@ TEST_P(CudaParityTest, MultiMatchesTheCpuChainBitForBit) {
       m.nin = k;
       m.nout = 2;
       for (int i = 0; i < k; ++i) {
-        ASSERT_EQ(e.rt.memcpy(din[i]->p, in[i].data(), bytes, kMemcpyDefault), 0);
-        m.in[i] = din[i]->p;
+        ASSERT_EQ(e.rt.memcpy(at(din[i]->p), in[i].data(), bytes, kMemcpyDefault), 0);
+        m.in[i] = at(din[i]->p);
         m.inScalar[i] = scalars[i];
       }
-      m.out[0] = dout.p;
-      m.out[1] = din[2]->p;  // in place: an input is also an output
+      m.out[0] = at(dout.p);
+      m.out[1] = at(din[2]->p);  // in place: an input is also an output
       ASSERT_EQ(e.reduceMulti(r.dtype, int(r.kind), r.scalarBits, &m, n, nullptr), 0);
       ASSERT_EQ(e.rt.deviceSynchronize(), 0);
-      for (void* out : {dout.p, din[2]->p}) {
+      for (void* out : {at(dout.p), at(din[2]->p)}) {
         ASSERT_EQ(e.rt.memcpy(got.data(), out, bytes, kMemcpyDefault), 0);
         for (size_t i = 0; i < n; ++i) {
           uint64_t g = 0, w = 0;
@@ -198,7 +201,8 @@ TEST_P(CudaParityTest, MultiMatchesTheCpuChainBitForBit) {
           std::memcpy(&w, &want[i * t.size], t.size);
           ASSERT_TRUE(test::sameResult(t, g, w))
               << t.name << " kind=" << redKindName(r.kind) << " n=" << n << " [" << i << "] gpu 0x"
-              << std::hex << g << " cpu 0x" << w << (out == dout.p ? " (output)" : " (in place)");
+              << std::hex << g << " cpu 0x" << w << (out == at(dout.p) ? " (output)" : " (in place)")
+              << " shift " << shift;
         }
       }
     }
