@@ -477,6 +477,42 @@ TEST(STAGED_SUITE, DeadPeerBreaksTheBoard) {
       60));
 }
 
+// ncclCommAbort from another thread ends a rank's wait on the board for a silent peer: the
+// call fails at once, saying so, instead of waiting for LOOM_TIMEOUT.
+TEST(STAGED_SUITE, AbortEndsAWaitOnTheBoard) {
+  ASSERT_TRUE(kEnvSet);
+  verdict(processesOnDevice0(
+      2,
+      [](int rank, int, ncclComm_t comm) -> std::string {
+        if (rank == 1) {  // silent: never calls, stays until rank 0 is done
+          std::this_thread::sleep_for(std::chrono::seconds(4));
+          _exit(0);
+        }
+        mem().makeCurrent(0);
+        void* stream = mem().createStream();
+        int32_t* a = devInts(inputs(1, 0, 1000));
+        int32_t* g = devInts(std::vector<int32_t>(2000, -1));
+        std::thread aborter([comm] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          ncclCommAbort(comm);
+        });
+        auto t0 = std::chrono::steady_clock::now();
+        ncclResult_t rc = ncclAllGather(a, g, 1000, ncclInt32, comm, static_cast<cudaStream_t>(stream));
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        aborter.join();
+#ifdef LOOM_STAND_IN_CUDA_PATH  // the stand-in has CUDA IPC: the call waited on the board
+        RANK_CHECK(rc != ncclSuccess, "the all-gather did not wait on the board");
+#endif
+        if (rc == ncclSuccess) _exit(0);  // not on the board (no CUDA IPC): nothing to check
+        RANK_CHECK(secs < 3, "the call took %.1f s to end after the abort", secs);
+        std::string why = ncclGetLastError(nullptr);
+        RANK_CHECK(why.find("aborted") != std::string::npos, "the error does not say why: %s",
+                   why.c_str());
+        _exit(0);
+      },
+      60));
+}
+
 // Processes sharing a device without NVIDIA's MPS take turns on the GPU: the lowest of
 // them warns once, naming the others; with an MPS control socket in
 // CUDA_MPS_PIPE_DIRECTORY nobody does.
