@@ -18,8 +18,8 @@
 namespace loom {
 namespace {
 
-// "loomb" and the layout's version (1): a board of another build is not misread.
-constexpr uint64_t kMagic = 0x6c6f6f6d62000001ull;
+// "loomb" and the layout's version (2): a board of another build is not misread.
+constexpr uint64_t kMagic = 0x6c6f6f6d62000002ull;
 constexpr uint32_t kRecords = 16;  // meetings a rank that cannot take part may run ahead
 constexpr size_t kMaxMaps = 128;   // peers' allocations kept mapped (then all are closed)
 enum : uint32_t { kDirect = 1, kOnHost = 2, kFailed = 3 };
@@ -31,16 +31,20 @@ struct alignas(64) RankSlot {
   cuda::CuIpcHandle ready, done;
 };
 
+}  // namespace
+
 // A rank's part of one meeting.
-struct alignas(64) Post {
+struct alignas(64) DeviceBoard::Post {
   uint64_t seq;  // the meeting it is for
   uint32_t can;  // 0: the rank cannot take part
-  int32_t coll, dtype, redKind, root;
-  uint64_t count, eltSize, scalarBits;
-  uint32_t hasSend, hasRecv;
+  staged::DirectShape shape;
+  uint64_t scalarBits;
+  uint32_t hasSend, hasRecv;  // broadcast off the root reads nothing, reduce writes nothing
   cuda::CuIpcHandle send, recv;
   uint64_t sendOff, recvOff;
 };
+
+namespace {
 
 // One meeting in flight; meeting n uses record (n - 1) % kRecords. Its counters only grow
 // over the record's uses: use u is complete once (u + 1) * nranks ranks joined, and the
@@ -49,8 +53,14 @@ struct alignas(64) Record {
   std::atomic<uint64_t> joined, left, settled;  // settled: the meeting its outcome is for
   uint32_t state;
   int32_t leader, code;
-  char error[244];
+  uint32_t doneRecorded;  // kFailed: the leader had queued work, and its `done` follows it
+  char error[240];
 };
+
+// Meeting seq's record: free once this many ranks have left it, complete once this many
+// have joined it (its counters count every use of the record).
+uint64_t freeAt(uint64_t seq, int nranks) { return (seq - 1) / kRecords * static_cast<uint64_t>(nranks); }
+uint64_t completeAt(uint64_t seq, int nranks) { return freeAt(seq, nranks) + static_cast<uint64_t>(nranks); }
 
 }  // namespace
 
@@ -81,12 +91,6 @@ struct DeviceBoard::Shared {
                                           sizeof(Record) * kRecords);
     return posts[((seq - 1) % kRecords) * static_cast<uint64_t>(nranks) + static_cast<uint64_t>(r)];
   }
-};
-
-struct DeviceBoard::Export {
-  bool hasSend = false, hasRecv = false;
-  cuda::CuIpcHandle send{}, recv{};
-  uint64_t sendOff = 0, recvOff = 0;
 };
 
 std::unique_ptr<DeviceBoard> DeviceBoard::create(Bootstrap& bs, int device) {
@@ -207,13 +211,9 @@ void DeviceBoard::waitUntil(const Op& op, const char* what, Ready ready, MayGive
     // Once every rank has joined, the leader is at work on this rank's buffers: only a dead
     // peer ends the wait (the leader settles at once otherwise).
     const bool giveUp = mayGiveUp();
-    if (giveUp && op.comm.abortFlag && op.comm.abortFlag->load(std::memory_order_relaxed))
+    if (const char* how = op.comm.interrupted(); giveUp && how)
       breakBoard(static_cast<int>(Code::kInvalidUsage),
-                 strprintf("the communicator was aborted on rank %d while it waited for %s",
-                           rank_, what));
-    if (giveUp && op.comm.revokeFlag && op.comm.revokeFlag->load(std::memory_order_relaxed))
-      breakBoard(static_cast<int>(Code::kInvalidUsage),
-                 strprintf("the communicator was revoked on rank %d while it waited for %s",
+                 strprintf("the communicator was %s on rank %d while it waited for %s", how,
                            rank_, what));
     const auto now = std::chrono::steady_clock::now();
     if (now - lastCheck < std::chrono::milliseconds(100)) continue;
@@ -258,15 +258,20 @@ void DeviceBoard::ensureEvents(const cuda::Driver& drv) {
   s.hasEvents.store(1, std::memory_order_release);
 }
 
-bool DeviceBoard::exportBuffers(const cuda::Driver& drv, const Op& op, Export* out,
+bool DeviceBoard::exportBuffers(const cuda::Driver& drv, const Op& op, Post* out,
                                 std::string* why) {
   const bool root = op.root == rank_;
   out->hasSend = op.coll != Collective::kBroadcast || root;
   out->hasRecv = op.coll != Collective::kReduce || root;
+  cuda::CuDevicePtr base = 0;  // the allocation last exported, and its size
+  size_t size = 0;
   auto one = [&](const void* p, cuda::CuIpcHandle* h, uint64_t* off, const char* name) {
-    cuda::CuDevicePtr base = 0;
-    size_t size = 0;
     const auto a = reinterpret_cast<cuda::CuDevicePtr>(p);
+    if (base && a >= base && a < base + size) {  // in the send buffer's allocation (in place)
+      *h = out->send;
+      *off = a - base;
+      return true;
+    }
     cuda::CuResult r = drv.ipc.memGetAddressRange(&base, &size, a);
     if (r == cuda::kCudaSuccess) r = drv.ipc.ipcGetMemHandle(h, base);
     if (r != cuda::kCudaSuccess) {
@@ -283,15 +288,17 @@ bool DeviceBoard::exportBuffers(const cuda::Driver& drv, const Op& op, Export* o
 }
 
 bool DeviceBoard::join(uint64_t seq) {
-  const uint64_t use = (seq - 1) / kRecords, k = static_cast<uint64_t>(nranks_);
-  return sh_->record(seq).joined.fetch_add(1, std::memory_order_acq_rel) + 1 == (use + 1) * k;
+  return sh_->record(seq).joined.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+         completeAt(seq, nranks_);
 }
 
-void DeviceBoard::settle(uint64_t seq, uint32_t state, int code, const std::string& error) {
+void DeviceBoard::settle(uint64_t seq, uint32_t state, int code, const std::string& error,
+                         bool doneRecorded) {
   Record& rec = sh_->record(seq);
   rec.state = state;
   rec.leader = rank_;
   rec.code = code;
+  rec.doneRecorded = doneRecorded ? 1 : 0;
   snprintf(rec.error, sizeof rec.error, "%s", error.c_str());
   rec.settled.store(seq, std::memory_order_release);
 }
@@ -304,10 +311,9 @@ void DeviceBoard::skip(const Op& op, uint64_t seq) {
 }
 
 void DeviceBoard::waitFree(const Op& op, uint64_t seq) {
-  const uint64_t use = (seq - 1) / kRecords, k = static_cast<uint64_t>(nranks_);
   Record& rec = sh_->record(seq);
   waitUntil(op, "the other ranks to leave an earlier collective",
-            [&] { return rec.left.load(std::memory_order_acquire) >= use * k; },
+            [&] { return rec.left.load(std::memory_order_acquire) >= freeAt(seq, nranks_); },
             [] { return true; });
 }
 
@@ -326,19 +332,12 @@ bool DeviceBoard::meet(const cuda::Driver& drv, const Op& op, uint64_t seq) {
   checkBroken(op);
   waitFree(op, seq);
   Record& rec = sh_->record(seq);
-  Export ex;
+  Post& p = sh_->post(seq, rank_);  // this rank's, free since waitFree
   std::string why;
   bool can = drv.hasIpc && staged::localDirect() && staged::canGoDirect(op, cuda::kernels());
-  if (!can)
-    why = !drv.hasIpc ? "the CUDA driver lacks IPC" : !staged::localDirect() ? "LOOM_LOCAL_DIRECT=0"
-                                                                     : "no CUDA kernels module";
   cuda::ScopedDevice sd;
-  std::string devWhy;
-  if (can && !sd.set(device_, &devWhy)) {
-    can = false;
-    why = devWhy;
-  }
-  if (can && !exportBuffers(drv, op, &ex, &why)) {
+  if (can && !sd.set(device_, &why)) can = false;
+  if (can && !exportBuffers(drv, op, &p, &why)) {
     can = false;
     if (!warnedNoExport_) LOOM_INFO(kLogColl, "rank %d: %s", rank_, why.c_str());
     warnedNoExport_ = true;
@@ -361,35 +360,22 @@ bool DeviceBoard::meet(const cuda::Driver& drv, const Op& op, uint64_t seq) {
     postCannot(seq);
     return false;
   }
-  Post& p = sh_->post(seq, rank_);
   p.seq = seq;
   p.can = 1;
-  p.coll = static_cast<int32_t>(op.coll);
-  p.dtype = op.dtype;
-  p.redKind = static_cast<int32_t>(op.red.kind);
-  p.root = op.root;
-  p.count = op.count;
-  p.eltSize = op.eltSize;
+  p.shape = staged::DirectShape::of(op);
   p.scalarBits = op.red.scalarBits;
-  p.hasSend = ex.hasSend;
-  p.hasRecv = ex.hasRecv;
-  p.send = ex.send;
-  p.recv = ex.recv;
-  p.sendOff = ex.sendOff;
-  p.recvOff = ex.recvOff;
   if (join(seq)) {
     lead(drv, op, seq);
   } else {
-    const uint64_t all = ((seq - 1) / kRecords + 1) * static_cast<uint64_t>(nranks_);
     waitUntil(op, "the other ranks to issue the same collective",
               [&] { return rec.settled.load(std::memory_order_acquire) == seq; },
-              [&] { return rec.joined.load(std::memory_order_acquire) < all; });
+              [&] { return rec.joined.load(std::memory_order_acquire) < completeAt(seq, nranks_); });
   }
   const uint32_t state = rec.state;
   const int leader = rec.leader, code = rec.code;
   const std::string error = rec.error;
   std::string waitError;
-  if (leader != rank_ && (state == kDirect || (state == kFailed && rec.code < 0))) {
+  if (leader != rank_ && (state == kDirect || (state == kFailed && rec.doneRecorded))) {
     // After the leader's work, never before (also work it queued before it failed).
     try {
       cuda::CuEvent ev = openedEvent(drv, leader, true);
@@ -404,7 +390,7 @@ bool DeviceBoard::meet(const cuda::Driver& drv, const Op& op, uint64_t seq) {
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: %s", rank_,
                collectiveName(op.coll), waitError.c_str());
   if (state == kFailed)
-    throw Error(static_cast<Code>(code < 0 ? -code : code),
+    throw Error(static_cast<Code>(code),
                 strprintf("rank %d: %s on device buffers, led by rank %d: %s", rank_,
                           collectiveName(op.coll), leader, error.c_str()));
   return state == kDirect;
@@ -421,9 +407,7 @@ void DeviceBoard::lead(const cuda::Driver& drv, const Op& op, uint64_t seq) {
                       static_cast<unsigned long long>(q.seq), static_cast<unsigned long long>(seq));
     } else if (!q.can) {
       why = strprintf("rank %d cannot take part", r);
-    } else if (q.coll != static_cast<int32_t>(op.coll) || q.count != op.count ||
-               q.eltSize != op.eltSize || q.root != op.root || q.dtype != op.dtype ||
-               q.redKind != static_cast<int32_t>(op.red.kind)) {
+    } else if (!(q.shape == staged::DirectShape::of(op))) {
       why = strprintf("rank %d issued another shape", r);
     }
   }
@@ -477,16 +461,21 @@ void DeviceBoard::lead(const cuda::Driver& drv, const Op& op, uint64_t seq) {
       LOOM_THROW(kUnhandledCudaError, "cuEventRecord (done) failed: %s", drv.errorText(r).c_str());
   } catch (const staged::KernelsUnusable&) {
     return settle(seq, kOnHost, 0, "");
-  } catch (const std::exception& ex) {
-    // The others must still wait for what was queued: a negative code says `done` is recorded.
-    const auto* err = dynamic_cast<const Error*>(&ex);
-    const bool recorded = queued && drv.streams.eventRecord(done_, op.stream) == cuda::kCudaSuccess;
-    const int code = static_cast<int>(err ? err->code() : Code::kInternalError);
-    return settle(seq, kFailed, recorded ? -code : code, ex.what());
   } catch (...) {
+    // The others must still wait for what was queued: `done` follows it.
+    Code code = Code::kInternalError;
+    std::string what = "an unknown exception";
+    try {
+      throw;
+    } catch (const Error& e) {
+      code = e.code();
+      what = e.what();
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
     const bool recorded = queued && drv.streams.eventRecord(done_, op.stream) == cuda::kCudaSuccess;
-    const int code = static_cast<int>(Code::kInternalError);
-    return settle(seq, kFailed, recorded ? -code : code, "an unknown exception");
+    return settle(seq, kFailed, static_cast<int>(code), what, recorded);
   }
   // Said once it is queued (a module that cannot launch sends it to the host instead).
   LOOM_INFO(kLogColl, "%s #%llu: %zu bytes per rank, moved by rank %d between the buffers of %d "

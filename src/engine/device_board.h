@@ -68,8 +68,10 @@ class DeviceBoard {
 
  private:
   DeviceBoard(ShmSegment seg, int rank, int nranks, int device);
-  struct Export;
-  bool exportBuffers(const cuda::Driver& drv, const Op& op, Export* out, std::string* why);
+  struct Post;
+  // Writes this rank's buffers' IPC handles and offsets into `out`; false with `why` when
+  // CUDA cannot share one.
+  bool exportBuffers(const cuda::Driver& drv, const Op& op, Post* out, std::string* why);
   void ensureEvents(const cuda::Driver& drv);
   void waitFree(const Op& op, uint64_t seq);  // until meeting seq's record is free
   void postCannot(uint64_t seq);
@@ -78,7 +80,8 @@ class DeviceBoard {
   bool join(uint64_t seq);
   // The leader: direct where every rank can, else to the host; settles the meeting.
   void lead(const cuda::Driver& drv, const Op& op, uint64_t seq);
-  void settle(uint64_t seq, uint32_t state, int code, const std::string& error);
+  void settle(uint64_t seq, uint32_t state, int code, const std::string& error,
+              bool doneRecorded = false);
   // Until `ready()`; throws when the board breaks, the call is interrupted (abort, revoke),
   // LOOM_TIMEOUT passes or a peer process is gone (all of which break the board).
   // `mayGiveUp()` false: only a dead peer ends the wait.

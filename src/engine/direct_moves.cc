@@ -38,6 +38,7 @@ void queueDirect(const cuda::Driver& drv, const cuda::Kernels* kern, const Op& o
                  std::span<const DirectRank> byRank, void* stream, bool* queued) {
   const cuda::StreamApi& st = drv.streams;
   const int n = static_cast<int>(byRank.size());
+  const int rank = o.comm.core ? o.comm.core->rank() : -1;  // for messages
   size_t launched = 0;  // kernels launched: from the first success on, a failure is late
   const size_t b = o.bytes();
   auto copy = [&](void* dst, const void* src) {
@@ -47,7 +48,7 @@ void queueDirect(const cuda::Driver& drv, const cuda::Kernels* kern, const Op& o
                                           reinterpret_cast<cuda::CuDevicePtr>(src), b, stream);
         r != cuda::kCudaSuccess)
       LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: cuMemcpyAsync (device to "
-                 "device) failed: %s", o.comm.core ? o.comm.core->rank() : -1,
+                 "device) failed: %s", rank,
                  collectiveName(o.coll), drv.errorText(r).c_str());
   };
   auto at = [](const void* p, size_t off) { return static_cast<const char*>(p) + off; };
@@ -59,7 +60,7 @@ void queueDirect(const cuda::Driver& drv, const cuda::Kernels* kern, const Op& o
       throw KernelsUnusable();
     }
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: %s failed (CUDA runtime "
-               "error %d)", o.comm.core ? o.comm.core->rank() : -1, collectiveName(o.coll), fn, rc);
+               "error %d)", rank, collectiveName(o.coll), fn, rc);
   };
   // outs = the reduction over every rank of its send buffer at byte `off`, rank `first`'s
   // first, in one pass (the module's loomCudaReduceMulti, same bits as the chain below);
@@ -93,7 +94,7 @@ void queueDirect(const cuda::Driver& drv, const cuda::Kernels* kern, const Op& o
   auto reduceInto = [&](void* dst, int first, size_t off) {
     if (o.count == 0) return;
     LOOM_CHECK_USAGE(kern != nullptr, "rank %d: %s on device buffers: no CUDA kernels module",
-                     o.comm.core ? o.comm.core->rank() : -1, collectiveName(o.coll));
+                     rank, collectiveName(o.coll));
     auto launch = [&](int fn, const DirectRank& by, const void* a, const void* bb) {
       int rc = kern->reduce(fn, o.dtype, static_cast<int>(o.red.kind), by.scalarBits, dst, a, bb,
                             o.count, static_cast<loomCudaStream_t>(stream));

@@ -22,6 +22,18 @@ struct DirectRank {
   uint64_t scalarBits;  // the rank's own Reducer::scalarBits (a pre-multiplied sum's scalar)
 };
 
+// What the ranks of a direct collective must agree on (plain data: rank processes post it
+// on their board).
+struct DirectShape {
+  int32_t coll, dtype, redKind, root;
+  uint64_t count, eltSize;
+  static DirectShape of(const Op& o) {
+    return {static_cast<int32_t>(o.coll), o.dtype, static_cast<int32_t>(o.red.kind), o.root,
+            o.count, o.eltSize};
+  }
+  bool operator==(const DirectShape&) const = default;
+};
+
 // The CUDA kernels module failed its first launch, before anything was queued: it is given
 // up for the process (cuda::disableKernels), and the call goes to the host engine.
 struct KernelsUnusable {};

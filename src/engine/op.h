@@ -25,6 +25,14 @@ struct OpComm {
   // API records the error there: ncclCommGetAsyncError, ncclGetLastError).
   void (*onFailure)(void* owner, const Error& e) = nullptr;
   void* owner = nullptr;
+
+  // "aborted" or "revoked" once ncclCommAbort / ncclCommRevoke was called, else nullptr:
+  // for waits that must end then.
+  const char* interrupted() const {
+    if (abortFlag && abortFlag->load(std::memory_order_relaxed)) return "aborted";
+    if (revokeFlag && revokeFlag->load(std::memory_order_relaxed)) return "revoked";
+    return nullptr;
+  }
 };
 
 struct Op {

@@ -391,12 +391,8 @@ class Launcher {
 
   // "" or why the launch's communicators stop waiting (ncclCommAbort, ncclCommRevoke).
   std::string interrupted() const {
-    for (const Op& op : ops_) {
-      if (op.comm.abortFlag && op.comm.abortFlag->load(std::memory_order_relaxed))
-        return "the communicator was aborted";
-      if (op.comm.revokeFlag && op.comm.revokeFlag->load(std::memory_order_relaxed))
-        return "the communicator was revoked";
-    }
+    for (const Op& op : ops_)
+      if (const char* how = op.comm.interrupted()) return std::string("the communicator was ") + how;
     return "";
   }
 
@@ -415,8 +411,7 @@ class Launcher {
     for (const LocalPart& p : parts) {
       const Op& q = *p.op;
       const int r = q.comm.core->rank();
-      if (q.coll != o.coll || q.count != o.count || q.eltSize != o.eltSize || q.root != o.root ||
-          q.dtype != o.dtype || q.red.kind != o.red.kind || q.deviceScalar ||
+      if (!(DirectShape::of(q) == DirectShape::of(o)) || q.deviceScalar ||
           byRank[static_cast<size_t>(r)])
         return false;
       byRank[static_cast<size_t>(r)] = &q;

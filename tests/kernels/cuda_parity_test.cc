@@ -84,6 +84,19 @@ struct DeviceBuf {
   void* p = nullptr;
 };
 
+// Whether the GPU's n elements are the CPU's (test::sameResult), naming the first that is not.
+::testing::AssertionResult sameElements(const test::TypeModel& t, const std::vector<uint8_t>& got,
+                                        const std::vector<uint8_t>& want, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t g = 0, w = 0;
+    std::memcpy(&g, &got[i * t.size], t.size);
+    std::memcpy(&w, &want[i * t.size], t.size);
+    if (!test::sameResult(t, g, w))
+      return ::testing::AssertionFailure() << "[" << i << "] gpu 0x" << std::hex << g << " cpu 0x" << w;
+  }
+  return ::testing::AssertionSuccess();
+}
+
 class CudaParityTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(CudaParityTest, MatchesCpuBitForBit) {
@@ -127,14 +140,8 @@ TEST_P(CudaParityTest, MatchesCpuBitForBit) {
                   0);
         ASSERT_EQ(e.rt.deviceSynchronize(), 0);
         ASSERT_EQ(e.rt.memcpy(got.data(), dd.p, bytes, kMemcpyDefault), 0);
-        for (size_t i = 0; i < n; ++i) {
-          uint64_t g = 0, w = 0;
-          std::memcpy(&g, &got[i * t.size], t.size);
-          std::memcpy(&w, &want[i * t.size], t.size);
-          ASSERT_TRUE(test::sameResult(t, g, w))
-              << t.name << " kind=" << redKindName(r.kind) << " fn=" << fn << " n=" << n << " ["
-              << i << "] gpu 0x" << std::hex << g << " cpu 0x" << w;
-        }
+        ASSERT_TRUE(sameElements(t, got, want, n))
+            << t.name << " kind=" << redKindName(r.kind) << " fn=" << fn << " n=" << n;
       }
     }
   }
@@ -195,15 +202,9 @@ TEST_P(CudaParityTest, MultiMatchesTheCpuChainBitForBit) {
       ASSERT_EQ(e.rt.deviceSynchronize(), 0);
       for (void* out : {at(dout.p), at(din[2]->p)}) {
         ASSERT_EQ(e.rt.memcpy(got.data(), out, bytes, kMemcpyDefault), 0);
-        for (size_t i = 0; i < n; ++i) {
-          uint64_t g = 0, w = 0;
-          std::memcpy(&g, &got[i * t.size], t.size);
-          std::memcpy(&w, &want[i * t.size], t.size);
-          ASSERT_TRUE(test::sameResult(t, g, w))
-              << t.name << " kind=" << redKindName(r.kind) << " n=" << n << " [" << i << "] gpu 0x"
-              << std::hex << g << " cpu 0x" << w << (out == at(dout.p) ? " (output)" : " (in place)")
-              << " shift " << shift;
-        }
+        ASSERT_TRUE(sameElements(t, got, want, n))
+            << t.name << " kind=" << redKindName(r.kind) << " n=" << n
+            << (out == at(dout.p) ? " (output)" : " (in place)") << " shift " << shift;
       }
     }
   }
