@@ -115,7 +115,8 @@ void ncclComm::runInit() noexcept {
       for (int o = 0; o < ncclNumOps; ++o) builtinOps[t][o] = loom::Reducer::make(t, o, nranks);
     auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag);
     loom::dispatch::FallbackSetup fb = loom::dispatch::setUpFallback(
-        c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag, &revoked);
+        c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag, &revoked,
+        loom::deviceExecutorWanted());
     shadow = std::move(fb.shadow);
     {
       std::vector<int> pids;
@@ -127,7 +128,17 @@ void ncclComm::runInit() noexcept {
       // Decided from what every rank knows alike: each rank creates it, or none does.
       bool onePidNs = true;  // pids compare only within one pid namespace
       for (const loom::PeerInfo& p : c->peers()) onePidNs &= p.pidNs == c->peers()[0].pidNs;
-      if (!shadow && onePidNs && loom::dispatch::processesOnOneDevice(fb.ranks, pids))
+      bool allWant = !shadow;  // the device executor, where every rank asks for it
+      std::vector<int> devices;
+      for (const loom::dispatch::RankFallbackInfo& r : fb.ranks) {
+        allWant &= r.wantsKernel != 0;
+        devices.push_back(r.cudaDev);
+      }
+      const loom::PlanContext& pc = c->planContext();
+      c->setDeviceExec(loom::DeviceExec::create(c->bootstrap(), c->peers(), devices,
+                                                {pc.slotBytes, pc.depth}, allWant));
+      if (!shadow && !c->deviceExec() && onePidNs &&
+          loom::dispatch::processesOnOneDevice(fb.ranks, pids))
         c->setDeviceBoard(loom::DeviceBoard::create(c->bootstrap(), cudaDev));
     }
     std::string noStaging = shadow || cudaDev < 0 ? "" : loom::stagedUnavailableReason();
@@ -135,6 +146,9 @@ void ncclComm::runInit() noexcept {
     if (shadow)
       deviceServer = loom::strprintf("stock NCCL %d (%s): %s", shadow->lib().version(),
                                      shadow->lib().path().c_str(), fb.decision.why.c_str());
+    else if (staged && c->deviceExec())
+      deviceServer = "Loom's device executor (the plan-interpreter kernel on the caller's stream; "
+                     "send/receive through the staged path; not stock NCCL: " + fb.decision.why + ")";
     else if (staged)
       deviceServer = "Loom's staged path (through pinned host memory, on the caller's stream; "
                      "not stock NCCL: " + fb.decision.why + ")";

@@ -30,7 +30,7 @@ Driver* probe(std::string* why) {
     *why = "the CUDA driver library is not loadable: " + err;
     return nullptr;
   }
-  auto* d = new Driver{std::move(lib), {}, {}, false, false, {}, false, 0};
+  auto* d = new Driver{std::move(lib), {}, {}, false, false, {}, false, {}, false, 0};
   const char* missing = nullptr;
   auto need = [&](auto*& fn, const char* sym) {
     if (!missing && !d->lib.bind(fn, sym)) missing = sym;
@@ -76,6 +76,11 @@ Driver* probe(std::string* why) {
               d->lib.bind(ipc.ipcGetEventHandle, "cuIpcGetEventHandle") &&
               d->lib.bind(ipc.ipcOpenEventHandle, "cuIpcOpenEventHandle") &&
               d->lib.bind(ipc.ctxSynchronize, "cuCtxSynchronize");
+  KernelApi& k = d->kernel;
+  d->hasKernel = d->hasIpc && d->api.memAlloc && d->api.memFree && d->lib.bind(k.streamCreate, "cuStreamCreate") &&
+                 d->lib.bind(k.streamSynchronize, "cuStreamSynchronize");
+  d->lib.bind(k.deviceCanAccessPeer, "cuDeviceCanAccessPeer");
+  d->lib.bind(k.ctxEnablePeerAccess, "cuCtxEnablePeerAccess");
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;

@@ -112,6 +112,19 @@ struct IpcApi {
 
 // Plain data, created once and never freed (a driver must outlive every static
 // destructor that might still classify a buffer during exit).
+// What the device executor (engine/device_exec.h) needs beyond streams and IPC: a stream of
+// its own to fill its FIFOs and plans in device memory and wait for that (never the device or
+// a caller's stream), and peer access between the GPUs of one process.
+struct KernelApi {
+  CuResult (*streamCreate)(CuStream* s, unsigned flags) = nullptr;
+  CuResult (*streamSynchronize)(CuStream s) = nullptr;
+  // Optional (a driver without them: ranks of one process must share a device).
+  CuResult (*deviceCanAccessPeer)(int* can, CuDevice dev, CuDevice peer) = nullptr;
+  CuResult (*ctxEnablePeerAccess)(void* peerCtx, unsigned flags) = nullptr;
+};
+constexpr unsigned kStreamNonBlocking = 0x1;         // CU_STREAM_NON_BLOCKING
+constexpr CuResult kPeerAccessAlreadyEnabled = 704;  // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+
 struct Driver {
   DynLib lib;
   DriverApi api;
@@ -120,6 +133,8 @@ struct Driver {
   bool hasCapture = false;  // ... and the capture entries
   IpcApi ipc;
   bool hasIpc = false;      // every IpcApi entry is bound (and the stream API)
+  KernelApi kernel;
+  bool hasKernel = false;   // streamCreate and streamSynchronize are bound (and the IPC API)
   int version = 0;  // 1000 * major + 10 * minor, as cuDriverGetVersion reports it
   // "CUDA error text (code)", for messages.
   std::string errorText(CuResult r) const;

@@ -26,7 +26,10 @@ struct RankFallbackInfo {
   uint8_t uuid[16] = {};      // all zero when the driver cannot say
   uint8_t hasUuid = 0;
   uint8_t mode = 0;           // this rank's FallbackMode, or kInvalidMode
-  uint8_t pad[6] = {};
+  // Passed through for the engine: this rank asks for the device executor
+  // (LOOM_DEVICE_EXECUTOR=kernel); it serves a communicator only where every rank asks.
+  uint8_t wantsKernel = 0;
+  uint8_t pad[5] = {};
 };
 // A rank whose LOOM_NCCL_FALLBACK is malformed says so, so that every rank fails alike.
 constexpr uint8_t kInvalidMode = 255;

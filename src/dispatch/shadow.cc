@@ -209,12 +209,14 @@ ncclResult_t Shadow::run(const StockCall& c, std::string* msg) {
 }
 
 FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
-                            const std::atomic<bool>* abortFlag, const std::atomic<bool>* revoked) {
+                            const std::atomic<bool>* abortFlag, const std::atomic<bool>* revoked,
+                            bool wantsKernel) {
   const int rank = bs.rank(), nranks = bs.nranks();
   FallbackSetup out;
   cuda::ScopedDevice device;  // this thread's device is put back on return
   std::vector<RankFallbackInfo> infos(nranks);
   infos[rank] = localInfo(cudaDev, hostHash, &device);
+  infos[rank].wantsKernel = wantsKernel ? 1 : 0;
   bs.allGather(infos.data(), sizeof(RankFallbackInfo));
   out.decision = decideFallback(infos);
   out.ranks = infos;

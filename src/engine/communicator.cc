@@ -148,6 +148,7 @@ Communicator::~Communicator() {
     unpublishStatusAddress(*this);
   }
   stopStaged();
+  deviceExec_.reset();  // its kernels end before the FIFOs they use go
   executor_.reset();  // its worker may still be running tasks over the transports
   transports_.reset();
   for (int fd : pidfds_)

@@ -14,6 +14,7 @@
 #include "bootstrap/bootstrap.h"
 #include "engine/cpu_executor.h"
 #include "engine/device_board.h"
+#include "engine/device_exec.h"
 #include "engine/flight_recorder.h"
 #include "engine/plan_cache.h"
 #include "engine/staged.h"
@@ -56,7 +57,10 @@ class Communicator {
   // Device-memory work of the staged path (engine/staged.h); its thread starts on first use.
   StagedProxy& staged();
   // Waits for the staged work (released at once when aborted) and stops its thread.
-  void stopStaged() { delete staged_.exchange(nullptr); }
+  void stopStaged() {
+    delete staged_.exchange(nullptr);
+    if (deviceExec_) deviceExec_->stopWatchdog();
+  }
   // Ranks of this communicator in this process on this rank's CUDA device (threads sharing
   // one context): their staged calls run on the caller's thread (engine/staged.h).
   const std::vector<int>& sameContextRanks() const { return sameContext_; }
@@ -67,6 +71,10 @@ class Communicator {
   // collectives meet on this board (engine/device_board.h); nullptr otherwise.
   DeviceBoard* deviceBoard() const { return board_.get(); }
   void setDeviceBoard(std::unique_ptr<DeviceBoard> b) { board_ = std::move(b); }
+  // The device executor serving this communicator's device-buffer collectives
+  // (engine/device_exec.h); nullptr: the staged path serves them.
+  DeviceExec* deviceExec() const { return deviceExec_.get(); }
+  void setDeviceExec(std::unique_ptr<DeviceExec> e) { deviceExec_ = std::move(e); }
   // Numbers the staged collectives that such ranks meet for (the same on every rank).
   uint64_t nextMeeting() { return ++meetings_; }
   // A host-memory call waits for the staged work issued before it (not on a proxy).
@@ -94,6 +102,7 @@ class Communicator {
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   std::vector<int> sameContext_;
   std::unique_ptr<DeviceBoard> board_;
+  std::unique_ptr<DeviceExec> deviceExec_;  // released first at destroy: it uses the bootstrap
   uint64_t meetings_ = 0;
   uint64_t seq_ = 0;
   bool oversubscribed_ = false;

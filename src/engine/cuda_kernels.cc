@@ -51,7 +51,8 @@ const Kernels* load() {
     return nullptr;
   }
   if (!lib->bind(version, "loomCudaKernelsAbiVersion") || version() != LOOM_CUDA_KERNELS_ABI_VERSION ||
-      !lib->bind(k->reduce, "loomCudaReduce") || !lib->bind(k->reduceMulti, "loomCudaReduceMulti")) {
+      !lib->bind(k->reduce, "loomCudaReduce") || !lib->bind(k->reduceMulti, "loomCudaReduceMulti") ||
+      !lib->bind(k->interpLaunch, "loomCudaInterpLaunch")) {
     LOOM_INFO(kLogInit, "%s: not Loom's CUDA kernels module of ABI %d; not used",
               lib->path().c_str(), LOOM_CUDA_KERNELS_ABI_VERSION);
     return nullptr;

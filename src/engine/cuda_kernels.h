@@ -12,6 +12,7 @@ struct Kernels {
   std::string path;
   loomCudaReduce_t reduce = nullptr;  // elementwise reductions, enqueued on a stream
   loomCudaReduceMulti_t reduceMulti = nullptr;  // one pass over several inputs and outputs
+  loomCudaInterpLaunch_t interpLaunch = nullptr;  // the device executor's plan interpreter
 };
 
 // The module (LOOM_CUDA_KERNELS_LIBRARY, else the one next to libloom, else the loader's

@@ -177,7 +177,23 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
                      "rank %d: an asynchronous launch on device memory: device work is ordered "
                      "by its stream, not by a work handle",
                      ops[0].comm.core->rank());
-    launchStaged(ops);
+    // Collectives of communicators the device executor serves run as its kernel; the rest
+    // (send/receive, a device scalar, other communicators) take the staged path.
+    std::vector<Op> staged;
+    for (const Op& op : ops) {
+      DeviceExec* ex = op.comm.core->deviceExec();
+      if (!ex || !DeviceExec::takes(op)) {
+        staged.push_back(op);
+        continue;
+      }
+      try {
+        ex->launch(op);
+      } catch (const Error& e) {
+        failAll({&op.comm, 1}, e);
+        throw;
+      }
+    }
+    if (!staged.empty()) launchStaged(staged);
     return completedWork();
   }
   for (const Op& op : ops) op.comm.core->drainStaged();  // issue order across memory kinds

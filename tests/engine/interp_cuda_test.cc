@@ -4,11 +4,17 @@
 // device memory as the executor lays them out (tail, slot sizes and slots on the receiving
 // rank's side, the head on the sender's). Each rank's output must be bit-identical to the
 // interpreter's on host threads (interp_harness.h), which CI holds bit-identical to the
-// CPU executor. Skipped where there is no GPU (the stand-in driver runs no kernels).
+// CPU executor. On a GPU it runs the real module (scripts/gpu_check.sh); in CI, with
+// LOOM_CUDA_DRIVER_LIBRARY and LOOM_CUDA_KERNELS_LIBRARY naming the stand-ins (test aids,
+// tests/engine/stand_in_*.cc), it runs the stand-in's launch: the same interpreter on a
+// host thread per channel over the stand-in's device memory, so the launch ABI, the FIFO
+// layout in device memory, statuses, the abort word and the counters' write-back are
+// checked without a GPU. Skipped where there is neither.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -65,10 +71,18 @@ class Gpu {
  private:
   static constexpr size_t kArena = size_t{256} << 20;
 
+  // The driver and the module as Loom finds them: LOOM_CUDA_DRIVER_LIBRARY and
+  // LOOM_CUDA_KERNELS_LIBRARY name others (in CI, the stand-ins).
+  static const char* knob(const char* name, const char* otherwise) {
+    const char* v = getenv(name);
+    return v && *v ? v : otherwise;
+  }
+
   Gpu() {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char* driver = knob("LOOM_CUDA_DRIVER_LIBRARY", "libcuda.so.1");
+    void* lib = dlopen(driver, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-      why_ = "no CUDA driver here (libcuda.so.1), so no GPU to run kernels on";
+      why_ = std::string("no CUDA driver here (") + driver + "), so no GPU to run kernels on";
       return;
     }
     auto bind = [&](auto& fn, const char* name) { return sym(lib, fn, name); };
@@ -85,7 +99,7 @@ class Gpu {
           bind(streamCreate, "cuStreamCreate") && bind(memsetD8_, "cuMemsetD8_v2") &&
           bind(htod_, "cuMemcpyHtoD_v2") && bind(dtoh_, "cuMemcpyDtoH_v2") &&
           bind(ctxSync_, "cuCtxSynchronize") && bind(query_, "cuStreamQuery"))) {
-      why_ = "libcuda.so.1 lacks a function the test needs";
+      why_ = std::string(driver) + " lacks a function the test needs";
       return;
     }
     int n = 0;
@@ -98,13 +112,15 @@ class Gpu {
       why_ = "no context on GPU 0";
       return;
     }
-    void* mod = dlopen(LOOM_CUDA_KERNELS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (!mod) mod = dlopen(LOOM_CUDA_KERNELS_BUILT, RTLD_NOW | RTLD_LOCAL);
+    const char* named = knob("LOOM_CUDA_KERNELS_LIBRARY", nullptr);
+    const char* module = named ? named : LOOM_CUDA_KERNELS_LIBRARY;
+    void* mod = dlopen(module, RTLD_NOW | RTLD_LOCAL);
+    if (!mod && !named) mod = dlopen(LOOM_CUDA_KERNELS_BUILT, RTLD_NOW | RTLD_LOCAL);
     int (*abi)() = nullptr;
     if (!mod || !sym(mod, abi, "loomCudaKernelsAbiVersion") ||
         !sym(mod, launch_, "loomCudaInterpLaunch") || abi() != LOOM_CUDA_KERNELS_ABI_VERSION) {
       // A GPU without Loom's kernels is a broken build, not a machine to skip on.
-      broken_ = std::string("cannot use ") + LOOM_CUDA_KERNELS_LIBRARY + ": " + (mod ? "wrong ABI" : dlerror());
+      broken_ = std::string("cannot use ") + module + ": " + (mod ? "wrong ABI" : dlerror());
       return;
     }
     void* host = nullptr;

@@ -679,6 +679,99 @@ TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
       }));
 }
 
+// The device executor (engine/device_exec.h, LOOM_DEVICE_EXECUTOR=kernel): each rank's
+// collectives run as the plan-interpreter kernel on its stream, over FIFOs in device memory
+// (mapped by CUDA IPC between processes), send/receive through the staged path beside them.
+// Each launch is logged once by its rank. Where no kernels module loads, every rank keeps
+// the staged path (0 launches) and the results are the same.
+constexpr const char* kKernelLaunch = "by the device executor's kernel";
+int kernelLaunchesExpected(int perRank, int n) {
+#ifdef LOOM_STAND_IN_CUDA_PATH
+  const char* kern = getenv("LOOM_CUDA_KERNELS_LIBRARY");
+  return kern && *kern ? perRank * n : 0;
+#else  // a GPU: whether the module was built decides
+  return -1;
+#endif
+}
+void expectKernelLaunches(const CollLogs& logs, int perRank, int n) {
+  const int got = logs.count(kKernelLaunch), want = kernelLaunchesExpected(perRank, n);
+  std::cout << n << " ranks: " << got << " kernel launches\n";
+  if (want >= 0) EXPECT_EQ(got, want) << logs.all();
+  else EXPECT_TRUE(got == 0 || got == perRank * n) << got << "\n" << logs.all();
+}
+
+TEST(STAGED_SUITE, DeviceExecutorRunsEveryCollectiveInProcesses) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    CollLogs logs;
+    verdict(processesOnDevice0(n, everyCollective));
+    if (::testing::Test::IsSkipped()) return;  // no device here
+    expectKernelLaunches(logs, 5, n);  // all but the all-to-all and the group (send/receive)
+  }
+}
+
+// A peer process that exits while a rank's kernel waits for it: the executor's watchdog
+// stops the kernel, the stream goes on, and ncclCommGetAsyncError says the peer exited.
+TEST(STAGED_SUITE, DeviceExecutorStopsWhenAPeerDies) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  verdict(processesOnDevice0(
+      2,
+      [](int rank, int, ncclComm_t comm) -> std::string {
+        mem().makeCurrent(0);
+        void* stream = mem().createStream();
+        auto s = static_cast<cudaStream_t>(stream);
+        int32_t* a = devInts(inputs(1, rank, 1 << 14));
+        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));  // connected
+        mem().syncStream(stream);
+        if (rank == 1) _exit(0);  // dies without a word
+        auto t0 = std::chrono::steady_clock::now();
+        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));
+        mem().syncStream(stream);  // returns: the kernel was stopped
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ncclResult_t async = ncclSuccess;
+        RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+        RANK_CHECK(async == ncclRemoteError || async == ncclSystemError, "async error %d after %.1f s: %s",
+                   async, secs, ncclGetLastError(comm));
+        RANK_CHECK(secs < 30, "the stream took %.1f s to go on", secs);
+        ncclCommAbort(comm);
+        _exit(0);  // the harness would destroy the aborted communicator again
+      },
+      60));
+}
+
+// ncclCommAbort lets a stream go whose kernel waits for a silent peer.
+TEST(STAGED_SUITE, DeviceExecutorAbortReleasesAWaitingStream) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  verdict(processesOnDevice0(
+      2,
+      [](int rank, int, ncclComm_t comm) -> std::string {
+        mem().makeCurrent(0);
+        void* stream = mem().createStream();
+        auto s = static_cast<cudaStream_t>(stream);
+        int32_t* a = devInts(inputs(1, rank, 1000));
+        RANK_NCCL(ncclAllReduce(a, a, 1000, ncclInt32, ncclSum, comm, s));
+        mem().syncStream(stream);
+        if (rank == 1) {  // silent from now on, until rank 0 is done
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          ncclCommAbort(comm);
+          _exit(0);
+        }
+        RANK_NCCL(ncclAllReduce(a, a, 1000, ncclInt32, ncclSum, comm, s));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        auto t0 = std::chrono::steady_clock::now();
+        RANK_NCCL(ncclCommAbort(comm));
+        mem().syncStream(stream);  // would hang if the abort left the kernel waiting
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        RANK_CHECK(secs < 2, "the stream took %.1f s to go on after the abort", secs);
+        _exit(0);
+      },
+      60));
+}
+
 // Ranks that share a CUDA context meet for each collective: an all-gather or broadcast
 // is copied between their buffers by the last to arrive (in place or not, nothing to
 // move, after an all-reduce on the same streams); a group of two collectives per rank goes
@@ -979,6 +1072,19 @@ TEST(STAGED_SUITE, PreMulSumReadsADeviceScalarWhenTheCallRuns) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ncclRedOpDestroy(op[r], comms[r]), ncclSuccess);
     EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+  }
+}
+
+// The device executor with rank threads on one device: each rank's kernel on its own
+// stream, the FIFOs' memory shared by plain pointers.
+TEST(STAGED_SUITE, DeviceExecutorRunsEveryCollectiveInThreads) {
+  NEED_DEVICE();
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    CollLogs logs;
+    verdict(threadsOnDevice0(n, everyCollective));
+    expectKernelLaunches(logs, 5, n);
   }
 }
 

@@ -18,14 +18,18 @@
 // and hooks reach device memory through the alias; ranges that a test registers as device
 // memory (plain PROT_NONE pages of its own) they reach through /proc/self/mem, whose reads
 // and writes ignore page protection (the kernel refuses such forced writes to MAP_SHARED
-// pages, hence the alias). The memfd makes the memory shareable with other processes, as
-// CUDA IPC shares it between processes on one GPU: cuIpcGetMemHandle names the memfd (the
-// exporting pid, its descriptor and a serial number that its name repeats), and
-// cuIpcOpenMemHandle in another process opens it through /proc/<pid>/fd and maps it the
-// same way, as device memory of the opener's current device. Interprocess events
-// (CU_EVENT_INTERPROCESS) own a shared page that counts their records and marks each one
-// done when its stream reaches it, through which events that cuIpcOpenEventHandle opens in
-// other processes wait for the latest record (see IpcEventPage).
+// pages, hence the alias). A hook, loomStandInHostView, hands out the alias's address of a
+// device byte, so that the kernels module's stand-in can run a kernel as host code that
+// reads and writes device memory in place (with atomics, as a GPU's threads do) rather
+// than copy by copy; test-registered ranges have no such address. The memfd makes the
+// memory shareable with other processes, as CUDA IPC shares it between processes on one
+// GPU: cuIpcGetMemHandle names the memfd (the exporting pid, its descriptor and a serial
+// number that its name repeats), and cuIpcOpenMemHandle in another process opens it
+// through /proc/<pid>/fd and maps it the same way, as device memory of the opener's
+// current device. Interprocess events (CU_EVENT_INTERPROCESS) own a shared page that
+// counts their records and marks each one done when its stream reaches it, through which
+// events that cuIpcOpenEventHandle opens in other processes wait for the latest record
+// (see IpcEventPage).
 //
 // CUDA does not survive fork(); the stand-in keeps working in a forked child (tests fork
 // ranks after loading it), and as before a child's device memory is its own: an atfork
@@ -2023,6 +2027,23 @@ __attribute__((visibility("default"))) void loomStandInReadDevice(void* dst, con
 __attribute__((visibility("default"))) void loomStandInWriteDevice(void* dst, const void* src,
                                                                   size_t n) {
   writeDevice(reinterpret_cast<uintptr_t>(dst), src, n);
+}
+
+// Where a host thread of the stand-in reaches the byte at p, as a kernel's thread reaches it
+// on a GPU (the kernels module's stand-in runs its plan interpreter on host threads over
+// device memory): in memfd-backed device memory, the same byte of the alias (the rest of
+// the allocation follows it there); anywhere else that is no device range (host memory,
+// pinned or not), p itself. nullptr for a null p, and for device ranges a test registered
+// itself: only /proc/self/mem reaches those, one system call a copy, not by address.
+__attribute__((visibility("default"))) void* loomStandInHostView(const void* p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  if (!addr) return nullptr;
+  size_t span = 0;
+  if (char* a = aliasOf(addr, 1, &span)) return a;
+  std::lock_guard<std::mutex> lock(state().mu);
+  Range r;
+  if (findRangeLocked(addr, &r) && deviceLike(r)) return nullptr;
+  return const_cast<void*>(p);
 }
 
 __attribute__((visibility("default"))) void loomStandInAddDeviceRange(const void* p,

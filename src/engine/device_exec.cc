@@ -1,0 +1,335 @@
+#include "engine/device_exec.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/shm.h"
+#include "bootstrap/bootstrap.h"
+#include "engine/communicator.h"
+#include "engine/flat_plan.h"
+#include "engine/plan_cache.h"
+
+namespace loom {
+namespace {
+
+StringKnob kDeviceExecutor("LOOM_DEVICE_EXECUTOR", "", "staged",
+                           "What runs collectives on device buffers of communicators created from then "
+                           "on: staged (through pinned host memory and the host engine), or kernel "
+                           "(the device executor: the plan-interpreter kernel over FIFOs in GPU "
+                           "memory; not yet run on a GPU). Every rank of a job must use the same");
+
+constexpr int kMaxRanks = 8;  // a direct plan's ends fit the kernel's table (32)
+constexpr size_t kStagingBytes = 64 << 10;  // uploads go through this much pinned memory
+
+// Why this rank cannot run the device executor ("" when it can).
+std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& devices, int rank) {
+  const cuda::Driver* drv = cuda::driver();
+  if (!drv) return "no CUDA driver: " + cuda::driverAbsenceReason();
+  if (!drv->hasKernel) return drv->lib.path() + " lacks the stream, IPC or allocation functions it needs";
+  const cuda::Kernels* k = cuda::kernels();
+  if (!k) return "no CUDA kernels module (" LOOM_CUDA_KERNELS_LIBRARY ")";
+  if (peers.size() > static_cast<size_t>(kMaxRanks))
+    return strprintf("%zu ranks; it serves at most %d", peers.size(), kMaxRanks);
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (devices[r] < 0) return strprintf("rank %zu has no CUDA device", r);
+    if (peers[r].hostHash != peers[0].hostHash) return "the ranks span several hosts";
+    if (peers[r].pidNs != peers[0].pidNs) return "the ranks span several pid namespaces";
+  }
+  return "";
+}
+
+// Lets this rank's device reach the devices of ranks in this process (threads on several
+// GPUs): "" when it can.
+std::string enablePeers(const cuda::Driver& drv, const std::vector<PeerInfo>& peers,
+                        const std::vector<int>& devices, int rank) {
+  for (size_t r = 0; r < peers.size(); ++r) {
+    const int peerDev = devices[r];
+    if (peers[r].pid != peers[rank].pid || peerDev == devices[rank]) continue;
+    if (!drv.kernel.deviceCanAccessPeer || !drv.kernel.ctxEnablePeerAccess || !drv.api.deviceGet)
+      return drv.lib.path() + " lacks cuDeviceCanAccessPeer / cuCtxEnablePeerAccess";
+    cuda::CuDevice me = 0, peer = 0;
+    int can = 0;
+    void* ctx = nullptr;
+    if (drv.api.deviceGet(&me, devices[rank]) != cuda::kCudaSuccess ||
+        drv.api.deviceGet(&peer, peerDev) != cuda::kCudaSuccess ||
+        drv.kernel.deviceCanAccessPeer(&can, me, peer) != cuda::kCudaSuccess || !can)
+      return strprintf("device %d cannot access device %d (rank %zu) as a peer", devices[rank], peerDev, r);
+    if (drv.api.primaryCtxRetain(&ctx, peer) != cuda::kCudaSuccess) return "cuDevicePrimaryCtxRetain failed";
+    const cuda::CuResult e = drv.kernel.ctxEnablePeerAccess(ctx, 0);
+    if (e != cuda::kCudaSuccess && e != cuda::kPeerAccessAlreadyEnabled)
+      return strprintf("cuCtxEnablePeerAccess(device %d -> %d): %s", devices[rank], peerDev,
+                       drv.errorText(e).c_str());
+  }
+  return "";
+}
+
+const char* statusText(uint32_t s) {
+  switch (s) {
+    case LOOM_CUDA_INTERP_SIZE_MISMATCH:
+      return "a peer posted a piece of another size: do all ranks call the same collectives with the "
+             "same counts and datatypes?";
+    case LOOM_CUDA_INTERP_REMOTE_PAYLOAD: return "a peer posted an address where data was expected";
+    case LOOM_CUDA_INTERP_ABORTED: return "the kernel was stopped by the communicator's abort";
+    default: return "the kernel failed";
+  }
+}
+
+}  // namespace
+
+bool deviceExecutorWanted() {
+  const std::string v = kDeviceExecutor.get();
+  if (v == "kernel") return true;
+  if (v != "staged" && !v.empty())
+    LOOM_WARN("LOOM_DEVICE_EXECUTOR=%s: expected staged or kernel; using staged", v.c_str());
+  return false;
+}
+
+// A plan in device memory: the FlatPlan, then the table of the FIFO ends it uses.
+struct DeviceExec::OnDevice {
+  std::shared_ptr<CachedPlan> keep;  // the key stays valid
+  cuda::CuDevicePtr mem = 0;
+  cuda::CuDevicePtr plan = 0, fifos = 0;
+  int nFifos = 0, channels = 0;
+  size_t scratchBytes = 0;
+};
+
+std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
+                                               const std::vector<int>& devices, FifoShape shape,
+                                               bool allWant) {
+  if (!allWant) return nullptr;
+  const int rank = bs.rank(), n = bs.nranks();
+  std::string why = cannot(peers, devices, rank);
+  std::unique_ptr<DeviceExec> ex;
+  if (why.empty()) {
+    const cuda::Driver& drv = *cuda::driver();
+    cuda::ScopedDevice sd;
+    if (!sd.set(devices[rank], &why)) {
+    } else if (why = enablePeers(drv, peers, devices, rank); why.empty()) {
+      std::vector<bool> same(static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) same[static_cast<size_t>(r)] = peers[r].pid == peers[rank].pid;
+      try {
+        ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], shape, std::move(same)));
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    }
+  }
+  // Every rank can, or none runs it: their collectives then take the staged path.
+  std::vector<uint8_t> ok(static_cast<size_t>(n), 0);
+  ok[static_cast<size_t>(rank)] = ex ? 1 : 0;
+  bs.allGather(ok.data(), 1);
+  for (int r = 0; r < n; ++r)
+    if (!ok[static_cast<size_t>(r)]) {
+      LOOM_INFO(kLogInit, "rank %d: no device executor (LOOM_DEVICE_EXECUTOR=kernel): rank %d cannot run it%s%s; "
+                "device buffers take the staged path", rank, r, r == rank ? ": " : "", r == rank ? why.c_str() : "");
+      return nullptr;
+    }
+  LOOM_INFO(kLogInit, "rank %d: device buffers run on the device executor (plan-interpreter kernel, device %d)",
+            rank, devices[rank]);
+  return ex;
+}
+
+DeviceExec::DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
+                       int device, FifoShape shape, std::vector<bool> sameProcess)
+    : drv_(drv), kernels_(k), peers_(std::move(peers)), rank_(bs.rank()), device_(device) {
+  try {
+    check(drv_.kernel.streamCreate(&setup_, cuda::kStreamNonBlocking), "cuStreamCreate");
+    check(drv_.streams.eventCreate(&last_, cuda::kEventDisableTiming), "cuEventCreate");
+    void* w = nullptr;
+    check(drv_.streams.memHostAlloc(&w, 64, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
+          "cuMemHostAlloc");
+    words_ = static_cast<uint32_t*>(w);
+    memset(words_, 0, 64);
+    check(drv_.streams.memHostGetDevicePointer(&deviceWords_, words_, 0), "cuMemHostGetDevicePointer");
+    check(drv_.streams.memHostAlloc(&staging_, kStagingBytes, cuda::kMemHostAllocPortable), "cuMemHostAlloc");
+    fifos_ = std::make_unique<DeviceFifos>(bs, drv, device, shape, std::move(sameProcess), setup_);
+  } catch (...) {
+    if (staging_) drv_.streams.memFreeHost(staging_);
+    if (words_) drv_.streams.memFreeHost(words_);
+    throw;
+  }
+}
+
+DeviceExec::~DeviceExec() {
+  stopWatchdog();
+  cuda::ScopedDevice sd;
+  std::string why;
+  // Every queued kernel ends before its memory goes (an aborted one at its next wait).
+  if (sd.set(device_, &why) && launched_) drv_.ipc.ctxSynchronize();
+  fifos_.reset();
+  for (auto& [key, p] : plans_) drv_.api.memFree(p->mem);
+  for (cuda::CuDevicePtr p : retired_) drv_.api.memFree(p);
+  if (scratch_) drv_.api.memFree(scratch_);
+  if (staging_) drv_.streams.memFreeHost(staging_);
+  if (words_) drv_.streams.memFreeHost(words_);
+}
+
+void DeviceExec::check(cuda::CuResult r, const char* what) const {
+  if (r != cuda::kCudaSuccess)
+    LOOM_THROW(kUnhandledCudaError, "rank %d: the device executor on device %d: %s failed: %s", rank_, device_,
+               what, drv_.errorText(r).c_str());
+}
+
+// Bytes into device memory before this returns, through pinned staging on the executor's own
+// stream (neither the device nor a caller's stream is synchronized; legal during a capture).
+// The staging is never freed on this path: cuMemFreeHost waits for the whole device, where
+// another rank's kernel may be waiting for this rank.
+void DeviceExec::upload(cuda::CuDevicePtr dst, const void* src, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += kStagingBytes) {
+    const size_t n = std::min(kStagingBytes, bytes - off);
+    memcpy(staging_, static_cast<const char*>(src) + off, n);
+    check(drv_.streams.memcpyAsync(dst + off, reinterpret_cast<cuda::CuDevicePtr>(staging_), n, setup_),
+          "cuMemcpyAsync");
+    check(drv_.kernel.streamSynchronize(setup_), "cuStreamSynchronize");
+  }
+}
+
+DeviceExec::OnDevice& DeviceExec::prepare(const std::shared_ptr<CachedPlan>& cp) {
+  auto it = plans_.find(cp.get());
+  if (it != plans_.end()) return *it->second;
+  const Plan& plan = cp->plan;
+  std::vector<std::pair<int, int>> sends, recvs;
+  plan.peers(&sends, &recvs);
+  fifos_->connect(sends, recvs);
+  std::vector<loomCudaFifo> table;
+  for (auto [p, c] : sends) table.push_back(fifos_->end(p, c, true));
+  for (auto [p, c] : recvs) table.push_back(fifos_->end(p, c, false));
+  if (table.size() > LOOM_CUDA_INTERP_MAX_FIFOS)
+    LOOM_THROW(kInternalError, "rank %d: a %s plan uses %zu FIFO ends; the device executor's kernel takes at most %d",
+               rank_, algorithmName(plan.algo), table.size(), LOOM_CUDA_INTERP_MAX_FIFOS);
+  FlatPlanBlock flat(plan);
+  auto d = std::make_unique<OnDevice>();
+  d->keep = cp;
+  d->nFifos = static_cast<int>(table.size());
+  d->channels = static_cast<int>(plan.channels.size());
+  d->scratchBytes = plan.scratchBytes;
+  const size_t planBytes = (flat.bytes() + 255) / 256 * 256;
+  const size_t bytes = planBytes + table.size() * sizeof(loomCudaFifo);
+  std::vector<char> image(bytes, 0);
+  memcpy(image.data(), flat.data(), flat.bytes());
+  if (!table.empty()) memcpy(image.data() + planBytes, table.data(), table.size() * sizeof(loomCudaFifo));
+  check(drv_.api.memAlloc(&d->mem, bytes), "cuMemAlloc");
+  try {
+    upload(d->mem, image.data(), bytes);
+  } catch (...) {
+    drv_.api.memFree(d->mem);
+    throw;
+  }
+  d->plan = d->mem;
+  d->fifos = d->mem + planBytes;
+  return *plans_.emplace(cp.get(), std::move(d)).first->second;
+}
+
+// Scratch of at least `bytes`; an outgrown buffer is kept (a queued kernel may still use it).
+void* DeviceExec::scratch(size_t bytes) {
+  if (bytes > scratchBytes_) {
+    const size_t want = std::max(bytes, scratchBytes_ * 2);
+    cuda::CuDevicePtr p = 0;
+    check(drv_.api.memAlloc(&p, want), "cuMemAlloc (scratch)");
+    if (scratch_) retired_.push_back(scratch_);
+    scratch_ = p;
+    scratchBytes_ = want;
+  }
+  return reinterpret_cast<void*>(scratch_);
+}
+
+void DeviceExec::launch(const Op& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Communicator& core = *op.comm.core;
+  cuda::ScopedDevice sd;
+  std::string why;
+  if (!sd.set(device_, &why))
+    LOOM_THROW(kUnhandledCudaError, "rank %d: the device executor cannot make device %d current: %s", rank_, device_,
+               why.c_str());
+  const std::shared_ptr<CachedPlan> cp =
+      core.planCache().get({op.coll, op.count, op.eltSize, op.root}, core.planContext());
+  OnDevice& d = prepare(cp);
+  if (!watchdog_.joinable()) {
+    comm_ = op.comm;
+    watchdog_ = std::thread([this] { watch(); });
+  }
+  if (d.channels == 0) return;
+  int capture = cuda::kStreamCaptureStatusNone;
+  check(drv_.streams.streamIsCapturing(op.stream, &capture), "cuStreamIsCapturing");
+  // The last kernel of this communicator hands its FIFO counters on: a kernel on another
+  // stream starts after it. (A captured launch is ordered by its graph instead.)
+  if (lastStream_ && lastStream_ != op.stream && capture == cuda::kStreamCaptureStatusNone)
+    check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
+  const cuda::CuDevicePtr words = deviceWords_;
+  loomCudaInterpArgs a{};
+  a.plan = reinterpret_cast<const void*>(d.plan);
+  a.count = op.count;
+  a.elt = op.eltSize;
+  a.sendbuf = op.sendbuff;
+  a.recvbuf = op.recvbuff;
+  a.scratch = scratch(std::max<size_t>(d.scratchBytes, 64));
+  a.fifos = reinterpret_cast<const loomCudaFifo*>(d.fifos);
+  a.nFifos = d.nFifos;
+  a.dtype = op.red.dtype;
+  a.kind = static_cast<int>(op.red.kind);
+  a.scalarBits = op.red.scalarBits;
+  a.abortWord = reinterpret_cast<const uint32_t*>(words);
+  a.status = reinterpret_cast<uint32_t*>(words) + 1;
+  a.proto = LOOM_CUDA_INTERP_PROTO_SIMPLE;
+  if (int rc = kernels_.interpLaunch(&a, d.channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0)
+    LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",
+               rank_, collectiveName(op.coll), rc);
+  launched_ = true;
+  if (capture == cuda::kStreamCaptureStatusNone) {
+    check(drv_.streams.eventRecord(last_, op.stream), "cuEventRecord");
+    lastStream_ = op.stream;
+  }
+  LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s on %d channel(s), by the device executor's kernel on stream %p",
+            collectiveName(op.coll), op.bytes(), algorithmName(cp->plan.algo), d.channels, op.stream);
+}
+
+void DeviceExec::report(Code code, const std::string& what) {
+  if (reported_) return;
+  reported_ = true;
+  Error e(code, what);
+  if (comm_.onFailure) comm_.onFailure(comm_.owner, e);
+  LOOM_WARN("%s", what.c_str());
+}
+
+// Every 10 ms: the communicator's abort reaches the kernels, a kernel's failure reaches the
+// communicator; every 100 ms, a peer process that exited stops them too.
+void DeviceExec::watch() {
+  volatile uint32_t* words = words_;
+  for (unsigned tick = 0;; ++tick) {
+    {
+      std::unique_lock<std::mutex> lock(watchMu_);
+      if (watchCv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stop_; })) return;
+    }
+    if (comm_.interrupted()) words[0] = 1;
+    if (const uint32_t s = words[1]; s != 0 && s != LOOM_CUDA_INTERP_ABORTED)
+      report(s == LOOM_CUDA_INTERP_SIZE_MISMATCH ? Code::kInvalidUsage : Code::kInternalError,
+             strprintf("rank %d: a collective on device buffers failed in the device executor's kernel: %s", rank_,
+                       statusText(s)));
+    if (tick % 10 != 9) continue;
+    for (size_t r = 0; r < peers_.size(); ++r) {
+      const PeerInfo& p = peers_[r];
+      if (static_cast<int>(r) == rank_ || p.pid == peers_[rank_].pid || p.pid <= 0 || !processGone(p.pid)) continue;
+      words[0] = 1;
+      report(Code::kRemoteError, strprintf("rank %d: rank %zu (pid %d) exited; the device executor's kernels of "
+                                           "this communicator are stopped", rank_, r, p.pid));
+    }
+  }
+}
+
+void DeviceExec::stopWatchdog() {
+  // An aborted communicator's kernels stop at their next wait (its destroy comes next).
+  if (comm_.interrupted()) reinterpret_cast<volatile uint32_t*>(words_)[0] = 1;
+  {
+    std::lock_guard<std::mutex> lock(watchMu_);
+    stop_ = true;
+  }
+  watchCv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+}  // namespace loom

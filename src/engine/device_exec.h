@@ -1,0 +1,107 @@
+// The device executor (issue 11 item 3): a communicator's device-buffer collectives run as
+// the plan-interpreter kernel of Loom's CUDA kernels module (loomCudaInterpLaunch, one block
+// per channel) on the caller's stream, over connection FIFOs in GPU memory
+// (engine/device_fifos.h). The call returns once the kernel is queued; nothing waits on the
+// host, and nothing on the GPU waits for the host.
+//
+// Opt-in while it has not run on a GPU: LOOM_DEVICE_EXECUTOR=kernel on every rank. It serves
+// a communicator when every rank asks for it and every rank can: one host, one pid namespace,
+// a CUDA device on every rank, a driver with IPC, the kernels module, at most 8 ranks, and
+// peer access between the devices of ranks that share a process. Otherwise (said at INFO)
+// the staged path serves the communicator's device buffers, as without the knob.
+//
+// Per launch: the plan (the host engine's, from the communicator's plan cache), copied once
+// to device memory as a FlatPlan with the table of its FIFO ends; its connections made on
+// first use; a scratch buffer of the executor's own. The kernels of one communicator run one
+// after another: a launch on another stream than the last waits for the last one's event,
+// since each FIFO end's step counter is handed from kernel to kernel. Send/receive and a
+// pre-multiplied sum whose scalar lives in device memory stay on the staged path (a rule of
+// the call's arguments, alike on every rank).
+//
+// Failures: a watchdog thread of the executor sets the kernels' abort word (host memory the
+// kernel polls) on ncclCommAbort / ncclCommRevoke and when a peer process exits, and reports
+// a kernel's failed status (mismatched calls) and a dead peer to the communicator
+// (ncclCommGetAsyncError); the stream then runs on, with the collective's output undefined.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "base/cuda_driver.h"
+#include "engine/cuda_kernels.h"
+#include "engine/device_fifos.h"
+#include "engine/op.h"
+#include "transports/peer_info.h"
+
+namespace loom {
+
+class Bootstrap;
+struct CachedPlan;
+
+// This rank asks for the device executor (LOOM_DEVICE_EXECUTOR=kernel).
+bool deviceExecutorWanted();
+
+class DeviceExec {
+ public:
+  // Collective over the bootstrap when `allWant` (every rank asked; the same on every rank);
+  // nullptr on every rank unless every rank can. `devices[r]`: rank r's CUDA device.
+  static std::unique_ptr<DeviceExec> create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
+                                            const std::vector<int>& devices, FifoShape shape,
+                                            bool allWant);
+  ~DeviceExec();
+  DeviceExec(const DeviceExec&) = delete;
+  DeviceExec& operator=(const DeviceExec&) = delete;
+
+  // Whether this executor runs `op` (a collective without a device scalar).
+  static bool takes(const Op& op) { return !op.isP2p() && !op.deviceScalar; }
+  // Queues `op` (device buffers, this rank's communicator) on its stream. Throws loom::Error.
+  void launch(const Op& op);
+  // Stops the watchdog (before the communicator's API object goes).
+  void stopWatchdog();
+
+ private:
+  struct OnDevice;  // a plan in device memory
+  DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
+             int device, FifoShape shape, std::vector<bool> sameProcess);
+  OnDevice& prepare(const std::shared_ptr<CachedPlan>& cp);
+  void* scratch(size_t bytes);
+  void upload(cuda::CuDevicePtr dst, const void* src, size_t bytes);
+  void check(cuda::CuResult r, const char* what) const;
+  void watch();
+  void report(Code code, const std::string& what);
+
+  const cuda::Driver& drv_;
+  const cuda::Kernels& kernels_;
+  std::vector<PeerInfo> peers_;
+  int rank_, device_;
+  cuda::CuStream setup_ = nullptr;  // the executor's own stream (uploads, zeroing)
+  cuda::CuEvent last_ = nullptr;    // recorded after each kernel
+  cuda::CuStream lastStream_ = nullptr;
+  uint32_t* words_ = nullptr;       // pinned, mapped: [0] abort word, [1] kernels' status
+  cuda::CuDevicePtr deviceWords_ = 0;  // the same, as the kernels address them
+  std::unique_ptr<DeviceFifos> fifos_;
+  std::unordered_map<const CachedPlan*, std::unique_ptr<OnDevice>> plans_;
+  cuda::CuDevicePtr scratch_ = 0;
+  size_t scratchBytes_ = 0;
+  std::vector<cuda::CuDevicePtr> retired_;  // outgrown scratch: a queued kernel may use it
+  void* staging_ = nullptr;                 // pinned, for uploads
+  bool launched_ = false;
+
+  std::mutex mu_;  // launches (a communicator may be driven from several threads in turn)
+
+  // The watchdog: started by the first launch.
+  OpComm comm_;
+  std::mutex watchMu_;
+  std::condition_variable watchCv_;
+  bool stop_ = false;
+  bool reported_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace loom
