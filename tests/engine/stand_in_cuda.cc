@@ -57,6 +57,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -1174,6 +1175,26 @@ __attribute__((visibility("default"))) CUresult cuDeviceGet(int* device, int ord
   if (!device || ordinal < 0 || ordinal >= kDevices) return kInvalidValue;
   *device = ordinal;
   return kSuccess;
+}
+
+// Every stand-in device reaches every other's memory (it is all this process's memory): peer
+// access is possible between any two, enabled once per (current context, peer) as CUDA says.
+__attribute__((visibility("default"))) CUresult cuDeviceCanAccessPeer(int* can, int device,
+                                                                      int peer) {
+  if (!can || device < 0 || device >= kDevices || peer < 0 || peer >= kDevices) return kInvalidValue;
+  *can = device != peer ? 1 : 0;
+  return kSuccess;
+}
+
+__attribute__((visibility("default"))) CUresult cuCtxEnablePeerAccess(void* peerCtx, unsigned flags) {
+  constexpr CUresult kAlreadyEnabled = 704;  // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+  const auto peer = reinterpret_cast<uintptr_t>(peerCtx);
+  if (flags != 0 || peer < 1 || peer > static_cast<uintptr_t>(kDevices)) return kInvalidValue;
+  static std::mutex mu;
+  static std::set<std::pair<int, uintptr_t>> enabled;
+  std::lock_guard<std::mutex> lock(mu);
+  const int current = tlsDevice != kNoThreadContext ? tlsDevice : state().currentDevice;
+  return enabled.insert({current, peer}).second ? kSuccess : kAlreadyEnabled;
 }
 
 // Device d's UUID: "stand-in gpu" and the ordinal.
