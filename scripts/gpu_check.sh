@@ -226,6 +226,14 @@ step engine_staged_cuda_test-kernels 90 env LOOM_CUDA_KERNELS_LIBRARY="$stage/li
 rc=$?
 row "engine_staged_cuda_test, CUDA kernels module" "$([ $rc = 0 ] && echo ok || echo FAILED)" \
   "$(gtest_summary); $(grep -c 'moved between the buffers' "$out/step.out") direct collectives"
+# The device executor (LOOM_DEVICE_EXECUTOR=kernel, engine/device_exec.h): every collective
+# as the plan-interpreter kernel over FIFOs in device memory, ranks as processes (CUDA IPC)
+# and as threads on GPU 0; a dead peer and an abort.
+step engine_staged_cuda_test-executor 120 env LOOM_CUDA_KERNELS_LIBRARY="$stage/lib/libloom-cuda-kernels.so" \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$stage/bin/engine_staged_cuda_test" --gtest_filter='*DeviceExecutor*'
+rc=$?
+row "engine_staged_cuda_test, device executor" "$([ $rc = 0 ] && echo ok || echo FAILED)" \
+  "$(gtest_summary); $(grep -c "by the device executor's kernel" "$out/step.out") kernel launches"
 step kernels_cuda_parity 60 "$stage/bin/kernels_test" --gtest_filter='*Cuda*'
 rc=$?
 row "CUDA reduction kernels vs CPU" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
@@ -269,6 +277,10 @@ run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBA
 # through the host engine, side by side.
 run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), host engine" LOOM_NCCL_FALLBACK=off \
   LOOM_LOCAL_DIRECT=0 -- -np 2
+# The device executor on the same rank layouts, side by side with the rows above.
+kexec=(LOOM_NCCL_FALLBACK=off LOOM_DEVICE_EXECUTOR=kernel LOOM_CUDA_KERNELS_LIBRARY="$stage/lib/libloom-cuda-kernels.so")
+run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), device executor" "${kexec[@]}" -- -t 2
+run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), device executor" "${kexec[@]}" -- -np 2
 run_perf "all_reduce_perf 4 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 4
 run_perf "all_reduce_perf 8 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 8
 perf=(-b 8 -e 64M -f 8 -n 3 -w 1 -c 1 -M device)
@@ -286,9 +298,14 @@ for t in all_reduce reduce_scatter all_gather sendrecv; do
 done
 perf=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -M device)
 run_perf "all_reduce_perf 8 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 8
+run_perf "all_reduce_perf 8 ranks on GPU 0 (threads), device executor" "${kexec[@]}" -- -t 8
+perf=(-b 8 -e 256K -f 16 -n 1 -w 1 -c 1 -d all -o all -M device)
+run_perf "all_reduce_perf every type and op, 3 ranks (threads), device executor" "${kexec[@]}" -- -t 3
 # Small messages, plain and inside a CUDA graph (issue 11's latency targets).
 perf=(-b 8 -e 1K -f 4 -n 50 -w 5 -c 1 -M device)
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor" "${kexec[@]}" -- -t 2
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor, CUDA graph" "${kexec[@]}" -- -t 2 -G 10
 # Ranks as threads on one GPU share a CUDA context: their staged calls run on the calling
 # thread, so that no stream waits on the GPU for another rank's (engine/staged.h). With one
 # work queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS=1) a wait on the GPU would hold

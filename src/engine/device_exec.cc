@@ -68,6 +68,23 @@ std::string enablePeers(const cuda::Driver& drv, const std::vector<PeerInfo>& pe
   return "";
 }
 
+// The calling thread's stream-capture mode made relaxed while it lives (when `on`).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode(const cuda::Driver& drv, bool on) : drv_(on && drv.hasCapture ? &drv : nullptr) {
+    if (drv_ && drv_->streams.threadExchangeStreamCaptureMode(&mode_) != cuda::kCudaSuccess) drv_ = nullptr;
+  }
+  ~RelaxedCaptureMode() {
+    if (drv_) drv_->streams.threadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  const cuda::Driver* drv_;
+  int mode_ = cuda::kStreamCaptureModeRelaxed;
+};
+
 const char* statusText(uint32_t s) {
   switch (s) {
     case LOOM_CUDA_INTERP_SIZE_MISMATCH:
@@ -246,37 +263,44 @@ void DeviceExec::launch(const Op& op) {
   if (!sd.set(device_, &why))
     LOOM_THROW(kUnhandledCudaError, "rank %d: the device executor cannot make device %d current: %s", rank_, device_,
                why.c_str());
+  int capture = cuda::kStreamCaptureStatusNone;
+  check(drv_.streams.streamIsCapturing(op.stream, &capture), "cuStreamIsCapturing");
   const std::shared_ptr<CachedPlan> cp =
       core.planCache().get({op.coll, op.count, op.eltSize, op.root}, core.planContext());
-  OnDevice& d = prepare(cp);
+  OnDevice* d = nullptr;
+  {
+    // A first use while the caller's stream is captured allocates and waits on the
+    // executor's own stream: legal in the relaxed capture mode only.
+    RelaxedCaptureMode relaxed(drv_, capture != cuda::kStreamCaptureStatusNone);
+    d = &prepare(cp);
+    scratch(std::max<size_t>(d->scratchBytes, 64));
+  }
   if (!watchdog_.joinable()) {
     comm_ = op.comm;
     watchdog_ = std::thread([this] { watch(); });
   }
-  if (d.channels == 0) return;
-  int capture = cuda::kStreamCaptureStatusNone;
-  check(drv_.streams.streamIsCapturing(op.stream, &capture), "cuStreamIsCapturing");
+  if (d->channels == 0) return;
   // The last kernel of this communicator hands its FIFO counters on: a kernel on another
   // stream starts after it. (A captured launch is ordered by its graph instead.)
   if (lastStream_ && lastStream_ != op.stream && capture == cuda::kStreamCaptureStatusNone)
     check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
   const cuda::CuDevicePtr words = deviceWords_;
   loomCudaInterpArgs a{};
-  a.plan = reinterpret_cast<const void*>(d.plan);
+  a.plan = reinterpret_cast<const void*>(d->plan);
   a.count = op.count;
   a.elt = op.eltSize;
   a.sendbuf = op.sendbuff;
   a.recvbuf = op.recvbuff;
-  a.scratch = scratch(std::max<size_t>(d.scratchBytes, 64));
-  a.fifos = reinterpret_cast<const loomCudaFifo*>(d.fifos);
-  a.nFifos = d.nFifos;
+  a.scratch = reinterpret_cast<void*>(scratch_);
+  a.fifos = reinterpret_cast<const loomCudaFifo*>(d->fifos);
+  a.nFifos = d->nFifos;
   a.dtype = op.red.dtype;
   a.kind = static_cast<int>(op.red.kind);
   a.scalarBits = op.red.scalarBits;
   a.abortWord = reinterpret_cast<const uint32_t*>(words);
   a.status = reinterpret_cast<uint32_t*>(words) + 1;
   a.proto = LOOM_CUDA_INTERP_PROTO_SIMPLE;
-  if (int rc = kernels_.interpLaunch(&a, d.channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0)
+  if (int rc = kernels_.interpLaunch(&a, d->channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0)
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",
                rank_, collectiveName(op.coll), rc);
   launched_ = true;
@@ -285,7 +309,7 @@ void DeviceExec::launch(const Op& op) {
     lastStream_ = op.stream;
   }
   LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s on %d channel(s), by the device executor's kernel on stream %p",
-            collectiveName(op.coll), op.bytes(), algorithmName(cp->plan.algo), d.channels, op.stream);
+            collectiveName(op.coll), op.bytes(), algorithmName(cp->plan.algo), d->channels, op.stream);
 }
 
 void DeviceExec::report(Code code, const std::string& what) {
