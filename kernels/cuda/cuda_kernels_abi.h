@@ -80,7 +80,9 @@ typedef struct loomCudaFifo {
 /* More FIFO ends than this per launch are refused (LOOM_CUDA_INTERP_TOO_MANY_FIFOS). */
 #define LOOM_CUDA_INTERP_MAX_FIFOS 32
 
-/* What a launch leaves in *status (device memory, zeroed before the launch). */
+/* What a launch leaves in *status (memory the GPU writes: device memory, or host memory
+ * mapped for it). A nonzero status at launch makes the kernel return at once: the engine
+ * keeps one status per communicator, so that a failed collective stops the later ones. */
 #define LOOM_CUDA_INTERP_OK 0u
 #define LOOM_CUDA_INTERP_SIZE_MISMATCH 1u  /* a peer posted a step of another size */
 #define LOOM_CUDA_INTERP_REMOTE_PAYLOAD 2u /* a peer posted an address, not data */

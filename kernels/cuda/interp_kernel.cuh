@@ -49,6 +49,14 @@ struct DeviceEnv {
     for (int i = 0; i < n; ++i)
       if (ends[i].step != start[i]) *a->fifos[i].step = ends[i].step;
   }
+  // The sending ends this block moved, each until its receiver has released every step
+  // posted on it: the receiver writes the head into this rank's memory, which its owner may
+  // free once the kernel has ended. Thread 0 only; gives up when the kernel must stop.
+  __device__ void drain(volatile const uint32_t* abortWord, volatile const uint32_t* status) const {
+    for (int i = 0; i < n; ++i)
+      for (uint32_t polls = 0; a->fifos[i].send && ends[i].step != start[i] && !ends[i].drained(); ++polls)
+        if ((polls & 1023u) == 1023u && (*abortWord || *status)) return;
+  }
   __device__ DevFifo* find(int peer, int conn, int send) {
     for (int i = 0; i < n; ++i) {
       const loomCudaFifo& f = a->fifos[i];
@@ -189,13 +197,20 @@ __global__ void __launch_bounds__(kInterpThreads) interpKernel(loomCudaInterpArg
                 *abortWord ? LOOM_CUDA_INTERP_ABORTED : LOOM_CUDA_INTERP_SIZE_MISMATCH);
     __syncthreads();
   }
-  if (threadIdx.x == 0) env.writeBack();
+  if (threadIdx.x == 0) {
+    env.drain(abortWord, status);
+    env.writeBack();
+  }
 }
 
+// The launch's own result (cudaGetLastError would also return an earlier, unrelated error
+// of the calling thread, failing this rank's launch while its peers wait).
 template <DataType D>
 cudaError_t interpLaunch(const loomCudaInterpArgs* args, int channels, cudaStream_t stream) {
-  interpKernel<D><<<channels, kInterpThreads, 0, stream>>>(*args);
-  return cudaGetLastError();
+  loomCudaInterpArgs copy = *args;
+  void* params[] = {&copy};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&interpKernel<D>), dim3(channels), dim3(kInterpThreads),
+                          params, 0, stream);
 }
 
 }  // namespace cuda

@@ -49,9 +49,9 @@ MemKind checkBuffersWithDriver(ncclComm_t comm, const char* fn,
                    "uses CUDA device %d",
                    fn, seen[i].buf->name, seen[i].buf->ptr, seen[i].info.device, comm->rank,
                    comm->cudaDev);
-  // Served by stock NCCL through the communicator's shadow (LOOM_NCCL_FALLBACK), or by
-  // Loom's staged path (engine/staged.h).
-  if (comm->shadow || comm->staged) return MemKind::kDevice;
+  // Served by stock NCCL through the communicator's shadow (LOOM_NCCL_FALLBACK), by Loom's
+  // staged path (engine/staged.h), or by its device executor (engine/device_exec.h).
+  if (comm->shadow || comm->staged || (comm->core && comm->core->deviceExec())) return MemKind::kDevice;
   LOOM_THROW(kInvalidUsage,
              "%s: %s at %p is CUDA device memory (device %d), which is not supported on this "
              "communicator: device buffers are served by %s. Host buffers (pageable or pinned) "

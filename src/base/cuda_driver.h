@@ -118,6 +118,7 @@ struct IpcApi {
 struct KernelApi {
   CuResult (*streamCreate)(CuStream* s, unsigned flags) = nullptr;
   CuResult (*streamSynchronize)(CuStream s) = nullptr;
+  CuResult (*streamDestroy)(CuStream s) = nullptr;  // optional: null, the stream is kept
   // Optional (a driver without them: ranks of one process must share a device).
   CuResult (*deviceCanAccessPeer)(int* can, CuDevice dev, CuDevice peer) = nullptr;
   CuResult (*ctxEnablePeerAccess)(void* peerCtx, unsigned flags) = nullptr;

@@ -59,7 +59,7 @@ class Communicator {
   // Waits for the staged work (released at once when aborted) and stops its thread.
   void stopStaged() {
     delete staged_.exchange(nullptr);
-    if (deviceExec_) deviceExec_->stopWatchdog();
+    if (deviceExec_) deviceExec_->detach();
   }
   // Ranks of this communicator in this process on this rank's CUDA device (threads sharing
   // one context): their staged calls run on the caller's thread (engine/staged.h).

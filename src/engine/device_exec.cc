@@ -25,6 +25,8 @@ StringKnob kDeviceExecutor("LOOM_DEVICE_EXECUTOR", "", "staged",
 
 constexpr int kMaxRanks = 8;  // a direct plan's ends fit the kernel's table (32)
 constexpr size_t kStagingBytes = 64 << 10;  // uploads go through this much pinned memory
+void* const kLegacyStream = reinterpret_cast<void*>(0x1);     // CU_STREAM_LEGACY
+void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
 
 // Why this rank cannot run the device executor ("" when it can).
 std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& devices, int rank) {
@@ -85,6 +87,37 @@ class RelaxedCaptureMode {
   int mode_ = cuda::kStreamCaptureModeRelaxed;
 };
 
+// Whether this rank maps, through CUDA IPC, a small allocation of every peer in another
+// process (GPUs without peer access refuse it): collective, every rank calls it once; `can`
+// says whether this rank takes part. "" when it can; *keep is the rank's own allocation, to
+// free once every peer has closed it.
+std::string ipcTrial(Bootstrap& bs, const cuda::Driver* drv, const std::vector<PeerInfo>& peers, bool can,
+                     cuda::CuDevicePtr* keep) {
+  struct Trial {
+    uint32_t ok = 0;
+    uint32_t pad = 0;
+    cuda::CuIpcHandle handle{};
+  };
+  const int rank = bs.rank();
+  std::vector<Trial> all(peers.size());
+  if (can && drv->api.memAlloc(keep, 256) == cuda::kCudaSuccess &&
+      drv->ipc.ipcGetMemHandle(&all[rank].handle, *keep) == cuda::kCudaSuccess)
+    all[rank].ok = 1;
+  bs.allGather(all.data(), sizeof(Trial));
+  if (!can) return "";
+  if (!all[rank].ok) return "cannot export device memory through CUDA IPC";
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (peers[r].pid == peers[rank].pid || !all[r].ok) continue;
+    cuda::CuDevicePtr p = 0;
+    if (cuda::CuResult e = drv->ipc.ipcOpenMemHandle(&p, all[r].handle, cuda::kIpcMemLazyEnablePeerAccess);
+        e != cuda::kCudaSuccess)
+      return strprintf("cannot map rank %zu's device memory through CUDA IPC (no peer access between the "
+                       "GPUs?): %s", r, drv->errorText(e).c_str());
+    drv->ipc.ipcCloseMemHandle(p);
+  }
+  return "";
+}
+
 const char* statusText(uint32_t s) {
   switch (s) {
     case LOOM_CUDA_INTERP_SIZE_MISMATCH:
@@ -128,18 +161,29 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
     if (!sd.set(devices[rank], &why)) {
     } else if (why = enablePeers(drv, peers, devices, rank); why.empty()) {
       std::vector<bool> same(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) same[static_cast<size_t>(r)] = peers[r].pid == peers[rank].pid;
+      std::string sharing;
+      for (int r = 0; r < n; ++r) {
+        same[static_cast<size_t>(r)] = peers[r].pid == peers[rank].pid;
+        if (r != rank && devices[r] == devices[rank]) sharing += (sharing.empty() ? "" : ", ") + std::to_string(r);
+      }
       try {
         ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], shape, std::move(same)));
-      } catch (const Error& e) {
+        ex->sharing_ = sharing;
+      } catch (const std::exception& e) {  // every rank must reach the all-gather below
         why = e.what();
       }
     }
+  }
+  cuda::CuDevicePtr trial = 0;
+  if (std::string e = ipcTrial(bs, cuda::driver(), peers, ex != nullptr, &trial); !e.empty()) {
+    why = e;
+    ex.reset();
   }
   // Every rank can, or none runs it: their collectives then take the staged path.
   std::vector<uint8_t> ok(static_cast<size_t>(n), 0);
   ok[static_cast<size_t>(rank)] = ex ? 1 : 0;
   bs.allGather(ok.data(), 1);
+  if (trial) cuda::driver()->api.memFree(trial);  // every peer has closed it
   for (int r = 0; r < n; ++r)
     if (!ok[static_cast<size_t>(r)]) {
       LOOM_INFO(kLogInit, "rank %d: no device executor (LOOM_DEVICE_EXECUTOR=kernel): rank %d cannot run it%s%s; "
@@ -173,17 +217,22 @@ DeviceExec::DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kerne
 }
 
 DeviceExec::~DeviceExec() {
-  stopWatchdog();
+  detach();
   cuda::ScopedDevice sd;
   std::string why;
-  // Every queued kernel ends before its memory goes (an aborted one at its next wait).
-  if (sd.set(device_, &why) && launched_) drv_.ipc.ctxSynchronize();
+  // Every queued kernel ends before its memory goes: an aborted one at its next wait, one
+  // waiting for a peer that died once the watchdog, still running, sees it.
+  const bool current = sd.set(device_, &why);
+  if (current && launched_) drv_.ipc.ctxSynchronize();
+  stopWatchdog();
   fifos_.reset();
   for (auto& [key, p] : plans_) drv_.api.memFree(p->mem);
   for (cuda::CuDevicePtr p : retired_) drv_.api.memFree(p);
   if (scratch_) drv_.api.memFree(scratch_);
   if (staging_) drv_.streams.memFreeHost(staging_);
   if (words_) drv_.streams.memFreeHost(words_);
+  if (last_ && drv_.streams.eventDestroy) drv_.streams.eventDestroy(last_);
+  if (setup_ && drv_.kernel.streamDestroy) drv_.kernel.streamDestroy(setup_);
 }
 
 void DeviceExec::check(cuda::CuResult r, const char* what) const {
@@ -206,7 +255,9 @@ void DeviceExec::upload(cuda::CuDevicePtr dst, const void* src, size_t bytes) {
   }
 }
 
-DeviceExec::OnDevice& DeviceExec::prepare(const std::shared_ptr<CachedPlan>& cp) {
+// The plan in device memory, copied there on first use (its connections made, if a lone call
+// did not prepare them).
+DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp) {
   auto it = plans_.find(cp.get());
   if (it != plans_.end()) return *it->second;
   const Plan& plan = cp->plan;
@@ -255,24 +306,62 @@ void* DeviceExec::scratch(size_t bytes) {
   return reinterpret_cast<void*>(scratch_);
 }
 
-void DeviceExec::launch(const Op& op) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Communicator& core = *op.comm.core;
-  cuda::ScopedDevice sd;
+void DeviceExec::setDevice(cuda::ScopedDevice& sd) const {
   std::string why;
   if (!sd.set(device_, &why))
     LOOM_THROW(kUnhandledCudaError, "rank %d: the device executor cannot make device %d current: %s", rank_, device_,
                why.c_str());
+}
+
+bool DeviceExec::capturing(const Op& op) const {
   int capture = cuda::kStreamCaptureStatusNone;
   check(drv_.streams.streamIsCapturing(op.stream, &capture), "cuStreamIsCapturing");
+  return capture != cuda::kStreamCaptureStatusNone;
+}
+
+void DeviceExec::prepare(std::span<const Op* const> ops) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cuda::ScopedDevice sd;
+  setDevice(sd);
+  bool capture = false;
+  std::vector<std::shared_ptr<CachedPlan>> fresh;
+  std::vector<std::pair<int, int>> sends, recvs;
+  size_t scratchBytes = 64;
+  for (const Op* op : ops) {
+    capture |= capturing(*op);
+    Communicator& core = *op->comm.core;
+    auto cp = core.planCache().get({op->coll, op->count, op->eltSize, op->root}, core.planContext());
+    scratchBytes = std::max(scratchBytes, cp->plan.scratchBytes);
+    if (plans_.count(cp.get())) continue;
+    cp->plan.peers(&sends, &recvs);
+    fresh.push_back(std::move(cp));
+  }
+  // Allocations and waits on the executor's own stream: legal during a capture in the
+  // relaxed mode only.
+  RelaxedCaptureMode relaxed(drv_, capture);
+  fifos_->connect(sends, recvs);  // one exchange with each peer for every plan
+  for (const auto& cp : fresh) ready(cp);
+  scratch(scratchBytes);
+}
+
+void DeviceExec::launch(const Op& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Communicator& core = *op.comm.core;
+  cuda::ScopedDevice sd;
+  setDevice(sd);
+  const bool capture = capturing(op);
+  if (!sharing_.empty() && (op.stream == nullptr || op.stream == kLegacyStream || op.stream == kPerThreadStream))
+    LOOM_THROW(kInvalidUsage,
+               "rank %d: %s on device buffers: rank(s) %s share CUDA device %d with this rank, and the device "
+               "executor's kernels of ranks sharing a device must run side by side: give each rank a stream "
+               "of its own (this call is on a default stream, %p)",
+               rank_, collectiveName(op.coll), sharing_.c_str(), device_, op.stream);
   const std::shared_ptr<CachedPlan> cp =
       core.planCache().get({op.coll, op.count, op.eltSize, op.root}, core.planContext());
   OnDevice* d = nullptr;
   {
-    // A first use while the caller's stream is captured allocates and waits on the
-    // executor's own stream: legal in the relaxed capture mode only.
-    RelaxedCaptureMode relaxed(drv_, capture != cuda::kStreamCaptureStatusNone);
-    d = &prepare(cp);
+    RelaxedCaptureMode relaxed(drv_, capture);
+    d = &ready(cp);
     scratch(std::max<size_t>(d->scratchBytes, 64));
   }
   if (!watchdog_.joinable()) {
@@ -280,10 +369,11 @@ void DeviceExec::launch(const Op& op) {
     watchdog_ = std::thread([this] { watch(); });
   }
   if (d->channels == 0) return;
-  // The last kernel of this communicator hands its FIFO counters on: a kernel on another
-  // stream starts after it. (A captured launch is ordered by its graph instead.)
-  if (lastStream_ && lastStream_ != op.stream && capture == cuda::kStreamCaptureStatusNone)
-    check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
+  // The last kernel of this communicator hands its FIFO counters on: the next one starts
+  // after it, whatever its stream (on the same stream the wait costs nothing; a default
+  // stream's handle may name another thread's stream). A captured launch is not ordered
+  // against launches outside its graph: the README says so.
+  if (eagerLaunched_ && !capture) check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
   const cuda::CuDevicePtr words = deviceWords_;
   loomCudaInterpArgs a{};
   a.plan = reinterpret_cast<const void*>(d->plan);
@@ -304,33 +394,38 @@ void DeviceExec::launch(const Op& op) {
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",
                rank_, collectiveName(op.coll), rc);
   launched_ = true;
-  if (capture == cuda::kStreamCaptureStatusNone) {
+  if (!capture) {
     check(drv_.streams.eventRecord(last_, op.stream), "cuEventRecord");
-    lastStream_ = op.stream;
+    eagerLaunched_ = true;
   }
   LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s on %d channel(s), by the device executor's kernel on stream %p",
             collectiveName(op.coll), op.bytes(), algorithmName(cp->plan.algo), d->channels, op.stream);
 }
 
+// The abort word: every kernel of this executor stops at its next look at it.
+void DeviceExec::stopKernels() { __atomic_store_n(&words_[0], 1u, __ATOMIC_RELEASE); }
+
 void DeviceExec::report(Code code, const std::string& what) {
-  if (reported_) return;
+  std::lock_guard<std::mutex> lock(watchMu_);
+  if (reported_ || detached_) return;
   reported_ = true;
-  Error e(code, what);
-  if (comm_.onFailure) comm_.onFailure(comm_.owner, e);
   LOOM_WARN("%s", what.c_str());
+  if (comm_.onFailure) comm_.onFailure(comm_.owner, Error(code, what));
 }
 
 // Every 10 ms: the communicator's abort reaches the kernels, a kernel's failure reaches the
-// communicator; every 100 ms, a peer process that exited stops them too.
+// communicator; every 100 ms, a peer process that exited stops them too. Once detached (the
+// communicator's API object is going), only the last.
 void DeviceExec::watch() {
-  volatile uint32_t* words = words_;
   for (unsigned tick = 0;; ++tick) {
+    bool detached;
     {
       std::unique_lock<std::mutex> lock(watchMu_);
       if (watchCv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stop_; })) return;
+      detached = detached_;
     }
-    if (comm_.interrupted()) words[0] = 1;
-    if (const uint32_t s = words[1]; s != 0 && s != LOOM_CUDA_INTERP_ABORTED)
+    if (!detached && comm_.interrupted()) stopKernels();
+    if (const uint32_t s = __atomic_load_n(&words_[1], __ATOMIC_ACQUIRE); s != 0 && s != LOOM_CUDA_INTERP_ABORTED)
       report(s == LOOM_CUDA_INTERP_SIZE_MISMATCH ? Code::kInvalidUsage : Code::kInternalError,
              strprintf("rank %d: a collective on device buffers failed in the device executor's kernel: %s", rank_,
                        statusText(s)));
@@ -338,16 +433,22 @@ void DeviceExec::watch() {
     for (size_t r = 0; r < peers_.size(); ++r) {
       const PeerInfo& p = peers_[r];
       if (static_cast<int>(r) == rank_ || p.pid == peers_[rank_].pid || p.pid <= 0 || !processGone(p.pid)) continue;
-      words[0] = 1;
+      stopKernels();
       report(Code::kRemoteError, strprintf("rank %d: rank %zu (pid %d) exited; the device executor's kernels of "
                                            "this communicator are stopped", rank_, r, p.pid));
     }
   }
 }
 
-void DeviceExec::stopWatchdog() {
+void DeviceExec::detach() {
+  std::lock_guard<std::mutex> lock(watchMu_);
+  if (detached_) return;
   // An aborted communicator's kernels stop at their next wait (its destroy comes next).
-  if (comm_.interrupted()) reinterpret_cast<volatile uint32_t*>(words_)[0] = 1;
+  if (comm_.interrupted()) stopKernels();
+  detached_ = true;
+}
+
+void DeviceExec::stopWatchdog() {
   {
     std::lock_guard<std::mutex> lock(watchMu_);
     stop_ = true;

@@ -6,9 +6,10 @@
 //
 // Opt-in while it has not run on a GPU: LOOM_DEVICE_EXECUTOR=kernel on every rank. It serves
 // a communicator when every rank asks for it and every rank can: one host, one pid namespace,
-// a CUDA device on every rank, a driver with IPC, the kernels module, at most 8 ranks, and
-// peer access between the devices of ranks that share a process. Otherwise (said at INFO)
-// the staged path serves the communicator's device buffers, as without the knob.
+// a CUDA device on every rank, a driver with IPC, the kernels module, at most 8 ranks, peer
+// access between the devices of ranks that share a process, and a small allocation of every
+// peer process mapped through CUDA IPC at init. Otherwise (said at INFO) the staged path
+// serves the communicator's device buffers, as without the knob.
 //
 // Per launch: the plan (the host engine's, from the communicator's plan cache), copied once
 // to device memory as a FlatPlan with the table of its FIFO ends; its connections made on
@@ -22,12 +23,17 @@
 // kernel polls) on ncclCommAbort / ncclCommRevoke and when a peer process exits, and reports
 // a kernel's failed status (mismatched calls) and a dead peer to the communicator
 // (ncclCommGetAsyncError); the stream then runs on, with the collective's output undefined.
+// A failed status stays: the rank's later kernels return at once. At destroy the device is
+// synchronized (the watchdog still stopping kernels whose peer died) before memory goes; a
+// sending kernel ends only once its receiver released every step, so no peer writes into
+// memory this rank frees. Ranks sharing a device must launch on streams of their own.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -60,20 +66,29 @@ class DeviceExec {
 
   // Whether this executor runs `op` (a collective without a device scalar).
   static bool takes(const Op& op) { return !op.isP2p() && !op.deviceScalar; }
+  // Makes the plans of `ops` (this executor's) ready before any of them launches: their
+  // connections, collective between pairs of ranks, in one exchange per pair. A thread that
+  // drives several ranks prepares them all (concurrently) before launching any.
+  void prepare(std::span<const Op* const> ops);
   // Queues `op` (device buffers, this rank's communicator) on its stream. Throws loom::Error.
   void launch(const Op& op);
-  // Stops the watchdog (before the communicator's API object goes).
-  void stopWatchdog();
+  // The communicator's API object is going: the watchdog no longer reports to it (it still
+  // stops the kernels when a peer dies, until the destructor has synchronized).
+  void detach();
 
  private:
   struct OnDevice;  // a plan in device memory
   DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
              int device, FifoShape shape, std::vector<bool> sameProcess);
-  OnDevice& prepare(const std::shared_ptr<CachedPlan>& cp);
+  OnDevice& ready(const std::shared_ptr<CachedPlan>& cp);
+  void setDevice(cuda::ScopedDevice& sd) const;
+  bool capturing(const Op& op) const;
+  void stopWatchdog();
   void* scratch(size_t bytes);
   void upload(cuda::CuDevicePtr dst, const void* src, size_t bytes);
   void check(cuda::CuResult r, const char* what) const;
   void watch();
+  void stopKernels();
   void report(Code code, const std::string& what);
 
   const cuda::Driver& drv_;
@@ -82,7 +97,8 @@ class DeviceExec {
   int rank_, device_;
   cuda::CuStream setup_ = nullptr;  // the executor's own stream (uploads, zeroing)
   cuda::CuEvent last_ = nullptr;    // recorded after each kernel
-  cuda::CuStream lastStream_ = nullptr;
+  bool eagerLaunched_ = false;      // last_ marks a kernel queued outside a capture
+  std::string sharing_;             // ranks on this rank's device ("" when none)
   uint32_t* words_ = nullptr;       // pinned, mapped: [0] abort word, [1] kernels' status
   cuda::CuDevicePtr deviceWords_ = 0;  // the same, as the kernels address them
   std::unique_ptr<DeviceFifos> fifos_;
@@ -101,6 +117,7 @@ class DeviceExec {
   std::condition_variable watchCv_;
   bool stop_ = false;
   bool reported_ = false;
+  bool detached_ = false;
   std::thread watchdog_;
 };
 

@@ -164,6 +164,56 @@ bool runReady(const Op& op, const CachedPlan& cp) {
   return true;
 }
 
+// Collectives of communicators the device executor serves run as its kernel; the rest
+// (send/receive, a device scalar, other communicators) go to *staged. Every plan is made
+// ready before any kernel is queued: making connections is collective between pairs of
+// ranks, so executors driven by this one thread prepare concurrently (as connectAll).
+void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
+  std::vector<std::pair<DeviceExec*, std::vector<const Op*>>> execs;
+  std::vector<const Op*> mine;
+  for (const Op& op : ops) {
+    DeviceExec* ex = op.comm.core->deviceExec();
+    if (!ex || !DeviceExec::takes(op)) {
+      staged->push_back(op);
+      continue;
+    }
+    mine.push_back(&op);
+    auto it = std::find_if(execs.begin(), execs.end(), [&](const auto& e) { return e.first == ex; });
+    if (it == execs.end()) execs.push_back({ex, {&op}});
+    else it->second.push_back(&op);
+  }
+  const Op* current = nullptr;
+  try {
+    if (execs.size() == 1) {
+      current = execs[0].second[0];
+      execs[0].first->prepare(execs[0].second);
+    } else if (execs.size() > 1) {
+      std::vector<std::thread> threads;
+      std::vector<std::exception_ptr> errors(execs.size());
+      for (size_t i = 0; i < execs.size(); ++i)
+        threads.emplace_back([&, i] {
+          try {
+            execs[i].first->prepare(execs[i].second);
+          } catch (...) {
+            errors[i] = std::current_exception();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (size_t i = 0; i < execs.size(); ++i) {
+        current = execs[i].second[0];
+        if (errors[i]) std::rethrow_exception(errors[i]);
+      }
+    }
+    for (const Op* op : mine) {
+      current = op;
+      op->comm.core->deviceExec()->launch(*op);
+    }
+  } catch (const Error& e) {
+    failAll({&current->comm, 1}, e);
+    throw;
+  }
+}
+
 }  // namespace
 
 void failBatch(const Batch& batch, const Error& e) { failAll(batch.comms, e); }
@@ -177,22 +227,8 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
                      "rank %d: an asynchronous launch on device memory: device work is ordered "
                      "by its stream, not by a work handle",
                      ops[0].comm.core->rank());
-    // Collectives of communicators the device executor serves run as its kernel; the rest
-    // (send/receive, a device scalar, other communicators) take the staged path.
     std::vector<Op> staged;
-    for (const Op& op : ops) {
-      DeviceExec* ex = op.comm.core->deviceExec();
-      if (!ex || !DeviceExec::takes(op)) {
-        staged.push_back(op);
-        continue;
-      }
-      try {
-        ex->launch(op);
-      } catch (const Error& e) {
-        failAll({&op.comm, 1}, e);
-        throw;
-      }
-    }
+    launchOnDevice(ops, &staged);
     if (!staged.empty()) launchStaged(staged);
     return completedWork();
   }

@@ -1088,5 +1088,78 @@ TEST(STAGED_SUITE, DeviceExecutorRunsEveryCollectiveInThreads) {
   }
 }
 
+// One thread drives two ranks on two devices (ncclCommInitAll), as a training process over
+// its GPUs does: a group of all-reduces, then one of all-gathers, each rank's kernel on its
+// own device's stream. Their first use makes the connections of both ranks at once (one
+// thread, so the executors prepare concurrently before either kernel is queued).
+TEST(STAGED_SUITE, DeviceExecutorOneThreadDrivesTwoDevices) {
+  NEED_DEVICE();
+  if (mem().deviceCount() < 2) GTEST_SKIP() << "one device here";
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  CollLogs logs;
+  ncclComm_t comms[2];
+  int devs[2] = {0, 1};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  const size_t k = 4099;
+  int32_t* x[2];
+  int32_t* g[2];
+  void* s[2];
+  for (int r = 0; r < 2; ++r) {
+    mem().makeCurrent(r);
+    x[r] = static_cast<int32_t*>(mem().allocDevice(k * sizeof(int32_t), r, 0));
+    g[r] = static_cast<int32_t*>(mem().allocDevice(2 * k * sizeof(int32_t), r, 0xEE));
+    mem().toDevice(x[r], inputs(1, r, k).data(), k * sizeof(int32_t));
+    s[r] = mem().createStream();
+  }
+  for (int round = 0; round < 2; ++round) {  // the second round reuses the connections
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; ++r)
+      ASSERT_EQ(ncclAllReduce(x[r], x[r], k, ncclInt32, ncclSum, comms[r], static_cast<cudaStream_t>(s[r])),
+                ncclSuccess) << ncclGetLastError(comms[r]);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < 2; ++r)
+      ASSERT_EQ(ncclAllGather(x[r], g[r], k, ncclInt32, comms[r], static_cast<cudaStream_t>(s[r])), ncclSuccess);
+    ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  }
+  for (int r = 0; r < 2; ++r) {
+    mem().makeCurrent(r);
+    mem().syncStream(s[r]);
+  }
+  std::vector<int32_t> want(k);
+  for (size_t i = 0; i < k; ++i) want[i] = 2 * (in(1, 0, i) + in(1, 1, i));  // summed twice
+  for (int r = 0; r < 2; ++r) {
+    mem().makeCurrent(r);
+    std::vector<int32_t> got(2 * k);
+    mem().fromDevice(got.data(), g[r], 2 * k * sizeof(int32_t));
+    for (int b = 0; b < 2; ++b)
+      for (size_t i = 0; i < k; ++i) ASSERT_EQ(got[b * k + i], want[i]) << "rank " << r << " block " << b << " [" << i << "]";
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  expectKernelLaunches(logs, 4, 2);
+}
+
+// Ranks sharing a device need their kernels to run side by side: a call of such a rank on a
+// default stream (where they would queue behind each other and wait for ever) is refused on
+// every rank alike, saying why.
+TEST(STAGED_SUITE, DeviceExecutorRefusesADefaultStreamOnASharedDevice) {
+  NEED_DEVICE();
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  verdict(threadsOnDevice0(2, [](int rank, int, ncclComm_t comm) -> std::string {
+    int32_t* a = devInts(inputs(1, rank, 100));
+    const ncclResult_t rc = ncclAllReduce(a, a, 100, ncclInt32, ncclSum, comm, nullptr);
+    // 0: no executor here (the staged path serves it); 1: the executor; -1: a GPU, either.
+    const int executor = kernelLaunchesExpected(1, 1);
+    if (executor == 0 || (executor < 0 && rc == ncclSuccess)) {
+      RANK_CHECK(rc == ncclSuccess, "all-reduce: %d (%s)", rc, ncclGetLastError(comm));
+      return "";
+    }
+    RANK_CHECK(rc == ncclInvalidUsage, "all-reduce: %d (%s)", rc, ncclGetLastError(comm));
+    const std::string why = ncclGetLastError(comm);
+    RANK_CHECK(why.find("stream of its own") != std::string::npos, "the error does not say why: %s", why.c_str());
+    return "";
+  }));
+}
+
 }  // namespace
 }  // namespace loomtest

@@ -203,6 +203,21 @@ struct HostArgs {
   }
 };
 
+// A GPU polls for free; here every rank's channels share a few CPUs with the peers they
+// wait for: spin briefly, then yield, then sleep.
+void backoff(unsigned polls) {
+  if (polls < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  } else if (polls < 256) {
+    sched_yield();
+  } else {
+    timespec pause{0, 20000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
 // DeviceEnv on a host thread: the channel's own copies of every FIFO end, from their step
 // counters as the launch found them.
 struct StandInEnv {
@@ -229,6 +244,18 @@ struct StandInEnv {
     for (int i = 0; i < a->nFifos; ++i)
       if (ends[i].step != start[i])
         __atomic_store_n(a->fifos[i].step, ends[i].step, __ATOMIC_RELAXED);
+  }
+  // The sending ends this channel moved, each until its receiver has released every step
+  // posted on it (the receiver writes the head into this rank's memory, which its owner may
+  // free once the launch has ended); false when the launch must stop instead.
+  template <class Stop>
+  bool drain(Stop stop) const {
+    for (int i = 0; i < a->nFifos; ++i)
+      for (unsigned polls = 0; a->fifos[i].send && ends[i].step != start[i] && !ends[i].drained(); ++polls) {
+        if (stop()) return false;
+        backoff(polls);
+      }
+    return true;
   }
   HostFifo* find(int peer, int conn, int send) {
     for (int i = 0; i < a->nFifos; ++i) {
@@ -270,21 +297,6 @@ struct StandInOps : loom::CpuStepOps {
 
 using StandInInterp = loom::ChannelInterp<loom::HostAtomics, StandInEnv>;
 
-// A GPU polls for free; here every rank's channels share a few CPUs with the peers they
-// wait for: spin briefly, then yield, then sleep.
-void backoff(unsigned polls) {
-  if (polls < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  } else if (polls < 256) {
-    sched_yield();
-  } else {
-    timespec pause{0, 20000};
-    nanosleep(&pause, nullptr);
-  }
-}
-
 // The kernel's wait for a piece: false when the launch must stop (a status, here or on
 // another channel, or the abort word).
 bool waitReady(const StandInInterp& in, StandInEnv& env, const loomCudaInterpArgs& a) {
@@ -313,6 +325,7 @@ void runChannel(const loomCudaInterpArgs& a, const loom::Reducer& red, int c) {
     if (!in.run(env, ops, hasPost))
       setStatus(a.status, loadWord(a.abortWord) ? LOOM_CUDA_INTERP_ABORTED
                                                 : LOOM_CUDA_INTERP_SIZE_MISMATCH);
+  env.drain([&a] { return loadWord(a.abortWord) || loadWord(a.status); });
   env.writeBack();
 }
 
