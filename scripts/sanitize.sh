@@ -31,10 +31,11 @@ subset="${LOOM_SANITIZE_SUBSET:-ci}"
 case "$kind" in
   address) flags=address,undefined; name="asan+ubsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-asan}"
     targets=(core_test chaos_test fault_test hier_test diag_test engine_staged_stand_in_test
-             engine_interp_test) ;;
+             engine_interp_test loom_stand_in_kernels) ;;
   thread) flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
     targets=(core_test transports_test kernels_test diag_test engine_metrics_test
-             engine_staged_stand_in_test engine_stand_in_stream_test engine_interp_test) ;;
+             engine_staged_stand_in_test engine_stand_in_stream_test engine_interp_test
+             loom_stand_in_kernels) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
 esac
 jobs="${LOOM_JOBS:-$(nproc)}"
@@ -80,6 +81,9 @@ if [ "$kind" = address ]; then
   metrics_filter=''
   # Device buffers through the staged path (stand-in driver: streams, host functions).
   staged_filter='*'
+  # The device executor (engine/device_exec.h) with the kernels module's stand-in, whose
+  # launches run the plan interpreter on host threads: ranks as processes and as threads.
+  executor_filter='*DeviceExecutor*'
   stream_filter=''
   # The device executor's plan interpreter on host threads (one per channel), alone and
   # under communicators (LOOM_EXECUTOR=interp), threads and processes.
@@ -109,6 +113,9 @@ else
   # stand-in driver) sharing records, flags and the staging pool; ranks as threads.
   staged_filter='*Threads*:*Group*:*CallsReturn*:*Abort*:*Capture*:*Sharing*'
   stream_filter='*:-*Fork*'
+  # The device executor's watchdog, launches and the stand-in kernels' channel threads
+  # sharing the FIFOs in (stand-in) device memory and the abort and status words; threads.
+  executor_filter='*DeviceExecutorRunsEveryCollectiveInThreads*:*DeviceExecutorOneThread*:*DeviceExecutorRefuses*'
   # The interpreter's channel threads sharing FIFOs with each other, with the thread that
   # drives socket connections and with aborts.
   interp_core_filter='Core/CollectivesTest.*/threads_3_*:Core/AllReduceAlgoTest.*/threads_4_*:Core/AllReduceTest.CountZero/threads_*'
@@ -184,6 +191,11 @@ fi
 if [ -n "${staged_filter:-}" ]; then
   run engine_staged_stand_in_test "$build/tests/engine/engine_staged_stand_in_test" \
     --gtest_filter="$staged_filter"
+fi
+if [ -n "${executor_filter:-}" ]; then
+  LOOM_CUDA_KERNELS_LIBRARY="$build/tests/engine/libloom_stand_in_kernels.so" \
+    run engine_staged_stand_in_test_executor "$build/tests/engine/engine_staged_stand_in_test" \
+    --gtest_filter="$executor_filter"
 fi
 if [ -n "${stream_filter:-}" ]; then
   run engine_stand_in_stream_test "$build/tests/engine/engine_stand_in_stream_test" \

@@ -14,7 +14,7 @@ extern "C" {
 #endif
 
 #define LOOM_CUDA_KERNELS_LIBRARY "libloom-cuda-kernels.so"
-#define LOOM_CUDA_KERNELS_ABI_VERSION 3
+#define LOOM_CUDA_KERNELS_ABI_VERSION 4
 
 /* What loomCudaReduce computes, element-wise over n elements (see loom::Reducer):
  * REDUCE  dst = a OP pre(b)   (b is this rank's own contribution)
@@ -77,8 +77,12 @@ typedef struct loomCudaFifo {
   uint64_t* headAt; /* NULL: the head is ctrl's */
 } loomCudaFifo;
 
-/* More FIFO ends than this per launch are refused (LOOM_CUDA_INTERP_TOO_MANY_FIFOS). */
+/* A launch's table holds every channel's FIFO ends, at most LOOM_CUDA_INTERP_MAX_TABLE (more
+ * are refused: cudaErrorInvalidValue). Each channel (block) takes the ends it uses from it as
+ * it first needs them, at most LOOM_CUDA_INTERP_MAX_FIFOS (ABI 4; a channel needing more stops
+ * with LOOM_CUDA_INTERP_TOO_MANY_FIFOS). */
 #define LOOM_CUDA_INTERP_MAX_FIFOS 32
+#define LOOM_CUDA_INTERP_MAX_TABLE 1024
 
 /* What a launch leaves in *status (memory the GPU writes: device memory, or host memory
  * mapped for it). A nonzero status at launch makes the kernel return at once: the engine
@@ -87,6 +91,7 @@ typedef struct loomCudaFifo {
 #define LOOM_CUDA_INTERP_SIZE_MISMATCH 1u  /* a peer posted a step of another size */
 #define LOOM_CUDA_INTERP_REMOTE_PAYLOAD 2u /* a peer posted an address, not data */
 #define LOOM_CUDA_INTERP_ABORTED 3u        /* the abort word stopped an LL read halfway */
+#define LOOM_CUDA_INTERP_TOO_MANY_FIFOS 4u /* a channel uses more FIFO ends than it can keep */
 
 typedef struct loomCudaInterpArgs {
   const void* plan; /* a FlatPlan (kernels/interp.h) in device memory */

@@ -9,7 +9,7 @@ using loom::DataType;
 using loom::cuda::interpLaunch;
 
 cudaError_t dispatch(const loomCudaInterpArgs* a, int channels, cudaStream_t stream) {
-  if (!a || channels <= 0 || a->nFifos < 0 || a->nFifos > LOOM_CUDA_INTERP_MAX_FIFOS)
+  if (!a || channels <= 0 || a->nFifos < 0 || a->nFifos > LOOM_CUDA_INTERP_MAX_TABLE)
     return cudaErrorInvalidValue;
   if (a->kind < 0 || a->kind >= loom::kNumRedKinds) return cudaErrorInvalidValue;
   if (a->proto != LOOM_CUDA_INTERP_PROTO_SIMPLE &&

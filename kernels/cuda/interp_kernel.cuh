@@ -22,45 +22,53 @@ constexpr int kInterpMaxFifos = LOOM_CUDA_INTERP_MAX_FIFOS;
 
 using DevFifo = FifoEndT<DeviceAtomics>;
 
-// Every thread keeps its own copy of the connection FIFO ends (their step counters advance
-// alike on every thread); thread 0 writes the counters back at the end, so the next
-// launch goes on from there.
+// Every thread keeps its own copy of the FIFO ends its block's channel uses, taken from the
+// launch's table as the channel first needs each (every thread looks them up in the same
+// order, so the copies stay alike; their step counters advance alike); thread 0 writes the
+// counters back at the end, so the next launch goes on from there.
 struct DeviceEnv {
   const loomCudaInterpArgs* a;
   DevFifo ends[kInterpMaxFifos];
   uint64_t start[kInterpMaxFifos];  // the counters as this block found them
+  int peer[kInterpMaxFifos], conn[kInterpMaxFifos], send[kInterpMaxFifos], at[kInterpMaxFifos];
   int n = 0;
 
-  __device__ explicit DeviceEnv(const loomCudaInterpArgs* args) : a(args) {
-    n = a->nFifos < kInterpMaxFifos ? a->nFifos : kInterpMaxFifos;
-    for (int i = 0; i < n; ++i) {
-      const loomCudaFifo& f = a->fifos[i];
-      ends[i].ctrl = static_cast<FifoCtrl*>(f.ctrl);
-      ends[i].slots = static_cast<char*>(f.slots);
-      ends[i].slotBytes = f.slotBytes;
-      ends[i].depth = f.depth;
-      ends[i].step = start[i] = *f.step;
-      ends[i].headAt = f.headAt;
-    }
-  }
-  // Only the ends this block moved: every block holds a copy of every end, and the ends of
-  // concurrent channels are disjoint, so another block's copy of ours is stale.
+  __device__ explicit DeviceEnv(const loomCudaInterpArgs* args) : a(args) {}
+  // Only the ends this block moved: the ends of concurrent channels are disjoint.
   __device__ void writeBack() const {
     for (int i = 0; i < n; ++i)
-      if (ends[i].step != start[i]) *a->fifos[i].step = ends[i].step;
+      if (ends[i].step != start[i]) *a->fifos[at[i]].step = ends[i].step;
   }
   // The sending ends this block moved, each until its receiver has released every step
   // posted on it: the receiver writes the head into this rank's memory, which its owner may
   // free once the kernel has ended. Thread 0 only; gives up when the kernel must stop.
   __device__ void drain(volatile const uint32_t* abortWord, volatile const uint32_t* status) const {
     for (int i = 0; i < n; ++i)
-      for (uint32_t polls = 0; a->fifos[i].send && ends[i].step != start[i] && !ends[i].drained(); ++polls)
+      for (uint32_t polls = 0; send[i] && ends[i].step != start[i] && !ends[i].drained(); ++polls)
         if ((polls & 1023u) == 1023u && (*abortWord || *status)) return;
   }
-  __device__ DevFifo* find(int peer, int conn, int send) {
-    for (int i = 0; i < n; ++i) {
-      const loomCudaFifo& f = a->fifos[i];
-      if (f.peer == peer && f.conn == conn && f.send == send) return &ends[i];
+  __device__ DevFifo* find(int p, int c, int s) {
+    for (int i = 0; i < n; ++i)
+      if (peer[i] == p && conn[i] == c && send[i] == s) return &ends[i];
+    for (int j = 0; j < a->nFifos; ++j) {
+      const loomCudaFifo& f = a->fifos[j];
+      if (f.peer != p || f.conn != c || f.send != s) continue;
+      if (n == kInterpMaxFifos) {  // the status stops the block at its next turn
+        atomicCAS(a->status, LOOM_CUDA_INTERP_OK, LOOM_CUDA_INTERP_TOO_MANY_FIFOS);
+        return nullptr;
+      }
+      DevFifo& e = ends[n];
+      e.ctrl = static_cast<FifoCtrl*>(f.ctrl);
+      e.slots = static_cast<char*>(f.slots);
+      e.slotBytes = f.slotBytes;
+      e.depth = f.depth;
+      e.step = start[n] = *f.step;
+      e.headAt = f.headAt;
+      peer[n] = p;
+      conn[n] = c;
+      send[n] = s;
+      at[n] = j;
+      return &ends[n++];
     }
     return nullptr;
   }

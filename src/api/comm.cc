@@ -134,9 +134,8 @@ void ncclComm::runInit() noexcept {
         allWant &= r.wantsKernel != 0;
         devices.push_back(r.cudaDev);
       }
-      const loom::PlanContext& pc = c->planContext();
       c->setDeviceExec(loom::DeviceExec::create(c->bootstrap(), c->peers(), devices,
-                                                {pc.slotBytes, pc.depth}, allWant));
+                                                c->planContext(), allWant));
       if (!shadow && !c->deviceExec() && onePidNs &&
           loom::dispatch::processesOnOneDevice(fb.ranks, pids))
         c->setDeviceBoard(loom::DeviceBoard::create(c->bootstrap(), cudaDev));

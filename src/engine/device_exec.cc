@@ -13,6 +13,7 @@
 #include "engine/communicator.h"
 #include "engine/flat_plan.h"
 #include "engine/plan_cache.h"
+#include "topo/load.h"
 
 namespace loom {
 namespace {
@@ -23,7 +24,7 @@ StringKnob kDeviceExecutor("LOOM_DEVICE_EXECUTOR", "", "staged",
                            "(the device executor: the plan-interpreter kernel over FIFOs in GPU "
                            "memory; not yet run on a GPU). Every rank of a job must use the same");
 
-constexpr int kMaxRanks = 8;  // a direct plan's ends fit the kernel's table (32)
+constexpr int kMaxRanks = 8;  // a direct plan's channel uses 14 FIFO ends; a block keeps 32
 constexpr size_t kStagingBytes = 64 << 10;  // uploads go through this much pinned memory
 void* const kLegacyStream = reinterpret_cast<void*>(0x1);     // CU_STREAM_LEGACY
 void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
@@ -118,6 +119,29 @@ std::string ipcTrial(Bootstrap& bs, const cuda::Driver* drv, const std::vector<P
   return "";
 }
 
+// The plan context of device plans: the host's, ranked with this host's GPU model (NVLink or
+// PCIe figures, channels a GPU keeps busy, rings in the topology search's GPU order; on a
+// host without GPUs the model is the host-memory one), Simple protocol only (what the
+// executor runs). Its checksum lets the ranks confirm they ranked alike.
+PlanContext devicePlans(const PlanContext& host, int localRanks, uint64_t* sum) {
+  PlanContext ctx = host;
+  for (auto& p : ctx.allowedProtocols)
+    for (size_t i = 0; i < p.size(); ++i) p[i] = p[i] && i == static_cast<size_t>(Protocol::kSimple);
+  ctx.loadTuning(algo::buildNodeModel(topo::loadLocalSystem(), localRanks, false));
+  ctx.loadRings();
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const auto& coll : ctx.ranking)
+    for (const auto& r : coll) {
+      mix(static_cast<uint64_t>(r.channels));
+      for (const algo::Ranked& x : r.order) mix(static_cast<uint64_t>(x.algo) * 8 + static_cast<uint64_t>(x.proto));
+    }
+  for (const Ring& ring : ctx.rings)
+    for (int rk : ring.order) mix(static_cast<uint64_t>(rk));
+  *sum = h;
+  return ctx;
+}
+
 const char* statusText(uint32_t s) {
   switch (s) {
     case LOOM_CUDA_INTERP_SIZE_MISMATCH:
@@ -125,6 +149,8 @@ const char* statusText(uint32_t s) {
              "same counts and datatypes?";
     case LOOM_CUDA_INTERP_REMOTE_PAYLOAD: return "a peer posted an address where data was expected";
     case LOOM_CUDA_INTERP_ABORTED: return "the kernel was stopped by the communicator's abort";
+    case LOOM_CUDA_INTERP_TOO_MANY_FIFOS:
+      return "a channel of its plan uses more FIFO ends than the kernel keeps (32)";
     default: return "the kernel failed";
   }
 }
@@ -149,12 +175,13 @@ struct DeviceExec::OnDevice {
 };
 
 std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
-                                               const std::vector<int>& devices, FifoShape shape,
+                                               const std::vector<int>& devices, const PlanContext& host,
                                                bool allWant) {
   if (!allWant) return nullptr;
   const int rank = bs.rank(), n = bs.nranks();
   std::string why = cannot(peers, devices, rank);
   std::unique_ptr<DeviceExec> ex;
+  uint64_t sum = 0;  // of the device plan context's ranking
   if (why.empty()) {
     const cuda::Driver& drv = *cuda::driver();
     cuda::ScopedDevice sd;
@@ -167,8 +194,10 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
         if (r != rank && devices[r] == devices[rank]) sharing += (sharing.empty() ? "" : ", ") + std::to_string(r);
       }
       try {
-        ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], shape, std::move(same)));
+        ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], {host.slotBytes, host.depth},
+                                std::move(same)));
         ex->sharing_ = sharing;
+        ex->ctx_ = devicePlans(host, n, &sum);
       } catch (const std::exception& e) {  // every rank must reach the all-gather below
         why = e.what();
       }
@@ -180,18 +209,29 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
     ex.reset();
   }
   // Every rank can, or none runs it: their collectives then take the staged path.
-  std::vector<uint8_t> ok(static_cast<size_t>(n), 0);
-  ok[static_cast<size_t>(rank)] = ex ? 1 : 0;
-  bs.allGather(ok.data(), 1);
+  struct Outcome {
+    uint64_t ok;
+    uint64_t sum;
+  };
+  std::vector<Outcome> ok(static_cast<size_t>(n));
+  ok[static_cast<size_t>(rank)] = {ex ? 1u : 0u, sum};
+  bs.allGather(ok.data(), sizeof(Outcome));
   if (trial) cuda::driver()->api.memFree(trial);  // every peer has closed it
+  bool alike = true;
+  for (int r = 0; r < n; ++r) alike &= ok[static_cast<size_t>(r)].sum == ok[0].sum;
+  if (ex && !alike) {  // ranks that see their host differently would run different plans
+    LOOM_INFO(kLogInit, "rank %d: the ranks model this host's GPUs differently: device plans are selected "
+              "as host plans are", rank);
+    ex->ctx_ = host;
+  }
   for (int r = 0; r < n; ++r)
-    if (!ok[static_cast<size_t>(r)]) {
+    if (!ok[static_cast<size_t>(r)].ok) {
       LOOM_INFO(kLogInit, "rank %d: no device executor (LOOM_DEVICE_EXECUTOR=kernel): rank %d cannot run it%s%s; "
                 "device buffers take the staged path", rank, r, r == rank ? ": " : "", r == rank ? why.c_str() : "");
       return nullptr;
     }
-  LOOM_INFO(kLogInit, "rank %d: device buffers run on the device executor (plan-interpreter kernel, device %d)",
-            rank, devices[rank]);
+  LOOM_INFO(kLogInit, "rank %d: device buffers run on the device executor (plan-interpreter kernel, device %d); "
+            "device plans: %s", rank, devices[rank], ex->ctx_.modelNotes.c_str());
   return ex;
 }
 
@@ -267,9 +307,9 @@ DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp) {
   std::vector<loomCudaFifo> table;
   for (auto [p, c] : sends) table.push_back(fifos_->end(p, c, true));
   for (auto [p, c] : recvs) table.push_back(fifos_->end(p, c, false));
-  if (table.size() > LOOM_CUDA_INTERP_MAX_FIFOS)
+  if (table.size() > LOOM_CUDA_INTERP_MAX_TABLE)
     LOOM_THROW(kInternalError, "rank %d: a %s plan uses %zu FIFO ends; the device executor's kernel takes at most %d",
-               rank_, algorithmName(plan.algo), table.size(), LOOM_CUDA_INTERP_MAX_FIFOS);
+               rank_, algorithmName(plan.algo), table.size(), LOOM_CUDA_INTERP_MAX_TABLE);
   FlatPlanBlock flat(plan);
   auto d = std::make_unique<OnDevice>();
   d->keep = cp;
@@ -329,8 +369,7 @@ void DeviceExec::prepare(std::span<const Op* const> ops) {
   size_t scratchBytes = 64;
   for (const Op* op : ops) {
     capture |= capturing(*op);
-    Communicator& core = *op->comm.core;
-    auto cp = core.planCache().get({op->coll, op->count, op->eltSize, op->root}, core.planContext());
+    auto cp = cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_);
     scratchBytes = std::max(scratchBytes, cp->plan.scratchBytes);
     if (plans_.count(cp.get())) continue;
     cp->plan.peers(&sends, &recvs);
@@ -346,7 +385,6 @@ void DeviceExec::prepare(std::span<const Op* const> ops) {
 
 void DeviceExec::launch(const Op& op) {
   std::lock_guard<std::mutex> lock(mu_);
-  Communicator& core = *op.comm.core;
   cuda::ScopedDevice sd;
   setDevice(sd);
   const bool capture = capturing(op);
@@ -356,8 +394,7 @@ void DeviceExec::launch(const Op& op) {
                "executor's kernels of ranks sharing a device must run side by side: give each rank a stream "
                "of its own (this call is on a default stream, %p)",
                rank_, collectiveName(op.coll), sharing_.c_str(), device_, op.stream);
-  const std::shared_ptr<CachedPlan> cp =
-      core.planCache().get({op.coll, op.count, op.eltSize, op.root}, core.planContext());
+  const std::shared_ptr<CachedPlan> cp = cache_.get({op.coll, op.count, op.eltSize, op.root}, ctx_);
   OnDevice* d = nullptr;
   {
     RelaxedCaptureMode relaxed(drv_, capture);

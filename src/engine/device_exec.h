@@ -43,6 +43,7 @@
 #include "engine/cuda_kernels.h"
 #include "engine/device_fifos.h"
 #include "engine/op.h"
+#include "engine/plan_cache.h"
 #include "transports/peer_info.h"
 
 namespace loom {
@@ -57,8 +58,10 @@ class DeviceExec {
  public:
   // Collective over the bootstrap when `allWant` (every rank asked; the same on every rank);
   // nullptr on every rank unless every rank can. `devices[r]`: rank r's CUDA device.
+  // `host`: the communicator's plan context; the executor's own is the same with the GPU
+  // model of this host (engine/device_exec.cc: devicePlans), where every rank has the same.
   static std::unique_ptr<DeviceExec> create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
-                                            const std::vector<int>& devices, FifoShape shape,
+                                            const std::vector<int>& devices, const PlanContext& host,
                                             bool allWant);
   ~DeviceExec();
   DeviceExec(const DeviceExec&) = delete;
@@ -102,6 +105,8 @@ class DeviceExec {
   uint32_t* words_ = nullptr;       // pinned, mapped: [0] abort word, [1] kernels' status
   cuda::CuDevicePtr deviceWords_ = 0;  // the same, as the kernels address them
   std::unique_ptr<DeviceFifos> fifos_;
+  PlanContext ctx_;    // what device plans are selected and built for
+  PlanCache cache_;    // device plans (the host engine's cache holds host plans)
   std::unordered_map<const CachedPlan*, std::unique_ptr<OnDevice>> plans_;
   cuda::CuDevicePtr scratch_ = 0;
   size_t scratchBytes_ = 0;

@@ -218,49 +218,59 @@ void backoff(unsigned polls) {
   }
 }
 
-// DeviceEnv on a host thread: the channel's own copies of every FIFO end, from their step
-// counters as the launch found them.
+// DeviceEnv on a host thread: the channel's own copies of the FIFO ends it uses, taken from
+// the launch's table as it first needs each, at most LOOM_CUDA_INTERP_MAX_FIFOS, with their
+// step counters as the launch found them.
 struct StandInEnv {
+  static constexpr int kMax = LOOM_CUDA_INTERP_MAX_FIFOS;
   const loomCudaInterpArgs* a;  // host views throughout
   size_t channel;
-  HostFifo ends[LOOM_CUDA_INTERP_MAX_FIFOS];
-  uint64_t start[LOOM_CUDA_INTERP_MAX_FIFOS];
+  HostFifo ends[kMax];
+  uint64_t start[kMax];
+  int at[kMax];  // index in the launch's table
+  int n = 0;
 
-  StandInEnv(const loomCudaInterpArgs* args, size_t c) : a(args), channel(c) {
-    for (int i = 0; i < a->nFifos; ++i) {
-      const loomCudaFifo& f = a->fifos[i];
-      ends[i].ctrl = static_cast<loom::FifoCtrl*>(f.ctrl);
-      ends[i].slots = static_cast<char*>(f.slots);
-      ends[i].slotBytes = f.slotBytes;
-      ends[i].depth = f.depth;
-      // Relaxed: another channel's thread may be writing back an end it moved (not ours).
-      ends[i].step = start[i] = __atomic_load_n(f.step, __ATOMIC_RELAXED);
-      ends[i].headAt = f.headAt;
-    }
-  }
-  // Only the ends this channel moved: the ends of concurrent channels are disjoint, so every
-  // other copy is stale.
+  StandInEnv(const loomCudaInterpArgs* args, size_t c) : a(args), channel(c) {}
+  // Only the ends this channel moved: the ends of concurrent channels are disjoint.
   void writeBack() const {
-    for (int i = 0; i < a->nFifos; ++i)
+    for (int i = 0; i < n; ++i)
       if (ends[i].step != start[i])
-        __atomic_store_n(a->fifos[i].step, ends[i].step, __ATOMIC_RELAXED);
+        __atomic_store_n(a->fifos[at[i]].step, ends[i].step, __ATOMIC_RELAXED);
   }
   // The sending ends this channel moved, each until its receiver has released every step
   // posted on it (the receiver writes the head into this rank's memory, which its owner may
   // free once the launch has ended); false when the launch must stop instead.
   template <class Stop>
   bool drain(Stop stop) const {
-    for (int i = 0; i < a->nFifos; ++i)
-      for (unsigned polls = 0; a->fifos[i].send && ends[i].step != start[i] && !ends[i].drained(); ++polls) {
+    for (int i = 0; i < n; ++i)
+      for (unsigned polls = 0; a->fifos[at[i]].send && ends[i].step != start[i] && !ends[i].drained(); ++polls) {
         if (stop()) return false;
         backoff(polls);
       }
     return true;
   }
   HostFifo* find(int peer, int conn, int send) {
-    for (int i = 0; i < a->nFifos; ++i) {
-      const loomCudaFifo& f = a->fifos[i];
+    for (int i = 0; i < n; ++i) {
+      const loomCudaFifo& f = a->fifos[at[i]];
       if (f.peer == peer && f.conn == conn && f.send == send) return &ends[i];
+    }
+    for (int j = 0; j < a->nFifos; ++j) {
+      const loomCudaFifo& f = a->fifos[j];
+      if (f.peer != peer || f.conn != conn || f.send != send) continue;
+      if (n == kMax) {  // as the kernel: the status stops the channel at its next wait
+        setStatus(a->status, LOOM_CUDA_INTERP_TOO_MANY_FIFOS);
+        return nullptr;
+      }
+      HostFifo& e = ends[n];
+      e.ctrl = static_cast<loom::FifoCtrl*>(f.ctrl);
+      e.slots = static_cast<char*>(f.slots);
+      e.slotBytes = f.slotBytes;
+      e.depth = f.depth;
+      // Relaxed: another channel's thread may be writing back an end it moved (not ours).
+      e.step = start[n] = __atomic_load_n(f.step, __ATOMIC_RELAXED);
+      e.headAt = f.headAt;
+      at[n] = j;
+      return &ends[n++];
     }
     return nullptr;
   }
@@ -409,7 +419,7 @@ extern "C" __attribute__((visibility("default"))) int loomCudaReduce(
 // SumPostDiv by zero, which the module would run (see reducerOf).
 extern "C" __attribute__((visibility("default"))) int loomCudaInterpLaunch(
     const loomCudaInterpArgs* args, int channels, loomCudaStream_t stream) {
-  if (!args || channels <= 0 || args->nFifos < 0 || args->nFifos > LOOM_CUDA_INTERP_MAX_FIFOS)
+  if (!args || channels <= 0 || args->nFifos < 0 || args->nFifos > LOOM_CUDA_INTERP_MAX_TABLE)
     return 1;
   if (args->proto != LOOM_CUDA_INTERP_PROTO_SIMPLE &&
       (args->proto != LOOM_CUDA_INTERP_PROTO_LL || !args->llStaging ||

@@ -37,6 +37,18 @@ struct Env {
   const char* k_;
 };
 
+// The message of the loom::Error fn throws ("" when none), its code in *code.
+template <typename Fn>
+std::string errorOf(Fn fn, Code* code = nullptr) {
+  try {
+    fn();
+  } catch (const loom::Error& e) {
+    if (code) *code = e.code();
+    return e.what();
+  }
+  return "";
+}
+
 #ifdef LOOM_VERBS_HEADERS
 
 // What the faulty table does differently from the real one.
@@ -178,17 +190,6 @@ class IbVerbs : public testing::Test {
   std::unique_ptr<loom::NetRecvComm> recv_;
   std::string acceptError_;
 };
-
-template <typename Fn>
-std::string errorOf(Fn fn, Code* code = nullptr) {
-  try {
-    fn();
-  } catch (const loom::Error& e) {
-    if (code) *code = e.code();
-    return e.what();
-  }
-  return "";
-}
 
 TEST_F(IbVerbs, TheRealTableMovesData) {
   make();
