@@ -24,6 +24,11 @@ StringKnob kDeviceExecutor("LOOM_DEVICE_EXECUTOR", "", "staged",
                            "(the device executor: the plan-interpreter kernel over FIFOs in GPU "
                            "memory; not yet run on a GPU). Every rank of a job must use the same");
 
+SizeKnob kDeviceLLBytes("LOOM_DEVICE_LL_BYTES", "", "64K",
+                        "The device executor runs collectives of at most this many bytes per rank with "
+                        "the LL protocol (flagged 8-byte lines; lower latency), larger ones with Simple; "
+                        "0: Simple always. NCCL_PROTO without LL also means Simple. Every rank must use the same");
+
 constexpr int kMaxRanks = 8;  // a direct plan's channel uses 14 FIFO ends; a block keeps 32
 constexpr size_t kStagingBytes = 64 << 10;  // uploads go through this much pinned memory
 void* const kLegacyStream = reinterpret_cast<void*>(0x1);     // CU_STREAM_LEGACY
@@ -167,9 +172,9 @@ bool deviceExecutorWanted() {
 
 // A plan in device memory: the FlatPlan, then the table of the FIFO ends it uses.
 struct DeviceExec::OnDevice {
-  std::shared_ptr<CachedPlan> keep;  // the key stays valid
-  cuda::CuDevicePtr mem = 0;
-  cuda::CuDevicePtr plan = 0, fifos = 0;
+  std::shared_ptr<CachedPlan> keep;   // the key stays valid
+  cuda::CuDevicePtr plan = 0;         // the FlatPlan
+  cuda::CuDevicePtr fifos[2] = {};    // its FIFO table: Simple's, LL's (0: not made yet)
   int nFifos = 0, channels = 0;
   size_t scratchBytes = 0;
 };
@@ -197,6 +202,9 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
         ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], {host.slotBytes, host.depth},
                                 std::move(same)));
         ex->sharing_ = sharing;
+        ex->slotBytes_ = host.slotBytes;
+        for (size_t c = 0; c < ex->llAllowed_.size(); ++c)
+          ex->llAllowed_[c] = host.allowedProtocols[c][static_cast<size_t>(Protocol::kLL)];
         ex->ctx_ = devicePlans(host, n, &sum);
       } catch (const std::exception& e) {  // every rank must reach the all-gather below
         why = e.what();
@@ -266,7 +274,8 @@ DeviceExec::~DeviceExec() {
   if (current && launched_) drv_.ipc.ctxSynchronize();
   stopWatchdog();
   fifos_.reset();
-  for (auto& [key, p] : plans_) drv_.api.memFree(p->mem);
+  for (cuda::CuDevicePtr p : kept_) drv_.api.memFree(p);
+  if (llStaging_) drv_.api.memFree(llStaging_);
   for (cuda::CuDevicePtr p : retired_) drv_.api.memFree(p);
   if (scratch_) drv_.api.memFree(scratch_);
   if (staging_) drv_.streams.memFreeHost(staging_);
@@ -297,40 +306,70 @@ void DeviceExec::upload(cuda::CuDevicePtr dst, const void* src, size_t bytes) {
 
 // The plan in device memory, copied there on first use (its connections made, if a lone call
 // did not prepare them).
-DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp) {
+DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp, bool ll) {
   auto it = plans_.find(cp.get());
-  if (it != plans_.end()) return *it->second;
+  if (it == plans_.end()) {
+    FlatPlanBlock flat(cp->plan);
+    auto d = std::make_unique<OnDevice>();
+    d->keep = cp;
+    d->channels = static_cast<int>(cp->plan.channels.size());
+    d->scratchBytes = cp->plan.scratchBytes;
+    d->plan = deviceCopy(flat.data(), flat.bytes());
+    it = plans_.emplace(cp.get(), std::move(d)).first;
+  }
+  OnDevice& d = *it->second;
+  if (d.fifos[ll]) return d;
   const Plan& plan = cp->plan;
   std::vector<std::pair<int, int>> sends, recvs;
   plan.peers(&sends, &recvs);
-  fifos_->connect(sends, recvs);
+  fifos_->connect(sends, recvs, ll);
   std::vector<loomCudaFifo> table;
-  for (auto [p, c] : sends) table.push_back(fifos_->end(p, c, true));
-  for (auto [p, c] : recvs) table.push_back(fifos_->end(p, c, false));
+  for (auto [p, c] : sends) table.push_back(fifos_->end(p, c, true, ll));
+  for (auto [p, c] : recvs) table.push_back(fifos_->end(p, c, false, ll));
   if (table.size() > LOOM_CUDA_INTERP_MAX_TABLE)
     LOOM_THROW(kInternalError, "rank %d: a %s plan uses %zu FIFO ends; the device executor's kernel takes at most %d",
                rank_, algorithmName(plan.algo), table.size(), LOOM_CUDA_INTERP_MAX_TABLE);
-  FlatPlanBlock flat(plan);
-  auto d = std::make_unique<OnDevice>();
-  d->keep = cp;
-  d->nFifos = static_cast<int>(table.size());
-  d->channels = static_cast<int>(plan.channels.size());
-  d->scratchBytes = plan.scratchBytes;
-  const size_t planBytes = (flat.bytes() + 255) / 256 * 256;
-  const size_t bytes = planBytes + table.size() * sizeof(loomCudaFifo);
-  std::vector<char> image(bytes, 0);
-  memcpy(image.data(), flat.data(), flat.bytes());
-  if (!table.empty()) memcpy(image.data() + planBytes, table.data(), table.size() * sizeof(loomCudaFifo));
-  check(drv_.api.memAlloc(&d->mem, bytes), "cuMemAlloc");
+  d.nFifos = static_cast<int>(table.size());
+  if (!table.empty()) d.fifos[ll] = deviceCopy(table.data(), table.size() * sizeof(loomCudaFifo));
+  else d.fifos[ll] = d.plan;  // no ends: any valid address
+  return d;
+}
+
+// A copy of `bytes` in device memory, kept until the executor goes.
+cuda::CuDevicePtr DeviceExec::deviceCopy(const void* src, size_t bytes) {
+  cuda::CuDevicePtr p = 0;
+  check(drv_.api.memAlloc(&p, std::max<size_t>(bytes, 1)), "cuMemAlloc");
   try {
-    upload(d->mem, image.data(), bytes);
+    upload(p, src, bytes);
   } catch (...) {
-    drv_.api.memFree(d->mem);
+    drv_.api.memFree(p);
     throw;
   }
-  d->plan = d->mem;
-  d->fifos = d->mem + planBytes;
-  return *plans_.emplace(cp.get(), std::move(d)).first->second;
+  kept_.push_back(p);
+  return p;
+}
+
+// LL staging of `channels` channels: two regions of llCapacity(slot), rounded to 16, each.
+void* DeviceExec::llStaging(int channels) {
+  const size_t bytes = static_cast<size_t>(channels) * 2 * llStageBytes();
+  if (bytes > llStagingBytes_) {
+    cuda::CuDevicePtr p = 0;
+    check(drv_.api.memAlloc(&p, bytes), "cuMemAlloc (LL staging)");
+    if (llStaging_) retired_.push_back(llStaging_);
+    llStaging_ = p;
+    llStagingBytes_ = bytes;
+  }
+  return reinterpret_cast<void*>(llStaging_);
+}
+
+size_t DeviceExec::llStageBytes() const { return (llCapacity(slotBytes_) + 15) / 16 * 16; }
+
+// LL for small collectives (a rule of the call's arguments and the job's knobs, alike on
+// every rank): LOOM_DEVICE_LL_BYTES or less per rank, where NCCL_PROTO allows LL.
+bool DeviceExec::useLL(const Op& op) const {
+  const uint64_t most = kDeviceLLBytes.get();
+  return op.bytes() <= most && most > 0 &&
+         llAllowed_[static_cast<size_t>(op.coll)];
 }
 
 // Scratch of at least `bytes`; an outgrown buffer is kept (a queued kernel may still use it).
@@ -364,23 +403,29 @@ void DeviceExec::prepare(std::span<const Op* const> ops) {
   cuda::ScopedDevice sd;
   setDevice(sd);
   bool capture = false;
-  std::vector<std::shared_ptr<CachedPlan>> fresh;
-  std::vector<std::pair<int, int>> sends, recvs;
+  std::vector<std::pair<std::shared_ptr<CachedPlan>, bool>> fresh;  // (plan, LL)
+  std::vector<std::pair<int, int>> sends[2], recvs[2];
   size_t scratchBytes = 64;
+  int channels = 1;
   for (const Op* op : ops) {
     capture |= capturing(*op);
     auto cp = cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_);
+    const bool ll = useLL(*op);
     scratchBytes = std::max(scratchBytes, cp->plan.scratchBytes);
-    if (plans_.count(cp.get())) continue;
-    cp->plan.peers(&sends, &recvs);
-    fresh.push_back(std::move(cp));
+    if (ll) channels = std::max(channels, static_cast<int>(cp->plan.channels.size()));
+    auto it = plans_.find(cp.get());
+    if (it != plans_.end() && it->second->fifos[ll]) continue;
+    cp->plan.peers(&sends[ll], &recvs[ll]);
+    fresh.emplace_back(std::move(cp), ll);
   }
   // Allocations and waits on the executor's own stream: legal during a capture in the
   // relaxed mode only.
   RelaxedCaptureMode relaxed(drv_, capture);
-  fifos_->connect(sends, recvs);  // one exchange with each peer for every plan
-  for (const auto& cp : fresh) ready(cp);
+  for (int ll = 0; ll < 2; ++ll)  // one exchange with each peer for every plan
+    if (!sends[ll].empty() || !recvs[ll].empty()) fifos_->connect(sends[ll], recvs[ll], ll != 0);
+  for (const auto& [cp, ll] : fresh) ready(cp, ll);
   scratch(scratchBytes);
+  llStaging(channels);
 }
 
 void DeviceExec::launch(const Op& op) {
@@ -395,11 +440,13 @@ void DeviceExec::launch(const Op& op) {
                "of its own (this call is on a default stream, %p)",
                rank_, collectiveName(op.coll), sharing_.c_str(), device_, op.stream);
   const std::shared_ptr<CachedPlan> cp = cache_.get({op.coll, op.count, op.eltSize, op.root}, ctx_);
+  const bool ll = useLL(op);
   OnDevice* d = nullptr;
   {
     RelaxedCaptureMode relaxed(drv_, capture);
-    d = &ready(cp);
+    d = &ready(cp, ll);
     scratch(std::max<size_t>(d->scratchBytes, 64));
+    if (ll) llStaging(d->channels);
   }
   if (!watchdog_.joinable()) {
     comm_ = op.comm;
@@ -419,14 +466,16 @@ void DeviceExec::launch(const Op& op) {
   a.sendbuf = op.sendbuff;
   a.recvbuf = op.recvbuff;
   a.scratch = reinterpret_cast<void*>(scratch_);
-  a.fifos = reinterpret_cast<const loomCudaFifo*>(d->fifos);
+  a.fifos = reinterpret_cast<const loomCudaFifo*>(d->fifos[ll]);
   a.nFifos = d->nFifos;
   a.dtype = op.red.dtype;
   a.kind = static_cast<int>(op.red.kind);
   a.scalarBits = op.red.scalarBits;
   a.abortWord = reinterpret_cast<const uint32_t*>(words);
   a.status = reinterpret_cast<uint32_t*>(words) + 1;
-  a.proto = LOOM_CUDA_INTERP_PROTO_SIMPLE;
+  a.proto = ll ? LOOM_CUDA_INTERP_PROTO_LL : LOOM_CUDA_INTERP_PROTO_SIMPLE;
+  a.llStaging = ll ? reinterpret_cast<void*>(llStaging_) : nullptr;
+  a.llStageBytes = llStageBytes();
   if (int rc = kernels_.interpLaunch(&a, d->channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0)
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",
                rank_, collectiveName(op.coll), rc);
@@ -435,8 +484,9 @@ void DeviceExec::launch(const Op& op) {
     check(drv_.streams.eventRecord(last_, op.stream), "cuEventRecord");
     eagerLaunched_ = true;
   }
-  LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s on %d channel(s), by the device executor's kernel on stream %p",
-            collectiveName(op.coll), op.bytes(), algorithmName(cp->plan.algo), d->channels, op.stream);
+  LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s/%s on %d channel(s), by the device executor's kernel on stream %p",
+            collectiveName(op.coll), op.bytes(), algorithmName(cp->plan.algo), ll ? "LL" : "Simple", d->channels,
+            op.stream);
 }
 
 // The abort word: every kernel of this executor stops at its next look at it.

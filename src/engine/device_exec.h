@@ -29,6 +29,7 @@
 // memory this rank frees. Ranks sharing a device must launch on streams of their own.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -83,7 +84,11 @@ class DeviceExec {
   struct OnDevice;  // a plan in device memory
   DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
              int device, FifoShape shape, std::vector<bool> sameProcess);
-  OnDevice& ready(const std::shared_ptr<CachedPlan>& cp);
+  OnDevice& ready(const std::shared_ptr<CachedPlan>& cp, bool ll);
+  cuda::CuDevicePtr deviceCopy(const void* src, size_t bytes);
+  void* llStaging(int channels);
+  size_t llStageBytes() const;
+  bool useLL(const Op& op) const;
   void setDevice(cuda::ScopedDevice& sd) const;
   bool capturing(const Op& op) const;
   void stopWatchdog();
@@ -111,6 +116,11 @@ class DeviceExec {
   cuda::CuDevicePtr scratch_ = 0;
   size_t scratchBytes_ = 0;
   std::vector<cuda::CuDevicePtr> retired_;  // outgrown scratch: a queued kernel may use it
+  std::vector<cuda::CuDevicePtr> kept_;     // plans and FIFO tables in device memory
+  cuda::CuDevicePtr llStaging_ = 0;
+  size_t llStagingBytes_ = 0;
+  size_t slotBytes_ = 0;                    // of every device FIFO
+  std::array<bool, kCollectiveCount> llAllowed_{};  // NCCL_PROTO allows LL, per collective
   void* staging_ = nullptr;                 // pinned, for uploads
   bool launched_ = false;
 

@@ -15,6 +15,10 @@ namespace {
 // split's): a receiver's end (control block and slots), a sender's end (its head).
 constexpr uint32_t kTagRecvEnd = 0x40000000u;
 constexpr uint32_t kTagSendEnd = 0x48000000u;
+// LL connections are others than Simple's (their slots hold flagged lines, which a Simple
+// payload left in a slot could imitate): keyed and tagged apart, by this offset.
+constexpr int kLLConns = 256;  // plan connection indices are below (uint8)
+constexpr size_t kZeroBytes = 64 << 10;  // pinned zeros; larger spans are zeroed in turns
 constexpr uint32_t kEndMagic = 0x64656e64;  // "dend"
 
 // A receiver's allocation: control block | its step counter | slots.
@@ -44,9 +48,8 @@ DeviceFifos::DeviceFifos(Bootstrap& bs, const cuda::Driver& drv, int device, Fif
                          std::vector<bool> sameProcess, cuda::CuStream setup)
     : bs_(bs), drv_(drv), device_(device), shape_(shape), sameProcess_(std::move(sameProcess)),
       setup_(setup) {
-  check(drv_.streams.memHostAlloc(&zeros_, kRecvSlotsAt, cuda::kMemHostAllocPortable),
-        "cuMemHostAlloc");
-  memset(zeros_, 0, kRecvSlotsAt);
+  check(drv_.streams.memHostAlloc(&zeros_, kZeroBytes, cuda::kMemHostAllocPortable), "cuMemHostAlloc");
+  memset(zeros_, 0, kZeroBytes);
 }
 
 DeviceFifos::~DeviceFifos() {
@@ -68,7 +71,10 @@ void DeviceFifos::check(cuda::CuResult r, const char* what) const {
 cuda::CuDevicePtr DeviceFifos::alloc(size_t bytes, size_t zeroBytes) {
   cuda::CuDevicePtr p = 0;
   check(drv_.api.memAlloc(&p, bytes), "cuMemAlloc");
-  cuda::CuResult r = drv_.streams.memcpyAsync(p, reinterpret_cast<cuda::CuDevicePtr>(zeros_), zeroBytes, setup_);
+  cuda::CuResult r = cuda::kCudaSuccess;
+  for (size_t off = 0; off < zeroBytes && r == cuda::kCudaSuccess; off += kZeroBytes)
+    r = drv_.streams.memcpyAsync(p + off, reinterpret_cast<cuda::CuDevicePtr>(zeros_),
+                                 std::min(kZeroBytes, zeroBytes - off), setup_);
   if (r == cuda::kCudaSuccess) r = drv_.kernel.streamSynchronize(setup_);
   if (r != cuda::kCudaSuccess) {
     drv_.api.memFree(p);
@@ -110,11 +116,12 @@ cuda::CuDevicePtr DeviceFifos::open(int peer, const Msg& m, End* e) {
   return base + m.offset;
 }
 
-void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs) {
+void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs, bool ll) {
+  const int off = ll ? kLLConns : 0;  // ends_ and the tags take the offset; the table does not
   auto missing = [&](std::vector<ConnKey>& keys, int send) {
     std::sort(keys.begin(), keys.end());  // both ends of a pair walk them in one order
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-    std::erase_if(keys, [&](ConnKey k) { return ends_.count({k.first, k.second, send}) > 0; });
+    std::erase_if(keys, [&](ConnKey k) { return ends_.count({k.first, k.second + off, send}) > 0; });
   };
   missing(sends, 1);
   missing(recvs, 0);
@@ -123,35 +130,36 @@ void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs
   std::map<std::tuple<int, int, int>, End> made;
   try {
     for (ConnKey k : recvs) {
-      End& e = made[{k.first, k.second, 0}];
-      e.own = alloc(kRecvSlotsAt + slots, kRecvSlotsAt);
+      End& e = made[{k.first, k.second + off, 0}];
+      // LL polls the slots' lines: they start zeroed (kernels/ll.h); Simple's need not.
+      e.own = alloc(kRecvSlotsAt + slots, ll ? kRecvSlotsAt + slots : kRecvSlotsAt);
       e.fifo = {k.first, k.second, 0, shape_.depth, at(e.own, 0), at(e.own, kRecvSlotsAt), shape_.slotBytes,
                 static_cast<uint64_t*>(at(e.own, kRecvStepAt)), nullptr};
       Msg m = describe(k.first, e.own);
-      bs_.send(k.first, kTagRecvEnd + static_cast<uint32_t>(k.second), &m, sizeof(m));
+      bs_.send(k.first, kTagRecvEnd + static_cast<uint32_t>(k.second + off), &m, sizeof(m));
     }
     for (ConnKey k : sends) {
-      End& e = made[{k.first, k.second, 1}];
+      End& e = made[{k.first, k.second + off, 1}];
       e.own = alloc(kSendBytes, kSendBytes);
       e.fifo = {k.first, k.second, 1, shape_.depth, nullptr, nullptr, shape_.slotBytes,
                 static_cast<uint64_t*>(at(e.own, kSendStepAt)), static_cast<uint64_t*>(at(e.own, 0))};
       Msg m = describe(k.first, e.own);
-      bs_.send(k.first, kTagSendEnd + static_cast<uint32_t>(k.second), &m, sizeof(m));
+      bs_.send(k.first, kTagSendEnd + static_cast<uint32_t>(k.second + off), &m, sizeof(m));
     }
     // 2. The peers' halves: a sender maps the receiver's control block and slots, a
     // receiver the sender's head.
     for (ConnKey k : sends) {
       Msg m;
-      bs_.recv(k.first, kTagRecvEnd + static_cast<uint32_t>(k.second), &m, sizeof(m));
-      End& e = made[{k.first, k.second, 1}];
+      bs_.recv(k.first, kTagRecvEnd + static_cast<uint32_t>(k.second + off), &m, sizeof(m));
+      End& e = made[{k.first, k.second + off, 1}];
       const cuda::CuDevicePtr p = open(k.first, m, &e);
       e.fifo.ctrl = at(p, 0);
       e.fifo.slots = at(p, kRecvSlotsAt);
     }
     for (ConnKey k : recvs) {
       Msg m;
-      bs_.recv(k.first, kTagSendEnd + static_cast<uint32_t>(k.second), &m, sizeof(m));
-      End& e = made[{k.first, k.second, 0}];
+      bs_.recv(k.first, kTagSendEnd + static_cast<uint32_t>(k.second + off), &m, sizeof(m));
+      End& e = made[{k.first, k.second + off, 0}];
       e.fifo.headAt = static_cast<uint64_t*>(at(open(k.first, m, &e), 0));
     }
   } catch (...) {
@@ -162,15 +170,15 @@ void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs
     throw;
   }
   for (auto& [key, e] : made) {
-    LOOM_INFO(kLogInit, "rank %d: device FIFO %s rank %d (#%d) on device %d%s", bs_.rank(),
-              std::get<2>(key) ? "to" : "from", std::get<0>(key), std::get<1>(key), device_,
+    LOOM_INFO(kLogInit, "rank %d: device FIFO %s rank %d (#%d%s) on device %d%s", bs_.rank(),
+              std::get<2>(key) ? "to" : "from", std::get<0>(key), std::get<1>(key) - off, ll ? ", LL" : "", device_,
               sameProcess_[static_cast<size_t>(std::get<0>(key))] ? "" : " (mapped by CUDA IPC)");
     ends_.emplace(key, e);
   }
 }
 
-loomCudaFifo DeviceFifos::end(int peer, int conn, bool send) const {
-  auto it = ends_.find({peer, conn, send ? 1 : 0});
+loomCudaFifo DeviceFifos::end(int peer, int conn, bool send, bool ll) const {
+  auto it = ends_.find({peer, conn + (ll ? kLLConns : 0), send ? 1 : 0});
   if (it == ends_.end())
     LOOM_THROW(kInternalError, "rank %d: no device FIFO %s rank %d (#%d)", bs_.rank(), send ? "to" : "from",
                peer, conn);

@@ -43,9 +43,10 @@ class DeviceFifos {
   // Makes the ends not made yet. Collective between each pair: the peer lists the matching
   // keys (our sends are its receives). Throws loom::Error (a driver call failed, a peer sent
   // something that is not an end of this job).
-  void connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs);
+  // `ll`: the LL protocol's connections, others than Simple's (their slots zeroed).
+  void connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs, bool ll);
   // This rank's end of a made connection, as the kernel's table holds it.
-  loomCudaFifo end(int peer, int conn, bool send) const;
+  loomCudaFifo end(int peer, int conn, bool send, bool ll) const;
 
  private:
   struct End {
@@ -67,7 +68,7 @@ class DeviceFifos {
   std::vector<bool> sameProcess_;
   cuda::CuStream setup_;
   void* zeros_ = nullptr;  // pinned host zeros, the source of every zeroing copy
-  std::map<std::tuple<int, int, int>, End> ends_;  // (peer, conn, send)
+  std::map<std::tuple<int, int, int>, End> ends_;  // (peer, conn (+256: LL), send)
 };
 
 }  // namespace loom
