@@ -304,8 +304,10 @@ run_perf "all_reduce_perf every type and op, 3 ranks (threads), device executor"
 # Small messages, plain and inside a CUDA graph (issue 11's latency targets).
 perf=(-b 8 -e 1K -f 4 -n 50 -w 5 -c 1 -M device)
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
-run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor" "${kexec[@]}" -- -t 2
-run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor, CUDA graph" "${kexec[@]}" -- -t 2 -G 10
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor (LL)" "${kexec[@]}" -- -t 2
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor, Simple" "${kexec[@]}" \
+  LOOM_DEVICE_LL_BYTES=0 -- -t 2
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor (LL), CUDA graph" "${kexec[@]}" -- -t 2 -G 10
 # Ranks as threads on one GPU share a CUDA context: their staged calls run on the calling
 # thread, so that no stream waits on the GPU for another rank's (engine/staged.h). With one
 # work queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS=1) a wait on the GPU would hold
