@@ -190,8 +190,8 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
   if (why.empty()) {
     const cuda::Driver& drv = *cuda::driver();
     cuda::ScopedDevice sd;
-    if (!sd.set(devices[rank], &why)) {
-    } else if (why = enablePeers(drv, peers, devices, rank); why.empty()) {
+    if (sd.set(devices[rank], &why)) why = enablePeers(drv, peers, devices, rank);
+    if (why.empty()) {
       std::vector<bool> same(static_cast<size_t>(n));
       std::string sharing;
       for (int r = 0; r < n; ++r) {

@@ -82,6 +82,33 @@ struct CommWork {
   std::shared_ptr<const Plan> p2p;
 };
 
+// fn(0) .. fn(n - 1), each on a thread of its own when there are several: set-ups that are
+// collective between ranks this one thread drives must run at once. Rethrows the first
+// failure (by index), its index in *failed.
+template <class Fn>
+void allAtOnce(size_t n, Fn fn, size_t* failed = nullptr) {
+  size_t i = 0;
+  try {
+    if (n == 1) return fn(i);
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(n);
+    for (size_t k = 0; k < n; ++k)
+      threads.emplace_back([&, k] {
+        try {
+          fn(k);
+        } catch (...) {
+          errors[k] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (i = 0; i < n; ++i)
+      if (errors[i]) std::rethrow_exception(errors[i]);
+  } catch (...) {
+    if (failed) *failed = i;
+    throw;
+  }
+}
+
 // Makes the connections the plans need. Setting them up is collective between each pair,
 // so communicators driven by this one thread connect concurrently.
 void connectAll(std::vector<CommWork>& comms) {
@@ -93,23 +120,7 @@ void connectAll(std::vector<CommWork>& comms) {
     if (cw.p2p) cw.p2p->peers(&s, &r);
     if (!s.empty() || !r.empty()) needs.push_back({cw.comm.core, {s, r}});
   }
-  if (needs.size() == 1) {
-    needs[0].first->connect(needs[0].second.first, needs[0].second.second);
-  } else if (needs.size() > 1) {
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(needs.size());
-    for (size_t i = 0; i < needs.size(); ++i)
-      threads.emplace_back([&, i] {
-        try {
-          needs[i].first->connect(needs[i].second.first, needs[i].second.second);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
+  allAtOnce(needs.size(), [&](size_t i) { needs[i].first->connect(needs[i].second.first, needs[i].second.second); });
   for (CommWork& cw : comms)
     for (auto& cp : cw.unconnected) cp->connected.store(true, std::memory_order_release);
 }
@@ -184,25 +195,12 @@ void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
   }
   const Op* current = nullptr;
   try {
-    if (execs.size() == 1) {
-      current = execs[0].second[0];
-      execs[0].first->prepare(execs[0].second);
-    } else if (execs.size() > 1) {
-      std::vector<std::thread> threads;
-      std::vector<std::exception_ptr> errors(execs.size());
-      for (size_t i = 0; i < execs.size(); ++i)
-        threads.emplace_back([&, i] {
-          try {
-            execs[i].first->prepare(execs[i].second);
-          } catch (...) {
-            errors[i] = std::current_exception();
-          }
-        });
-      for (auto& t : threads) t.join();
-      for (size_t i = 0; i < execs.size(); ++i) {
-        current = execs[i].second[0];
-        if (errors[i]) std::rethrow_exception(errors[i]);
-      }
+    size_t failed = 0;
+    try {
+      allAtOnce(execs.size(), [&](size_t i) { execs[i].first->prepare(execs[i].second); }, &failed);
+    } catch (...) {
+      current = execs[failed].second[0];
+      throw;
     }
     for (const Op* op : mine) {
       current = op;
