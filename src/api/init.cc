@@ -407,6 +407,9 @@ LOOM_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
                    "ncclCommGetAsyncError: comm %p is not a live communicator",
                    static_cast<void*>(comm));
     loom::api::CallScope scope(comm);
+    // A kernel's failed status reaches the error now (init over: core is set).
+    if (comm->asyncError.load() != ncclInProgress && comm->core && comm->core->deviceExec())
+      comm->core->deviceExec()->poll();
     *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
     // The calls stock NCCL serves fail asynchronously on its side.
     if (*asyncError == ncclSuccess && comm->shadow && !comm->abortFlag.load())

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <memory>
 #include <vector>
 
 #include "base/config.h"
@@ -42,9 +43,11 @@ const Kernels* load() {
     names.push_back(LOOM_CUDA_KERNELS_LIBRARY);
   }
   std::string error;
-  auto* lib = new DynLib(DynLib::open(names, &error));  // kept: kernels may run at exit
+  // Kept for the process's life once bound (kernels may run at exit), reachable from the
+  // Kernels it returns.
+  auto lib = std::make_unique<DynLib>(DynLib::open(names, &error));
   loomCudaKernelsAbiVersion_t version = nullptr;
-  auto* k = new Kernels();
+  auto k = std::make_unique<Kernels>();
   if (!lib->loaded()) {
     LOOM_INFO(kLogInit, "no CUDA kernels module (%s): device collectives of ranks sharing a "
               "GPU reduce on the host", error.c_str());
@@ -58,8 +61,9 @@ const Kernels* load() {
     return nullptr;
   }
   k->path = lib->path();
+  k->lib = lib.release();
   LOOM_INFO(kLogInit, "CUDA kernels module %s", k->path.c_str());
-  return k;
+  return k.release();
 }
 
 std::atomic<bool> gDisabled{false};

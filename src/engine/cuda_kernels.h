@@ -10,6 +10,7 @@ namespace loom::cuda {
 
 struct Kernels {
   std::string path;
+  const void* lib = nullptr;  // the module's DynLib, never closed
   loomCudaReduce_t reduce = nullptr;  // elementwise reductions, enqueued on a stream
   loomCudaReduceMulti_t reduceMulti = nullptr;  // one pass over several inputs and outputs
   loomCudaInterpLaunch_t interpLaunch = nullptr;  // the device executor's plan interpreter

@@ -512,19 +512,25 @@ void DeviceExec::watch() {
       detached = detached_;
     }
     if (!detached && comm_.interrupted()) stopKernels();
-    if (const uint32_t s = __atomic_load_n(&words_[1], __ATOMIC_ACQUIRE); s != 0 && s != LOOM_CUDA_INTERP_ABORTED)
-      report(s == LOOM_CUDA_INTERP_SIZE_MISMATCH ? Code::kInvalidUsage : Code::kInternalError,
-             strprintf("rank %d: a collective on device buffers failed in the device executor's kernel: %s", rank_,
-                       statusText(s)));
+    poll();
     if (tick % 10 != 9) continue;
     for (size_t r = 0; r < peers_.size(); ++r) {
       const PeerInfo& p = peers_[r];
       if (static_cast<int>(r) == rank_ || p.pid == peers_[rank_].pid || p.pid <= 0 || !processGone(p.pid)) continue;
-      stopKernels();
+      // Reported before the kernels stop: a caller that sees its stream go on then finds
+      // the error in ncclCommGetAsyncError.
       report(Code::kRemoteError, strprintf("rank %d: rank %zu (pid %d) exited; the device executor's kernels of "
                                            "this communicator are stopped", rank_, r, p.pid));
+      stopKernels();
     }
   }
+}
+
+void DeviceExec::poll() {
+  if (const uint32_t s = __atomic_load_n(&words_[1], __ATOMIC_ACQUIRE); s != 0 && s != LOOM_CUDA_INTERP_ABORTED)
+    report(s == LOOM_CUDA_INTERP_SIZE_MISMATCH ? Code::kInvalidUsage : Code::kInternalError,
+           strprintf("rank %d: a collective on device buffers failed in the device executor's kernel: %s", rank_,
+                     statusText(s)));
 }
 
 void DeviceExec::detach() {

@@ -76,6 +76,9 @@ class DeviceExec {
   void prepare(std::span<const Op* const> ops);
   // Queues `op` (device buffers, this rank's communicator) on its stream. Throws loom::Error.
   void launch(const Op& op);
+  // Reports a failed kernel's status to the communicator now (the watchdog does every
+  // 10 ms): ncclCommGetAsyncError asks, so that a stream that went on shows why at once.
+  void poll();
   // The communicator's API object is going: the watchdog no longer reports to it (it still
   // stops the kernels when a peer dies, until the destructor has synchronized).
   void detach();
