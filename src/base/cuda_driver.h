@@ -95,6 +95,24 @@ constexpr unsigned kGraphUserObjectMove = 1;         // CU_GRAPH_USER_OBJECT_MOV
 
 // CUDA IPC (optional: `hasIpc` when all are bound): device memory and events of one process
 // opened in another, for ranks that are processes on one GPU (engine/device_board.h).
+// Allocations while a stream captures must not invalidate the capture (CUDA prohibits
+// "unsafe" calls during a global-mode capture): the calling thread goes RELAXED meanwhile.
+class RelaxedCapture {
+ public:
+  RelaxedCapture(const StreamApi& st, bool on) : st_(on ? &st : nullptr) {
+    if (st_ && st_->threadExchangeStreamCaptureMode(&mode_) != kCudaSuccess) st_ = nullptr;
+  }
+  ~RelaxedCapture() {
+    if (st_) st_->threadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  const StreamApi* st_;
+  int mode_ = kStreamCaptureModeRelaxed;
+};
+
 struct CuIpcHandle {  // CUipcMemHandle and CUipcEventHandle alike
   char reserved[64];
 };

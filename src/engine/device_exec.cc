@@ -76,23 +76,6 @@ std::string enablePeers(const cuda::Driver& drv, const std::vector<PeerInfo>& pe
   return "";
 }
 
-// The calling thread's stream-capture mode made relaxed while it lives (when `on`).
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode(const cuda::Driver& drv, bool on) : drv_(on && drv.hasCapture ? &drv : nullptr) {
-    if (drv_ && drv_->streams.threadExchangeStreamCaptureMode(&mode_) != cuda::kCudaSuccess) drv_ = nullptr;
-  }
-  ~RelaxedCaptureMode() {
-    if (drv_) drv_->streams.threadExchangeStreamCaptureMode(&mode_);
-  }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  const cuda::Driver* drv_;
-  int mode_ = cuda::kStreamCaptureModeRelaxed;
-};
-
 // Whether this rank maps, through CUDA IPC, a small allocation of every peer in another
 // process (GPUs without peer access refuse it): collective, every rank calls it once; `can`
 // says whether this rank takes part. "" when it can; *keep is the rank's own allocation, to
@@ -203,6 +186,7 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
                                 std::move(same)));
         ex->sharing_ = sharing;
         ex->slotBytes_ = host.slotBytes;
+        ex->llMostBytes_ = kDeviceLLBytes.get();  // read once: every rank's communicators alike
         for (size_t c = 0; c < ex->llAllowed_.size(); ++c)
           ex->llAllowed_[c] = host.allowedProtocols[c][static_cast<size_t>(Protocol::kLL)];
         ex->ctx_ = devicePlans(host, n, &sum);
@@ -275,9 +259,9 @@ DeviceExec::~DeviceExec() {
   stopWatchdog();
   fifos_.reset();
   for (cuda::CuDevicePtr p : kept_) drv_.api.memFree(p);
-  if (llStaging_) drv_.api.memFree(llStaging_);
+  if (llStaging_.p) drv_.api.memFree(llStaging_.p);
   for (cuda::CuDevicePtr p : retired_) drv_.api.memFree(p);
-  if (scratch_) drv_.api.memFree(scratch_);
+  if (scratch_.p) drv_.api.memFree(scratch_.p);
   if (staging_) drv_.streams.memFreeHost(staging_);
   if (words_) drv_.streams.memFreeHost(words_);
   if (last_ && drv_.streams.eventDestroy) drv_.streams.eventDestroy(last_);
@@ -349,40 +333,23 @@ cuda::CuDevicePtr DeviceExec::deviceCopy(const void* src, size_t bytes) {
   return p;
 }
 
-// LL staging of `channels` channels: two regions of llCapacity(slot), rounded to 16, each.
-void* DeviceExec::llStaging(int channels) {
-  const size_t bytes = static_cast<size_t>(channels) * 2 * llStageBytes();
-  if (bytes > llStagingBytes_) {
-    cuda::CuDevicePtr p = 0;
-    check(drv_.api.memAlloc(&p, bytes), "cuMemAlloc (LL staging)");
-    if (llStaging_) retired_.push_back(llStaging_);
-    llStaging_ = p;
-    llStagingBytes_ = bytes;
-  }
-  return reinterpret_cast<void*>(llStaging_);
+// A buffer of at least `bytes` in `buf`: when it holds less, a new one of `alloc` bytes;
+// the outgrown one is kept until the executor goes (a queued kernel may still use it).
+void DeviceExec::atLeast(Growing& buf, size_t bytes, size_t alloc, const char* what) {
+  if (bytes <= buf.bytes) return;
+  cuda::CuDevicePtr p = 0;
+  check(drv_.api.memAlloc(&p, alloc), what);
+  if (buf.p) retired_.push_back(buf.p);
+  buf = {p, alloc};
 }
 
 size_t DeviceExec::llStageBytes() const { return (llCapacity(slotBytes_) + 15) / 16 * 16; }
 
 // LL for small collectives (a rule of the call's arguments and the job's knobs, alike on
-// every rank): LOOM_DEVICE_LL_BYTES or less per rank, where NCCL_PROTO allows LL.
+// every rank): LOOM_DEVICE_LL_BYTES or less per rank (0: never, as no collective has 0
+// bytes to move), where NCCL_PROTO allows LL.
 bool DeviceExec::useLL(const Op& op) const {
-  const uint64_t most = kDeviceLLBytes.get();
-  return op.bytes() <= most && most > 0 &&
-         llAllowed_[static_cast<size_t>(op.coll)];
-}
-
-// Scratch of at least `bytes`; an outgrown buffer is kept (a queued kernel may still use it).
-void* DeviceExec::scratch(size_t bytes) {
-  if (bytes > scratchBytes_) {
-    const size_t want = std::max(bytes, scratchBytes_ * 2);
-    cuda::CuDevicePtr p = 0;
-    check(drv_.api.memAlloc(&p, want), "cuMemAlloc (scratch)");
-    if (scratch_) retired_.push_back(scratch_);
-    scratch_ = p;
-    scratchBytes_ = want;
-  }
-  return reinterpret_cast<void*>(scratch_);
+  return op.bytes() <= llMostBytes_ && llAllowed_[static_cast<size_t>(op.coll)];
 }
 
 void DeviceExec::setDevice(cuda::ScopedDevice& sd) const {
@@ -398,56 +365,50 @@ bool DeviceExec::capturing(const Op& op) const {
   return capture != cuda::kStreamCaptureStatusNone;
 }
 
-void DeviceExec::prepare(std::span<const Op* const> ops) {
+std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> ops) {
   std::lock_guard<std::mutex> lock(mu_);
   cuda::ScopedDevice sd;
   setDevice(sd);
+  std::vector<Launch> out;
   bool capture = false;
-  std::vector<std::pair<std::shared_ptr<CachedPlan>, bool>> fresh;  // (plan, LL)
   std::vector<std::pair<int, int>> sends[2], recvs[2];
   size_t scratchBytes = 64;
-  int channels = 1;
+  int channels = 0;  // the most of an LL plan's
   for (const Op* op : ops) {
-    capture |= capturing(*op);
-    auto cp = cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_);
-    const bool ll = useLL(*op);
-    scratchBytes = std::max(scratchBytes, cp->plan.scratchBytes);
-    if (ll) channels = std::max(channels, static_cast<int>(cp->plan.channels.size()));
-    auto it = plans_.find(cp.get());
-    if (it != plans_.end() && it->second->fifos[ll]) continue;
-    cp->plan.peers(&sends[ll], &recvs[ll]);
-    fresh.emplace_back(std::move(cp), ll);
+    if (!sharing_.empty() && (op->stream == nullptr || op->stream == kLegacyStream || op->stream == kPerThreadStream))
+      LOOM_THROW(kInvalidUsage,
+                 "rank %d: %s on device buffers: rank(s) %s share CUDA device %d with this rank, and the device "
+                 "executor's kernels of ranks sharing a device must run side by side: give each rank a stream "
+                 "of its own (this call is on a default stream, %p)",
+                 rank_, collectiveName(op->coll), sharing_.c_str(), device_, op->stream);
+    Launch l{op, cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_), nullptr, useLL(*op), capturing(*op)};
+    capture |= l.capture;
+    scratchBytes = std::max(scratchBytes, l.cp->plan.scratchBytes);
+    if (l.ll) channels = std::max(channels, static_cast<int>(l.cp->plan.channels.size()));
+    auto it = plans_.find(l.cp.get());
+    if (it == plans_.end() || !it->second->fifos[l.ll]) l.cp->plan.peers(&sends[l.ll], &recvs[l.ll]);
+    out.push_back(std::move(l));
   }
   // Allocations and waits on the executor's own stream: legal during a capture in the
   // relaxed mode only.
-  RelaxedCaptureMode relaxed(drv_, capture);
+  cuda::RelaxedCapture relaxed(drv_.streams, capture && drv_.hasCapture);
   for (int ll = 0; ll < 2; ++ll)  // one exchange with each peer for every plan
     if (!sends[ll].empty() || !recvs[ll].empty()) fifos_->connect(sends[ll], recvs[ll], ll != 0);
-  for (const auto& [cp, ll] : fresh) ready(cp, ll);
-  scratch(scratchBytes);
-  llStaging(channels);
+  for (Launch& l : out) l.d = &ready(l.cp, l.ll);
+  atLeast(scratch_, scratchBytes, std::max(scratchBytes, scratch_.bytes * 2), "cuMemAlloc (scratch)");
+  // LL staging: two regions of llCapacity(slot), rounded to 16, per channel.
+  const size_t stage = static_cast<size_t>(channels) * 2 * llStageBytes();
+  atLeast(llStaging_, stage, stage, "cuMemAlloc (LL staging)");
+  return out;
 }
 
-void DeviceExec::launch(const Op& op) {
+void DeviceExec::launch(const Launch& l) {
   std::lock_guard<std::mutex> lock(mu_);
   cuda::ScopedDevice sd;
   setDevice(sd);
-  const bool capture = capturing(op);
-  if (!sharing_.empty() && (op.stream == nullptr || op.stream == kLegacyStream || op.stream == kPerThreadStream))
-    LOOM_THROW(kInvalidUsage,
-               "rank %d: %s on device buffers: rank(s) %s share CUDA device %d with this rank, and the device "
-               "executor's kernels of ranks sharing a device must run side by side: give each rank a stream "
-               "of its own (this call is on a default stream, %p)",
-               rank_, collectiveName(op.coll), sharing_.c_str(), device_, op.stream);
-  const std::shared_ptr<CachedPlan> cp = cache_.get({op.coll, op.count, op.eltSize, op.root}, ctx_);
-  const bool ll = useLL(op);
-  OnDevice* d = nullptr;
-  {
-    RelaxedCaptureMode relaxed(drv_, capture);
-    d = &ready(cp, ll);
-    scratch(std::max<size_t>(d->scratchBytes, 64));
-    if (ll) llStaging(d->channels);
-  }
+  const Op& op = *l.op;
+  const OnDevice* d = l.d;
+  const bool ll = l.ll, capture = l.capture;
   if (!watchdog_.joinable()) {
     comm_ = op.comm;
     watchdog_ = std::thread([this] { watch(); });
@@ -465,7 +426,7 @@ void DeviceExec::launch(const Op& op) {
   a.elt = op.eltSize;
   a.sendbuf = op.sendbuff;
   a.recvbuf = op.recvbuff;
-  a.scratch = reinterpret_cast<void*>(scratch_);
+  a.scratch = reinterpret_cast<void*>(scratch_.p);
   a.fifos = reinterpret_cast<const loomCudaFifo*>(d->fifos[ll]);
   a.nFifos = d->nFifos;
   a.dtype = op.red.dtype;
@@ -474,7 +435,7 @@ void DeviceExec::launch(const Op& op) {
   a.abortWord = reinterpret_cast<const uint32_t*>(words);
   a.status = reinterpret_cast<uint32_t*>(words) + 1;
   a.proto = ll ? LOOM_CUDA_INTERP_PROTO_LL : LOOM_CUDA_INTERP_PROTO_SIMPLE;
-  a.llStaging = ll ? reinterpret_cast<void*>(llStaging_) : nullptr;
+  a.llStaging = ll ? reinterpret_cast<void*>(llStaging_.p) : nullptr;
   a.llStageBytes = llStageBytes();
   if (int rc = kernels_.interpLaunch(&a, d->channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0)
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",
@@ -485,7 +446,7 @@ void DeviceExec::launch(const Op& op) {
     eagerLaunched_ = true;
   }
   LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s/%s on %d channel(s), by the device executor's kernel on stream %p",
-            collectiveName(op.coll), op.bytes(), algorithmName(cp->plan.algo), ll ? "LL" : "Simple", d->channels,
+            collectiveName(op.coll), op.bytes(), algorithmName(l.cp->plan.algo), ll ? "LL" : "Simple", d->channels,
             op.stream);
 }
 

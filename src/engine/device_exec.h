@@ -70,12 +70,22 @@ class DeviceExec {
 
   // Whether this executor runs `op` (a collective without a device scalar).
   static bool takes(const Op& op) { return !op.isP2p() && !op.deviceScalar; }
+  struct OnDevice;  // a plan in device memory
+  // One collective made ready to launch: its plan (in device memory), protocol, capture.
+  struct Launch {
+    const Op* op;
+    std::shared_ptr<CachedPlan> cp;
+    const OnDevice* d;
+    bool ll;
+    bool capture;
+  };
   // Makes the plans of `ops` (this executor's) ready before any of them launches: their
   // connections, collective between pairs of ranks, in one exchange per pair. A thread that
-  // drives several ranks prepares them all (concurrently) before launching any.
-  void prepare(std::span<const Op* const> ops);
-  // Queues `op` (device buffers, this rank's communicator) on its stream. Throws loom::Error.
-  void launch(const Op& op);
+  // drives several ranks prepares them all (concurrently) before launching any. Throws
+  // loom::Error (kInvalidUsage: a default stream on a device ranks share).
+  std::vector<Launch> prepare(std::span<const Op* const> ops);
+  // Queues a prepared collective on its stream. Throws loom::Error.
+  void launch(const Launch& l);
   // Reports a failed kernel's status to the communicator now (the watchdog does every
   // 10 ms): ncclCommGetAsyncError asks, so that a stream that went on shows why at once.
   void poll();
@@ -84,18 +94,15 @@ class DeviceExec {
   void detach();
 
  private:
-  struct OnDevice;  // a plan in device memory
   DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
              int device, FifoShape shape, std::vector<bool> sameProcess);
   OnDevice& ready(const std::shared_ptr<CachedPlan>& cp, bool ll);
   cuda::CuDevicePtr deviceCopy(const void* src, size_t bytes);
-  void* llStaging(int channels);
   size_t llStageBytes() const;
   bool useLL(const Op& op) const;
   void setDevice(cuda::ScopedDevice& sd) const;
   bool capturing(const Op& op) const;
   void stopWatchdog();
-  void* scratch(size_t bytes);
   void upload(cuda::CuDevicePtr dst, const void* src, size_t bytes);
   void check(cuda::CuResult r, const char* what) const;
   void watch();
@@ -116,13 +123,17 @@ class DeviceExec {
   PlanContext ctx_;    // what device plans are selected and built for
   PlanCache cache_;    // device plans (the host engine's cache holds host plans)
   std::unordered_map<const CachedPlan*, std::unique_ptr<OnDevice>> plans_;
-  cuda::CuDevicePtr scratch_ = 0;
-  size_t scratchBytes_ = 0;
+  struct Growing {
+    cuda::CuDevicePtr p = 0;
+    size_t bytes = 0;
+  };
+  void atLeast(Growing& buf, size_t bytes, size_t alloc, const char* what);
+  Growing scratch_;
   std::vector<cuda::CuDevicePtr> retired_;  // outgrown scratch: a queued kernel may use it
   std::vector<cuda::CuDevicePtr> kept_;     // plans and FIFO tables in device memory
-  cuda::CuDevicePtr llStaging_ = 0;
-  size_t llStagingBytes_ = 0;
+  Growing llStaging_;                       // LL: two regions per channel
   size_t slotBytes_ = 0;                    // of every device FIFO
+  uint64_t llMostBytes_ = 0;                // LOOM_DEVICE_LL_BYTES
   std::array<bool, kCollectiveCount> llAllowed_{};  // NCCL_PROTO allows LL, per collective
   void* staging_ = nullptr;                 // pinned, for uploads
   bool launched_ = false;

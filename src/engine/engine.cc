@@ -181,30 +181,33 @@ bool runReady(const Op& op, const CachedPlan& cp) {
 // ranks, so executors driven by this one thread prepare concurrently (as connectAll).
 void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
   std::vector<std::pair<DeviceExec*, std::vector<const Op*>>> execs;
-  std::vector<const Op*> mine;
+  std::vector<size_t> execOf;  // of each op the executors take, in issue order
   for (const Op& op : ops) {
     DeviceExec* ex = op.comm.core->deviceExec();
     if (!ex || !DeviceExec::takes(op)) {
       staged->push_back(op);
       continue;
     }
-    mine.push_back(&op);
     auto it = std::find_if(execs.begin(), execs.end(), [&](const auto& e) { return e.first == ex; });
-    if (it == execs.end()) execs.push_back({ex, {&op}});
-    else it->second.push_back(&op);
+    if (it == execs.end()) it = execs.insert(execs.end(), {ex, {}});
+    it->second.push_back(&op);
+    execOf.push_back(static_cast<size_t>(it - execs.begin()));
   }
+  std::vector<std::vector<DeviceExec::Launch>> ready(execs.size());
   const Op* current = nullptr;
   try {
     size_t failed = 0;
     try {
-      allAtOnce(execs.size(), [&](size_t i) { execs[i].first->prepare(execs[i].second); }, &failed);
+      allAtOnce(execs.size(), [&](size_t i) { ready[i] = execs[i].first->prepare(execs[i].second); }, &failed);
     } catch (...) {
       current = execs[failed].second[0];
       throw;
     }
-    for (const Op* op : mine) {
-      current = op;
-      op->comm.core->deviceExec()->launch(*op);
+    std::vector<size_t> next(execs.size(), 0);  // each executor's launches, in issue order
+    for (size_t e : execOf) {
+      const DeviceExec::Launch& l = ready[e][next[e]++];
+      current = l.op;
+      execs[e].first->launch(l);
     }
   } catch (const Error& e) {
     failAll({&current->comm, 1}, e);

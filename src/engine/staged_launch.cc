@@ -24,24 +24,6 @@ using cuda::CuDevicePtr;
 using cuda::CuEvent;
 using cuda::CuResult;
 
-// Allocations while a stream captures must not invalidate the capture (CUDA prohibits
-// "unsafe" calls during a global-mode capture): the calling thread goes RELAXED meanwhile.
-class RelaxedCapture {
- public:
-  RelaxedCapture(const cuda::StreamApi& st, bool on) : st_(on ? &st : nullptr) {
-    if (st_ && st_->threadExchangeStreamCaptureMode(&mode_) != cuda::kCudaSuccess) st_ = nullptr;
-  }
-  ~RelaxedCapture() {
-    if (st_) st_->threadExchangeStreamCaptureMode(&mode_);
-  }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-
- private:
-  const cuda::StreamApi* st_;
-  int mode_ = cuda::kStreamCaptureModeRelaxed;
-};
-
 size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Bytes an operation reads from its send buffer and writes to its receive buffer on this
@@ -191,7 +173,7 @@ class Launcher {
     for (StagedProxy* px : rec_->proxies) px->start();  // no thread starts in a host function
     rec_->holds.store(1);  // the graph's
     // On failure the capture may hold part of the work: the record stays out of the pool.
-    RelaxedCapture relaxed(st_, true);
+    cuda::RelaxedCapture relaxed(st_, true);
     bindStaging();
     issue();
     const Op& op = ops_[0];
