@@ -34,6 +34,8 @@ class GuardedBuffer {
   uint8_t* data() { return mem_.get() + lead_; }
   const uint8_t* data() const { return mem_.get() + lead_; }
   size_t bytes() const { return bytes_; }
+  // A hash of every byte, guards included.
+  uint64_t hash() const;
 
   std::string checkGuards(const char* name) const {
     for (size_t i = 0; i < lead_; ++i)
@@ -147,13 +149,25 @@ inline std::string checkReduced(const char* what, ncclDataType_t t, const uint8_
                             base + firstBad, showElement(t, gotFirst).c_str(), w.c_str(), bad, n);
 }
 
+// Four independent lanes, each step a bijection of the lane given the word (xor, rotate,
+// odd multiply): two inputs that differ in one word always differ in that lane. Not for
+// adversaries, but several bytes per cycle, which the matrices' megabytes need.
 inline uint64_t hashBytes(const uint8_t* p, size_t bytes) {
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ bytes;
+  constexpr uint64_t kMul = 0x9e3779b97f4a7c15ull;
+  uint64_t lane[4] = {bytes, kMul, ~bytes, ~kMul};
+  auto step = [](uint64_t h, uint64_t w) {
+    h ^= w;
+    return ((h << 29) | (h >> 35)) * kMul;
+  };
   size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) h = fmix64(h ^ loadBits(p + i, 8)) + i;
-  if (i < bytes) h = fmix64(h ^ loadBits(p + i, bytes - i));
-  return h;
+  for (; i + 32 <= bytes; i += 32)
+    for (int k = 0; k < 4; ++k) lane[k] = step(lane[k], loadBits(p + i + 8 * k, 8));
+  for (; i + 8 <= bytes; i += 8) lane[0] = step(lane[0], loadBits(p + i, 8));
+  if (i < bytes) lane[1] = step(lane[1], loadBits(p + i, bytes - i));
+  return fmix64(fmix64(fmix64(fmix64(lane[0]) ^ lane[1]) ^ lane[2]) ^ lane[3]);
 }
+
+inline uint64_t GuardedBuffer::hash() const { return hashBytes(mem_.get(), lead_ + bytes_ + kTail); }
 
 // The bytes at p must still equal `orig` (inputs, and buffers a rank must not write).
 inline std::string checkUnchanged(const char* what, ncclDataType_t t, const uint8_t* p,

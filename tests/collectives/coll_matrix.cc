@@ -108,12 +108,16 @@ namespace {
 // One case on one rank. An NCCL error sets `fatal`: the ranks are out of step after it.
 class CaseRunner {
  public:
-  CaseRunner(int rank, int nranks, ncclComm_t comm, const Case& c)
-      : rank_(rank), n_(nranks), comm_(comm), c_(c), t_(c.type), sz_(typeSize(c.type)) {}
+  // `check` false: no output is compared with the reference (a run whose digests are
+  // compared with a checked run's instead); `hash`: digest() is wanted.
+  CaseRunner(int rank, int nranks, ncclComm_t comm, const Case& c, bool check, bool hash)
+      : rank_(rank), n_(nranks), comm_(comm), c_(c), t_(c.type), sz_(typeSize(c.type)),
+        check_(check), hash_(hash) {}
 
   std::string run();
   bool fatal() const { return fatal_; }
-  // A hash of the reduced output this rank got (0: the case reduces nothing here).
+  // A hash of every byte of the case's buffers on this rank after the call, guards
+  // included (0: the case ended early).
   uint64_t digest() const { return digest_; }
 
  private:
@@ -143,6 +147,7 @@ class CaseRunner {
   // The op to pass for this case: built in, or a PreMulSum created for the call.
   std::string makeOp(const ReduceInputs& in);
   std::string dropOp();
+  std::string finish(std::initializer_list<std::pair<const GuardedBuffer*, const char*>> bufs);
 
   int rank_, n_;
   ncclComm_t comm_;
@@ -151,6 +156,8 @@ class CaseRunner {
   size_t sz_;
   ncclRedOp_t op_ = ncclSum;
   bool userOp_ = false;
+  bool check_;
+  bool hash_;
   bool fatal_ = false;
   uint64_t digest_ = 0;
 };
@@ -161,6 +168,11 @@ class CaseRunner {
     if (!e_.empty()) return e_;   \
   } while (0)
 #define NCCL(call) TRY(nccl((call), #call))
+// A comparison with the reference, made when the runner checks.
+#define CHECK(expr)            \
+  do {                         \
+    if (check_) TRY(expr);     \
+  } while (0)
 
 std::string CaseRunner::run() {
   switch (c_.coll) {
@@ -194,9 +206,16 @@ std::string CaseRunner::dropOp() {
   return nccl(ncclRedOpDestroy(op_, comm_), "ncclRedOpDestroy");
 }
 
-// Checks every buffer's guards; the first broken one is reported.
-std::string guards(std::initializer_list<std::pair<const GuardedBuffer*, const char*>> bufs) {
-  for (auto& [b, name] : bufs) TRY(b->checkGuards(name));
+// The end of every case: the digest of all its buffers if wanted; when checking, every buffer's
+// guards (the first broken one is reported).
+std::string CaseRunner::finish(
+    std::initializer_list<std::pair<const GuardedBuffer*, const char*>> bufs) {
+  if (hash_) {
+    uint64_t h = 0;
+    for (auto& [b, name] : bufs) h = fmix64(h ^ b->hash());
+    digest_ = h | 1;
+  }
+  for (auto& [b, name] : bufs) CHECK(b->checkGuards(name));
   return "";
 }
 
@@ -210,7 +229,6 @@ std::string CaseRunner::allReduce() {
   TRY(makeOp(in));
   NCCL(ncclAllReduce(send.data(), out, n, t_, op_, comm_, nullptr));
   TRY(dropOp());
-  digest_ = hashBytes(out, n * sz_) | 1;
   // Every rank must hold the same bytes (the hashes show it), so each checks only its
   // share of blocks against the reference: every element is still checked by some rank.
   // A rank whose bytes differ checks all of its own, to say where it is wrong.
@@ -221,16 +239,16 @@ std::string CaseRunner::allReduce() {
   for (int r = 0; r < n_; ++r)
     if (hashes[r] != mine) odd = r;
   if (odd >= 0) {
-    TRY(checkReduced("recvbuff", t_, out, n, in, n_, 0));
+    CHECK(checkReduced("recvbuff", t_, out, n, in, n_, 0));
     return GuardedBuffer::fmt("recvbuff holds different bytes on rank %d than on this rank, "
                               "though both are within tolerance of the reference", odd);
   }
   constexpr size_t kBlock = 4096;
   for (size_t b = rank_ * kBlock; b < n; b += n_ * kBlock)
-    TRY(checkReduced("recvbuff", t_, out + b * sz_, std::min(kBlock, n - b), in, n_, b, b));
-  if (!c_.inPlace) TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
-  else TRY(checkPoison("unused recvbuff", t_, recv.data(), recv.bytes()));
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+    CHECK(checkReduced("recvbuff", t_, out + b * sz_, std::min(kBlock, n - b), in, n_, b, b));
+  if (!c_.inPlace) CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+  else CHECK(checkPoison("unused recvbuff", t_, recv.data(), recv.bytes()));
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::broadcast() {
@@ -242,18 +260,18 @@ std::string CaseRunner::broadcast() {
     if (rank_ == root) in.fill(root, 0, n, send.data());
     if (c_.variant % 2) NCCL(ncclBcast(send.data(), n, t_, root, comm_, nullptr));
     else NCCL(ncclBroadcast(send.data(), send.data(), n, t_, root, comm_, nullptr));
-    TRY(checkBits("buff", t_, send.data(), n, [&](size_t j) { return in.bits(root, j); }));
-    TRY(checkPoison("unused recvbuff", t_, recv.data(), recv.bytes()));
+    CHECK(checkBits("buff", t_, send.data(), n, [&](size_t j) { return in.bits(root, j); }));
+    CHECK(checkPoison("unused recvbuff", t_, recv.data(), recv.bytes()));
   } else {
     // A non-root's sendbuff is ignored: NULL, or a decoy that must not reach anyone.
     in.fill(rank_, 0, n, send.data());
     auto orig = snapshot(send);
     const void* sendp = rank_ != root && c_.variant % 2 ? nullptr : send.data();
     NCCL(ncclBroadcast(sendp, recv.data(), n, t_, root, comm_, nullptr));
-    TRY(checkBits("recvbuff", t_, recv.data(), n, [&](size_t j) { return in.bits(root, j); }));
-    TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+    CHECK(checkBits("recvbuff", t_, recv.data(), n, [&](size_t j) { return in.bits(root, j); }));
+    CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   }
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::reduce() {
@@ -267,24 +285,22 @@ std::string CaseRunner::reduce() {
   if (c_.inPlace) {
     NCCL(ncclReduce(send.data(), send.data(), n, t_, op_, root, comm_, nullptr));
     TRY(dropOp());
-    if (rank_ == root) digest_ = hashBytes(send.data(), n * sz_) | 1;
     if (rank_ == root)
-      TRY(checkReduced("buff (root)", t_, send.data(), n, in, n_, 0));
+      CHECK(checkReduced("buff (root)", t_, send.data(), n, in, n_, 0));
     else
-      TRY(checkUnchanged("buff (non-root)", t_, send.data(), orig.data(), send.bytes()));
+      CHECK(checkUnchanged("buff (non-root)", t_, send.data(), orig.data(), send.bytes()));
   } else {
     // recvbuff is only used on the root: a non-root passes NULL, or a buffer left alone.
     void* recvp = rank_ != root && c_.variant % 2 ? nullptr : recv.data();
     NCCL(ncclReduce(send.data(), recvp, n, t_, op_, root, comm_, nullptr));
     TRY(dropOp());
-    if (rank_ == root) digest_ = hashBytes(recv.data(), n * sz_) | 1;
     if (rank_ == root)
-      TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, 0));
+      CHECK(checkReduced("recvbuff", t_, recv.data(), n, in, n_, 0));
     else
-      TRY(checkPoison("recvbuff (non-root)", t_, recv.data(), recv.bytes()));
-    TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+      CHECK(checkPoison("recvbuff (non-root)", t_, recv.data(), recv.bytes()));
+    CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
   }
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::allGather() {
@@ -295,16 +311,16 @@ std::string CaseRunner::allGather() {
   if (c_.inPlace) {
     in.fill(rank_, 0, n, recv.data() + rank_ * n * sz_);
     NCCL(ncclAllGather(recv.data() + rank_ * n * sz_, recv.data(), n, t_, comm_, nullptr));
-    TRY(checkBlocks("recvbuff", t_, recv.data(), n, n_, want));
-    return guards({{&recv, "recvbuff"}});
+    CHECK(checkBlocks("recvbuff", t_, recv.data(), n, n_, want));
+    return finish({{&recv, "recvbuff"}});
   }
   GuardedBuffer send = buffer(n);
   in.fill(rank_, 0, n, send.data());
   auto orig = snapshot(send);
   NCCL(ncclAllGather(send.data(), recv.data(), n, t_, comm_, nullptr));
-  TRY(checkBlocks("recvbuff", t_, recv.data(), n, n_, want));
-  TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+  CHECK(checkBlocks("recvbuff", t_, recv.data(), n, n_, want));
+  CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::reduceScatter() {
@@ -318,22 +334,20 @@ std::string CaseRunner::reduceScatter() {
     uint8_t* out = send.data() + rank_ * n * sz_;
     NCCL(ncclReduceScatter(send.data(), out, n, t_, op_, comm_, nullptr));
     TRY(dropOp());
-    digest_ = hashBytes(out, n * sz_) | 1;
-    TRY(checkReduced("recvbuff", t_, out, n, in, n_, rank_ * n));
+    CHECK(checkReduced("recvbuff", t_, out, n, in, n_, rank_ * n));
     // The other ranks' blocks are input only.
-    TRY(checkUnchanged("sendbuff before recvbuff", t_, send.data(), orig.data(), rank_ * n * sz_));
+    CHECK(checkUnchanged("sendbuff before recvbuff", t_, send.data(), orig.data(), rank_ * n * sz_));
     size_t after = (rank_ + 1) * n * sz_;
-    TRY(checkUnchanged("sendbuff after recvbuff", t_, send.data() + after, orig.data() + after,
+    CHECK(checkUnchanged("sendbuff after recvbuff", t_, send.data() + after, orig.data() + after,
                        send.bytes() - after));
-    return guards({{&send, "sendbuff"}});
+    return finish({{&send, "sendbuff"}});
   }
   GuardedBuffer recv = buffer(n);
   NCCL(ncclReduceScatter(send.data(), recv.data(), n, t_, op_, comm_, nullptr));
   TRY(dropOp());
-  digest_ = hashBytes(recv.data(), n * sz_) | 1;
-  TRY(checkReduced("recvbuff", t_, recv.data(), n, in, n_, rank_ * n));
-  TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+  CHECK(checkReduced("recvbuff", t_, recv.data(), n, in, n_, rank_ * n));
+  CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::alltoAll() {
@@ -344,10 +358,10 @@ std::string CaseRunner::alltoAll() {
   auto orig = snapshot(send);
   NCCL(ncclAlltoAll(send.data(), recv.data(), n, t_, comm_, nullptr));
   // Block p of my recvbuff is block `rank` of p's sendbuff.
-  TRY(checkBlocks("recvbuff", t_, recv.data(), n, n_,
+  CHECK(checkBlocks("recvbuff", t_, recv.data(), n, n_,
                   [&](int p, size_t j) { return in.bits(p, rank_ * n + j); }));
-  TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+  CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::gather() {
@@ -362,19 +376,19 @@ std::string CaseRunner::gather() {
     in.fill(rank_, 0, n, recv.data() + rank_ * n * sz_);
     auto orig = snapshot(recv);
     NCCL(ncclGather(recv.data() + rank_ * n * sz_, recv.data(), n, t_, root, comm_, nullptr));
-    if (rank_ == root) TRY(checkBlocks("recvbuff (root)", t_, recv.data(), n, n_, want));
-    else TRY(checkUnchanged("buffer (non-root)", t_, recv.data(), orig.data(), recv.bytes()));
-    return guards({{&recv, "recvbuff"}});
+    if (rank_ == root) CHECK(checkBlocks("recvbuff (root)", t_, recv.data(), n, n_, want));
+    else CHECK(checkUnchanged("buffer (non-root)", t_, recv.data(), orig.data(), recv.bytes()));
+    return finish({{&recv, "recvbuff"}});
   }
   GuardedBuffer send = buffer(n);
   in.fill(rank_, 0, n, send.data());
   auto orig = snapshot(send);
   void* recvp = rank_ != root && c_.variant % 2 ? nullptr : recv.data();
   NCCL(ncclGather(send.data(), recvp, n, t_, root, comm_, nullptr));
-  if (rank_ == root) TRY(checkBlocks("recvbuff (root)", t_, recv.data(), n, n_, want));
-  else TRY(checkPoison("recvbuff (non-root)", t_, recv.data(), recv.bytes()));
-  TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+  if (rank_ == root) CHECK(checkBlocks("recvbuff (root)", t_, recv.data(), n, n_, want));
+  else CHECK(checkPoison("recvbuff (non-root)", t_, recv.data(), recv.bytes()));
+  CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::scatter() {
@@ -388,13 +402,13 @@ std::string CaseRunner::scatter() {
     auto orig = snapshot(send);
     uint8_t* out = send.data() + rank_ * n * sz_;
     NCCL(ncclScatter(send.data(), out, n, t_, root, comm_, nullptr));
-    TRY(checkBits("recvbuff", t_, out, n, want));
+    CHECK(checkBits("recvbuff", t_, out, n, want));
     // Outside its own block a rank's buffer is either the root's input or not in play.
-    TRY(checkUnchanged("sendbuff before recvbuff", t_, send.data(), orig.data(), rank_ * n * sz_));
+    CHECK(checkUnchanged("sendbuff before recvbuff", t_, send.data(), orig.data(), rank_ * n * sz_));
     size_t after = (rank_ + 1) * n * sz_;
-    TRY(checkUnchanged("sendbuff after recvbuff", t_, send.data() + after, orig.data() + after,
+    CHECK(checkUnchanged("sendbuff after recvbuff", t_, send.data() + after, orig.data() + after,
                        send.bytes() - after));
-    return guards({{&send, "sendbuff"}});
+    return finish({{&send, "sendbuff"}});
   }
   // A non-root's sendbuff is ignored: NULL, or a decoy that must not reach anyone.
   in.fill(rank_, 0, n * n_, send.data());
@@ -402,9 +416,9 @@ std::string CaseRunner::scatter() {
   GuardedBuffer recv = buffer(n);
   const void* sendp = rank_ != root && c_.variant % 2 ? nullptr : send.data();
   NCCL(ncclScatter(sendp, recv.data(), n, t_, root, comm_, nullptr));
-  TRY(checkBits("recvbuff", t_, recv.data(), n, want));
-  TRY(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
-  return guards({{&send, "sendbuff"}, {&recv, "recvbuff"}});
+  CHECK(checkBits("recvbuff", t_, recv.data(), n, want));
+  CHECK(checkUnchanged("sendbuff", t_, send.data(), orig.data(), send.bytes()));
+  return finish({{&send, "sendbuff"}, {&recv, "recvbuff"}});
 }
 
 std::string CaseRunner::sendRecv() {
@@ -433,13 +447,13 @@ std::string CaseRunner::sendRecv() {
   }
   call(ncclGroupEnd(), "ncclGroupEnd");
   TRY(err);
-  TRY(checkBits("recvbuff from peer", t_, recvP.data(), n,
+  CHECK(checkBits("recvbuff from peer", t_, recvP.data(), n,
                 [&](size_t j) { return peerIn.bits(from, j); }));
-  TRY(checkBits("recvbuff from self", t_, recvS.data(), n,
+  CHECK(checkBits("recvbuff from self", t_, recvS.data(), n,
                 [&](size_t j) { return selfIn.bits(rank_, j); }));
-  TRY(checkUnchanged("sendbuff to peer", t_, sendP.data(), origP.data(), sendP.bytes()));
-  TRY(checkUnchanged("sendbuff to self", t_, sendS.data(), origS.data(), sendS.bytes()));
-  return guards({{&sendP, "sendbuff to peer"}, {&recvP, "recvbuff from peer"},
+  CHECK(checkUnchanged("sendbuff to peer", t_, sendP.data(), origP.data(), sendP.bytes()));
+  CHECK(checkUnchanged("sendbuff to self", t_, sendS.data(), origS.data(), sendS.bytes()));
+  return finish({{&sendP, "sendbuff to peer"}, {&recvP, "recvbuff from peer"},
                  {&sendS, "sendbuff to self"}, {&recvS, "recvbuff from self"}});
 }
 
@@ -470,7 +484,7 @@ std::string checkSelection(ncclComm_t comm, Algo algo, const Case& c) {
 }  // namespace
 
 std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
-                     const std::vector<Case>& cases, std::vector<uint64_t>* digests) {
+                     const std::vector<Case>& cases, std::vector<uint64_t>* digests, bool check) {
   if (digests) digests->assign(cases.size(), 0);
   constexpr size_t kShown = 6;
   const bool profile = getenv("COLLTEST_PROFILE") != nullptr;  // per-case times on stderr
@@ -478,7 +492,7 @@ std::string runCases(int rank, int nranks, ncclComm_t comm, Algo algo,
   size_t failed = 0;
   for (const Case& c : cases) {
     std::string err = checkSelection(comm, algo, c);
-    CaseRunner runner(rank, nranks, comm, c);
+    CaseRunner runner(rank, nranks, comm, c, check, digests != nullptr);
     auto t0 = std::chrono::steady_clock::now();
     if (err.empty()) err = runner.run();
     if (digests) (*digests)[&c - cases.data()] = runner.digest();

@@ -112,7 +112,7 @@ uint64_t ReduceInputs::finiteBits(uint64_t random) const {
   return b;
 }
 
-template <class F>
+template <bool kValue, class F>
 void ReduceInputs::forEachFloat(int rank, size_t first, size_t n, F f) const {
   switch (dist_) {
     case Dist::kFloatInt: {
@@ -137,7 +137,7 @@ void ReduceInputs::forEachFloat(int rank, size_t first, size_t n, F f) const {
     default:
       for (size_t j = 0; j < n; ++j) {
         uint64_t b = finiteBits(randomBits(seed_, rank, first + j));
-        f(j, b, dec_(b));
+        f(j, b, kValue ? dec_(b) : 0.0);
       }
       return;
   }
@@ -145,15 +145,15 @@ void ReduceInputs::forEachFloat(int rank, size_t first, size_t n, F f) const {
 
 uint64_t ReduceInputs::bits(int rank, size_t idx) const {
   uint64_t out = 0;
-  if (isFloat_) forEachFloat(rank, idx, 1, [&](size_t, uint64_t b, double) { out = b; });
+  if (isFloat_) forEachFloat<false>(rank, idx, 1, [&](size_t, uint64_t b, double) { out = b; });
   else forEachInt(rank, idx, 1, [&](size_t, uint64_t b) { out = b; });
   return out;
 }
 
 void ReduceInputs::fill(int rank, size_t first, size_t n, uint8_t* dst) const {
   if (isFloat_)
-    forEachFloat(rank, first, n,
-                 [&](size_t j, uint64_t b, double) { storeBits(dst + j * sz_, sz_, b); });
+    forEachFloat<false>(rank, first, n,
+                        [&](size_t j, uint64_t b, double) { storeBits(dst + j * sz_, sz_, b); });
   else
     forEachInt(rank, first, n, [&](size_t j, uint64_t b) { storeBits(dst + j * sz_, sz_, b); });
 }
@@ -210,14 +210,14 @@ void ReduceInputs::expectBlock(int nranks, size_t first, size_t n, Expect* out) 
     case Op::kProd:
       for (size_t j = 0; j < n; ++j) out[j].value = 1;
       for (int r = 0; r < nranks; ++r)
-        forEachFloat(r, first, n, [&](size_t j, uint64_t, double x) { out[j].value *= x; });
+        forEachFloat<true>(r, first, n, [&](size_t j, uint64_t, double x) { out[j].value *= x; });
       break;
     case Op::kMax:
     case Op::kMin: {
       const bool max = op_ == Op::kMax;
-      forEachFloat(0, first, n, [&](size_t j, uint64_t, double x) { out[j].value = x; });
+      forEachFloat<true>(0, first, n, [&](size_t j, uint64_t, double x) { out[j].value = x; });
       for (int r = 1; r < nranks; ++r)
-        forEachFloat(r, first, n, [&](size_t j, uint64_t, double x) {
+        forEachFloat<true>(r, first, n, [&](size_t j, uint64_t, double x) {
           double& v = out[j].value;
           v = max ? std::max(v, x) : std::min(v, x);
         });
@@ -226,7 +226,7 @@ void ReduceInputs::expectBlock(int nranks, size_t first, size_t n, Expect* out) 
     default: {  // sum, avg; PreMulSum by 1.5
       const double scale = op_ == Op::kPreMulSum ? scalar_ : 1.0;
       for (int r = 0; r < nranks; ++r)
-        forEachFloat(r, first, n, [&](size_t j, uint64_t, double x) {
+        forEachFloat<true>(r, first, n, [&](size_t j, uint64_t, double x) {
           out[j].value += scale * x;
           out[j].tol += std::fabs(scale * x);
         });

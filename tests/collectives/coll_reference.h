@@ -113,8 +113,9 @@ class ReduceInputs {
   // f(j, bits) for rank's integer elements first + j, j in [0, n).
   template <class F>
   void forEachInt(int rank, size_t first, size_t n, F f) const;
-  // f(j, bits, value) for rank's floating elements first + j, j in [0, n).
-  template <class F>
+  // f(j, bits, value) for rank's floating elements first + j, j in [0, n) (value 0 unless
+  // kValue: decoding costs more than making the bits).
+  template <bool kValue, class F>
   void forEachFloat(int rank, size_t first, size_t n, F f) const;
   uint64_t finiteBits(uint64_t random) const;
 

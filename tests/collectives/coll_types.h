@@ -178,20 +178,33 @@ inline uint64_t encodeFloatExact(ncclDataType_t t, double v) {
 // Fast decoding: table lookup for the 1- and 2-byte formats.
 class FloatDecoder {
  public:
-  explicit FloatDecoder(ncclDataType_t t) : t_(t) {
-    size_t bytes = typeSize(t);
-    if (isFloat(t) && bytes <= 2) {
-      table_.resize(size_t{1} << (8 * bytes));
-      for (size_t c = 0; c < table_.size(); ++c) table_[c] = decodeFloatSlow(t, c);
-    }
-  }
+  explicit FloatDecoder(ncclDataType_t t) : t_(t), table_(tableFor(t)) {}
   double operator()(uint64_t bits) const {
-    return table_.empty() ? decodeFloatSlow(t_, bits) : table_[bits];
+    return table_ ? (*table_)[bits] : decodeFloatSlow(t_, bits);
   }
 
  private:
+  // One table per 1- and 2-byte float format, made on first use and shared by every
+  // decoder (the matrices make one per case and rank).
+  static const std::vector<double>* tableFor(ncclDataType_t t) {
+    if (!isFloat(t) || typeSize(t) > 2) return nullptr;
+    auto make = [](ncclDataType_t f) {
+      std::vector<double> v(size_t{1} << (8 * typeSize(f)));
+      for (size_t c = 0; c < v.size(); ++c) v[c] = decodeFloatSlow(f, c);
+      return v;
+    };
+    static const std::vector<double> kF16 = make(ncclFloat16), kBf16 = make(ncclBfloat16),
+                                     kE4m3 = make(ncclFloat8e4m3), kE5m2 = make(ncclFloat8e5m2);
+    switch (t) {
+      case ncclFloat16: return &kF16;
+      case ncclBfloat16: return &kBf16;
+      case ncclFloat8e4m3: return &kE4m3;
+      default: return &kE5m2;
+    }
+  }
+
   ncclDataType_t t_;
-  std::vector<double> table_;
+  const std::vector<double>* table_;
 };
 
 }  // namespace colltest
