@@ -287,6 +287,10 @@ perf=(-b 8 -e 64M -f 8 -n 3 -w 1 -c 1 -M device)
 for t in all_gather reduce_scatter sendrecv; do
   run_perf "${t}_perf 3 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 3
 done
+# Sends and receives (all-to-all is a group of them) as one kernel per group.
+for t in sendrecv alltoall; do
+  run_perf "${t}_perf 3 ranks on GPU 0 (threads), device executor" "${kexec[@]}" -- -t 3
+done
 # Every data type and reduction on device buffers, checked (-c 1), small and medium sizes:
 # ranks as threads and as processes on GPU 0.
 perf=(-b 8 -e 256K -f 16 -n 1 -w 1 -c 1 -d all -M device)

@@ -78,7 +78,8 @@ Driver* probe(std::string* why) {
               d->lib.bind(ipc.ctxSynchronize, "cuCtxSynchronize");
   KernelApi& k = d->kernel;
   d->hasKernel = d->hasIpc && d->api.memAlloc && d->api.memFree && d->lib.bind(k.streamCreate, "cuStreamCreate") &&
-                 d->lib.bind(k.streamSynchronize, "cuStreamSynchronize");
+                 d->lib.bind(k.streamSynchronize, "cuStreamSynchronize") &&
+                 d->lib.bind(k.eventQuery, "cuEventQuery");
   d->lib.bind(k.streamDestroy, "cuStreamDestroy_v2");
   d->lib.bind(k.deviceCanAccessPeer, "cuDeviceCanAccessPeer");
   d->lib.bind(k.ctxEnablePeerAccess, "cuCtxEnablePeerAccess");

@@ -137,6 +137,7 @@ struct KernelApi {
   CuResult (*streamCreate)(CuStream* s, unsigned flags) = nullptr;
   CuResult (*streamSynchronize)(CuStream s) = nullptr;
   CuResult (*streamDestroy)(CuStream s) = nullptr;  // optional: null, the stream is kept
+  CuResult (*eventQuery)(CuEvent e) = nullptr;       // kCudaSuccess once the event has passed
   // Optional (a driver without them: ranks of one process must share a device).
   CuResult (*deviceCanAccessPeer)(int* can, CuDevice dev, CuDevice peer) = nullptr;
   CuResult (*ctxEnablePeerAccess)(void* peerCtx, unsigned flags) = nullptr;
@@ -153,7 +154,7 @@ struct Driver {
   IpcApi ipc;
   bool hasIpc = false;      // every IpcApi entry is bound (and the stream API)
   KernelApi kernel;
-  bool hasKernel = false;   // streamCreate and streamSynchronize are bound (and the IPC API)
+  bool hasKernel = false;   // streamCreate, streamSynchronize, eventQuery are bound (and IPC)
   int version = 0;  // 1000 * major + 10 * minor, as cuDriverGetVersion reports it
   // "CUDA error text (code)", for messages.
   std::string errorText(CuResult r) const;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -11,6 +12,7 @@
 #include "base/shm.h"
 #include "bootstrap/bootstrap.h"
 #include "engine/communicator.h"
+#include "engine/engine.h"
 #include "engine/flat_plan.h"
 #include "engine/plan_cache.h"
 #include "topo/load.h"
@@ -233,6 +235,7 @@ DeviceExec::DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kerne
   try {
     check(drv_.kernel.streamCreate(&setup_, cuda::kStreamNonBlocking), "cuStreamCreate");
     check(drv_.streams.eventCreate(&last_, cuda::kEventDisableTiming), "cuEventCreate");
+    check(drv_.streams.eventCreate(&join_, cuda::kEventDisableTiming), "cuEventCreate");
     void* w = nullptr;
     check(drv_.streams.memHostAlloc(&w, 64, cuda::kMemHostAllocPortable | cuda::kMemHostAllocDeviceMap),
           "cuMemHostAlloc");
@@ -262,6 +265,11 @@ DeviceExec::~DeviceExec() {
   if (llStaging_.p) drv_.api.memFree(llStaging_.p);
   for (cuda::CuDevicePtr p : retired_) drv_.api.memFree(p);
   if (scratch_.p) drv_.api.memFree(scratch_.p);
+  for (Block& b : blocks_) {
+    drv_.api.memFree(b.p);
+    if (b.done && drv_.streams.eventDestroy) drv_.streams.eventDestroy(b.done);
+  }
+  if (join_ && drv_.streams.eventDestroy) drv_.streams.eventDestroy(join_);
   if (staging_) drv_.streams.memFreeHost(staging_);
   if (words_) drv_.streams.memFreeHost(words_);
   if (last_ && drv_.streams.eventDestroy) drv_.streams.eventDestroy(last_);
@@ -303,7 +311,16 @@ DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp, b
   }
   OnDevice& d = *it->second;
   if (d.fifos[ll]) return d;
-  const Plan& plan = cp->plan;
+  const std::vector<loomCudaFifo> table = fifoTable(cp->plan, ll);
+  d.nFifos = static_cast<int>(table.size());
+  if (!table.empty()) d.fifos[ll] = deviceCopy(table.data(), table.size() * sizeof(loomCudaFifo));
+  else d.fifos[ll] = d.plan;  // no ends: any valid address
+  return d;
+}
+
+// The FIFO ends `plan` uses, connected (if a lone call did not prepare them), as the kernel's
+// table holds them: its sends, then its receives.
+std::vector<loomCudaFifo> DeviceExec::fifoTable(const Plan& plan, bool ll) const {
   std::vector<std::pair<int, int>> sends, recvs;
   plan.peers(&sends, &recvs);
   fifos_->connect(sends, recvs, ll);
@@ -313,10 +330,50 @@ DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp, b
   if (table.size() > LOOM_CUDA_INTERP_MAX_TABLE)
     LOOM_THROW(kInternalError, "rank %d: a %s plan uses %zu FIFO ends; the device executor's kernel takes at most %d",
                rank_, algorithmName(plan.algo), table.size(), LOOM_CUDA_INTERP_MAX_TABLE);
-  d.nFifos = static_cast<int>(table.size());
-  if (!table.empty()) d.fifos[ll] = deviceCopy(table.data(), table.size() * sizeof(loomCudaFifo));
-  else d.fifos[ll] = d.plan;  // no ends: any valid address
-  return d;
+  return table;
+}
+
+// A group's sends and receives in device memory: their plan and FIFO table in one block, a
+// free one (its last launch ended) or a new one; during a capture, memory of their own, kept
+// for the graph's life (the executor's).
+void DeviceExec::readyP2p(Launch& l) {
+  const Plan& plan = *l.p2pPlan;
+  FlatPlanBlock flat(plan);
+  const std::vector<loomCudaFifo> table = fifoTable(plan, false);
+  const size_t at = (flat.bytes() + 63) / 64 * 64;
+  std::vector<char> bytes(at + table.size() * sizeof(loomCudaFifo));
+  memcpy(bytes.data(), flat.data(), flat.bytes());
+  if (!table.empty()) memcpy(bytes.data() + at, table.data(), table.size() * sizeof(loomCudaFifo));
+  auto d = std::make_shared<OnDevice>();
+  d->channels = static_cast<int>(plan.channels.size());
+  d->nFifos = static_cast<int>(table.size());
+  if (l.capture) {
+    d->plan = deviceCopy(bytes.data(), bytes.size());
+  } else {
+    Block* b = nullptr;
+    for (Block& x : blocks_) {
+      if (x.state == Block::kLaunched && drv_.kernel.eventQuery(x.done) == cuda::kCudaSuccess) x.state = Block::kFree;
+      if (!b && x.state == Block::kFree && x.bytes >= bytes.size()) b = &x;
+    }
+    if (!b) {
+      Block nb;
+      nb.bytes = std::max<size_t>(bytes.size(), 4096);
+      check(drv_.streams.eventCreate(&nb.done, cuda::kEventDisableTiming), "cuEventCreate");
+      if (drv_.api.memAlloc(&nb.p, nb.bytes) != cuda::kCudaSuccess) {
+        if (drv_.streams.eventDestroy) drv_.streams.eventDestroy(nb.done);
+        check(drv_.api.memAlloc(&nb.p, nb.bytes), "cuMemAlloc (a send/receive plan)");
+      }
+      blocks_.push_back(nb);
+      b = &blocks_.back();
+    }
+    upload(b->p, bytes.data(), bytes.size());
+    b->state = Block::kPrepared;
+    d->plan = b->p;
+    l.block = static_cast<int>(b - blocks_.data());
+  }
+  d->fifos[0] = table.empty() ? d->plan : d->plan + at;
+  l.own = d;
+  l.d = d.get();
 }
 
 // A copy of `bytes` in device memory, kept until the executor goes.
@@ -374,14 +431,38 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
   std::vector<std::pair<int, int>> sends[2], recvs[2];
   size_t scratchBytes = 64;
   int channels = 0;  // the most of an LL plan's
+  Launch p2p;  // of the sends and receives: after the collectives (as the host engine runs them)
+  // A block prepared for a launch that never came (an error between) is free again: this
+  // executor's prepare and launches run one call at a time.
+  for (Block& b : blocks_)
+    if (b.state == Block::kPrepared) b.state = Block::kFree;
   for (const Op* op : ops) {
     if (!sharing_.empty() && (op->stream == nullptr || op->stream == kLegacyStream || op->stream == kPerThreadStream))
       LOOM_THROW(kInvalidUsage,
                  "rank %d: %s on device buffers: rank(s) %s share CUDA device %d with this rank, and the device "
                  "executor's kernels of ranks sharing a device must run side by side: give each rank a stream "
                  "of its own (this call is on a default stream, %p)",
-                 rank_, collectiveName(op->coll), sharing_.c_str(), device_, op->stream);
-    Launch l{op, cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_), nullptr, useLL(*op), capturing(*op)};
+                 rank_, op->isP2p() ? (op->isSend ? "ncclSend" : "ncclRecv") : collectiveName(op->coll),
+                 sharing_.c_str(), device_, op->stream);
+    if (op->isP2p()) {
+      const bool c = capturing(*op);
+      if (p2p.p2p.empty()) {
+        p2p.op = op;
+        p2p.capture = c;
+      }
+      // One kernel joins their streams: a graph cannot take some and leave others.
+      LOOM_CHECK_USAGE(c == p2p.capture,
+                       "rank %d: a group's sends and receives on device buffers run as one kernel, but stream "
+                       "%p is %s captured into a CUDA graph and stream %p is %s: capture all of them or none",
+                       rank_, p2p.op->stream, p2p.capture ? "being" : "not being", op->stream, c ? "" : "not");
+      p2p.p2p.push_back(op);
+      continue;
+    }
+    Launch l;
+    l.op = op;
+    l.cp = cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_);
+    l.ll = useLL(*op);
+    l.capture = capturing(*op);
     capture |= l.capture;
     scratchBytes = std::max(scratchBytes, l.cp->plan.scratchBytes);
     if (l.ll) channels = std::max(channels, static_cast<int>(l.cp->plan.channels.size()));
@@ -389,12 +470,20 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
     if (it == plans_.end() || !it->second->fifos[l.ll]) l.cp->plan.peers(&sends[l.ll], &recvs[l.ll]);
     out.push_back(std::move(l));
   }
+  if (!p2p.p2p.empty()) {
+    p2p.p2pPlan = p2pPlan(rank_, p2p.p2p);
+    capture |= p2p.capture;
+    p2p.p2pPlan->peers(&sends[0], &recvs[0]);
+    out.push_back(std::move(p2p));
+  }
   // Allocations and waits on the executor's own stream: legal during a capture in the
   // relaxed mode only.
   cuda::RelaxedCapture relaxed(drv_.streams, capture && drv_.hasCapture);
   for (int ll = 0; ll < 2; ++ll)  // one exchange with each peer for every plan
     if (!sends[ll].empty() || !recvs[ll].empty()) fifos_->connect(sends[ll], recvs[ll], ll != 0);
-  for (Launch& l : out) l.d = &ready(l.cp, l.ll);
+  for (Launch& l : out)
+    if (l.p2p.empty()) l.d = &ready(l.cp, l.ll);
+    else readyP2p(l);
   atLeast(scratch_, scratchBytes, std::max(scratchBytes, scratch_.bytes * 2), "cuMemAlloc (scratch)");
   // LL staging: two regions of llCapacity(slot), rounded to 16, per channel.
   const size_t stage = static_cast<size_t>(channels) * 2 * llStageBytes();
@@ -413,7 +502,20 @@ void DeviceExec::launch(const Launch& l) {
     comm_ = op.comm;
     watchdog_ = std::thread([this] { watch(); });
   }
-  if (d->channels == 0) return;
+  if (d->channels == 0) {  // nothing to move (sends and receives of 0 bytes)
+    if (l.block >= 0) blocks_[static_cast<size_t>(l.block)].state = Block::kFree;
+    return;
+  }
+  // A group's sends and receives run on the first one's stream, after the group's other
+  // streams have reached this point; they wait for the kernel in turn.
+  std::vector<cuda::CuStream> others;
+  for (const Op* p : l.p2p)
+    if (p->stream != op.stream && std::find(others.begin(), others.end(), p->stream) == others.end())
+      others.push_back(p->stream);
+  for (cuda::CuStream s : others) {
+    check(drv_.streams.eventRecord(join_, s), "cuEventRecord");
+    check(drv_.streams.streamWaitEvent(op.stream, join_, 0), "cuStreamWaitEvent");
+  }
   // The last kernel of this communicator hands its FIFO counters on: the next one starts
   // after it, whatever its stream (on the same stream the wait costs nothing; a default
   // stream's handle may name another thread's stream). A captured launch is not ordered
@@ -422,32 +524,49 @@ void DeviceExec::launch(const Launch& l) {
   const cuda::CuDevicePtr words = deviceWords_;
   loomCudaInterpArgs a{};
   a.plan = reinterpret_cast<const void*>(d->plan);
+  const bool p2p = !l.p2p.empty();
   a.count = op.count;
-  a.elt = op.eltSize;
-  a.sendbuf = op.sendbuff;
-  a.recvbuf = op.recvbuff;
+  a.elt = p2p ? 1 : op.eltSize;  // a send/receive plan counts bytes, at addresses of its own
+  a.sendbuf = p2p ? nullptr : op.sendbuff;
+  a.recvbuf = p2p ? nullptr : op.recvbuff;
   a.scratch = reinterpret_cast<void*>(scratch_.p);
   a.fifos = reinterpret_cast<const loomCudaFifo*>(d->fifos[ll]);
   a.nFifos = d->nFifos;
-  a.dtype = op.red.dtype;
-  a.kind = static_cast<int>(op.red.kind);
-  a.scalarBits = op.red.scalarBits;
+  a.dtype = p2p ? 0 /* int8 */ : op.red.dtype;
+  a.kind = p2p ? static_cast<int>(RedKind::kSum) : static_cast<int>(op.red.kind);
+  a.scalarBits = p2p ? 0 : op.red.scalarBits;
   a.abortWord = reinterpret_cast<const uint32_t*>(words);
   a.status = reinterpret_cast<uint32_t*>(words) + 1;
   a.proto = ll ? LOOM_CUDA_INTERP_PROTO_LL : LOOM_CUDA_INTERP_PROTO_SIMPLE;
   a.llStaging = ll ? reinterpret_cast<void*>(llStaging_.p) : nullptr;
   a.llStageBytes = llStageBytes();
-  if (int rc = kernels_.interpLaunch(&a, d->channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0)
+  Block* block = l.block >= 0 ? &blocks_[static_cast<size_t>(l.block)] : nullptr;
+  if (int rc = kernels_.interpLaunch(&a, d->channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0) {
+    if (block) block->state = Block::kFree;  // nothing queued reads it
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",
-               rank_, collectiveName(op.coll), rc);
+               rank_, p2p ? "SendRecv" : collectiveName(op.coll), rc);
+  }
   launched_ = true;
+  if (block) {  // reused once this has passed; never, if it cannot be recorded
+    block->state = Block::kLost;
+    check(drv_.streams.eventRecord(block->done, op.stream), "cuEventRecord");
+    block->state = Block::kLaunched;
+  }
   if (!capture) {
     check(drv_.streams.eventRecord(last_, op.stream), "cuEventRecord");
     eagerLaunched_ = true;
   }
-  LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s/%s on %d channel(s), by the device executor's kernel on stream %p",
-            collectiveName(op.coll), op.bytes(), algorithmName(l.cp->plan.algo), ll ? "LL" : "Simple", d->channels,
-            op.stream);
+  if (!others.empty()) {
+    check(drv_.streams.eventRecord(join_, op.stream), "cuEventRecord");
+    for (cuda::CuStream s : others) check(drv_.streams.streamWaitEvent(s, join_, 0), "cuStreamWaitEvent");
+  }
+  if (p2p)
+    LOOM_INFO(kLogColl, "SendRecv: %zu send(s)/receive(s) on %d channel(s), by the device executor's kernel on "
+              "stream %p", l.p2p.size(), d->channels, op.stream);
+  else
+    LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s/%s on %d channel(s), by the device executor's kernel on stream %p",
+              collectiveName(op.coll), op.bytes(), algorithmName(l.cp->plan.algo), ll ? "LL" : "Simple",
+              d->channels, op.stream);
 }
 
 // The abort word: every kernel of this executor stops at its next look at it.

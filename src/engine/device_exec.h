@@ -15,9 +15,12 @@
 // to device memory as a FlatPlan with the table of its FIFO ends; its connections made on
 // first use; a scratch buffer of the executor's own. The kernels of one communicator run one
 // after another: a launch on another stream than the last waits for the last one's event,
-// since each FIFO end's step counter is handed from kernel to kernel. Send/receive and a
-// pre-multiplied sum whose scalar lives in device memory stay on the staged path (a rule of
-// the call's arguments, alike on every rank).
+// since each FIFO end's step counter is handed from kernel to kernel. A group's sends and
+// receives on the communicator are one kernel, after its collectives (engine.h: p2pPlan, its
+// buffers' addresses in the plan, so copied to device memory per call into blocks reused
+// once their kernel has ended; during a capture into memory kept until the executor goes),
+// on the first one's stream, which waits for the group's other streams and they for it. A pre-multiplied sum whose scalar lives in device memory stays on the staged path (a
+// rule of the call's arguments, alike on every rank).
 //
 // Failures: a watchdog thread of the executor sets the kernels' abort word (host memory the
 // kernel polls) on ncclCommAbort / ncclCommRevoke and when a peer process exits, and reports
@@ -68,21 +71,31 @@ class DeviceExec {
   DeviceExec(const DeviceExec&) = delete;
   DeviceExec& operator=(const DeviceExec&) = delete;
 
-  // Whether this executor runs `op` (a collective without a device scalar).
-  static bool takes(const Op& op) { return !op.isP2p() && !op.deviceScalar; }
+  // Whether this executor runs `op`: a send, a receive, a collective without a device scalar,
+  // on device memory or on nothing (a count of 0). Host memory in a group of device
+  // memory goes to the staged path, which refuses it.
+  static bool takes(const Op& op) {
+    return !op.deviceScalar && (op.mem != MemKind::kHost || op.bytes() == 0);
+  }
   struct OnDevice;  // a plan in device memory
-  // One collective made ready to launch: its plan (in device memory), protocol, capture.
+  // One collective, or a group's sends and receives, made ready to launch: its plan (in
+  // device memory), protocol, capture.
   struct Launch {
-    const Op* op;
-    std::shared_ptr<CachedPlan> cp;
-    const OnDevice* d;
-    bool ll;
-    bool capture;
+    const Op* op = nullptr;  // the collective; the first send or receive
+    std::shared_ptr<CachedPlan> cp;  // a collective's
+    const OnDevice* d = nullptr;
+    bool ll = false;
+    bool capture = false;
+    std::vector<const Op*> p2p;           // the sends and receives (none: a collective)
+    std::shared_ptr<const Plan> p2pPlan;  // theirs
+    std::shared_ptr<OnDevice> own;        // their plan in device memory
+    int block = -1;                       // ... in this block of blocks_ (-1: memory of its own)
   };
-  // Makes the plans of `ops` (this executor's) ready before any of them launches: their
-  // connections, collective between pairs of ranks, in one exchange per pair. A thread that
-  // drives several ranks prepares them all (concurrently) before launching any. Throws
-  // loom::Error (kInvalidUsage: a default stream on a device ranks share).
+  // Makes the plans of `ops` (this executor's, in issue order) ready before any of them
+  // launches: their connections, collective between pairs of ranks, in one exchange per
+  // pair. One launch per collective, in issue order, then one for all the sends and receives.
+  // A thread that drives several ranks prepares them all (concurrently) before launching
+  // any. Throws loom::Error (kInvalidUsage: a default stream on a device ranks share).
   std::vector<Launch> prepare(std::span<const Op* const> ops);
   // Queues a prepared collective on its stream. Throws loom::Error.
   void launch(const Launch& l);
@@ -97,6 +110,8 @@ class DeviceExec {
   DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
              int device, FifoShape shape, std::vector<bool> sameProcess);
   OnDevice& ready(const std::shared_ptr<CachedPlan>& cp, bool ll);
+  void readyP2p(Launch& l);
+  std::vector<loomCudaFifo> fifoTable(const Plan& plan, bool ll) const;
   cuda::CuDevicePtr deviceCopy(const void* src, size_t bytes);
   size_t llStageBytes() const;
   bool useLL(const Op& op) const;
@@ -132,6 +147,18 @@ class DeviceExec {
   std::vector<cuda::CuDevicePtr> retired_;  // outgrown scratch: a queued kernel may use it
   std::vector<cuda::CuDevicePtr> kept_;     // plans and FIFO tables in device memory
   Growing llStaging_;                       // LL: two regions per channel
+  // Device memory for the plans of sends and receives, one launch's each, reused once
+  // `done` (recorded after the launch) has passed; never freed before the executor goes
+  // (cuMemFree may wait for the device, where a peer's kernel may wait for this rank).
+  struct Block {
+    cuda::CuDevicePtr p = 0;
+    size_t bytes = 0;
+    cuda::CuEvent done = nullptr;
+    // launched: until `done` has passed; lost: its event could not be recorded (never reused)
+    enum { kFree, kPrepared, kLaunched, kLost } state = kFree;
+  };
+  std::vector<Block> blocks_;
+  cuda::CuEvent join_ = nullptr;  // a group's other streams, before its sends and receives
   size_t slotBytes_ = 0;                    // of every device FIFO
   uint64_t llMostBytes_ = 0;                // LOOM_DEVICE_LL_BYTES
   std::array<bool, kCollectiveCount> llAllowed_{};  // NCCL_PROTO allows LL, per collective

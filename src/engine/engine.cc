@@ -34,45 +34,6 @@ Task bindTask(const Op& op, const Plan& plan, uint64_t seq, const char* name) {
   return t;
 }
 
-// One plan holding all the sends and receives a group issued on one communicator: one
-// channel per (direction, peer) so that messages to one peer stay in order while
-// different peers progress concurrently. Self send/recv pairs are copied directly.
-std::shared_ptr<const Plan> p2pPlan(int rank, const std::vector<const Op*>& ops) {
-  auto plan = std::make_shared<Plan>();
-  plan->coll = Collective::kSendRecv;
-  std::map<std::pair<int, int>, size_t> chanOf;  // (isSend, peer) -> channel
-  std::vector<const Op*> selfSends, selfRecvs;
-  for (const Op* op : ops) {
-    if (op->root == rank) {
-      (op->isSend ? selfSends : selfRecvs).push_back(op);
-      continue;
-    }
-    auto key = std::make_pair(op->isSend ? 1 : 0, op->root);
-    auto it = chanOf.find(key);
-    if (it == chanOf.end()) {
-      it = chanOf.emplace(key, plan->channels.size()).first;
-      plan->channels.emplace_back();
-    }
-    PlanBuilder b(plan->channels[it->second], op->isSend ? op->root : -1,
-                  op->isSend ? -1 : op->root);
-    if (op->isSend) b.send(absBuf(op->sendbuff), op->bytes());
-    else b.recv(absBuf(op->recvbuff), op->bytes());
-  }
-  if (selfSends.size() != selfRecvs.size())
-    LOOM_THROW(kInvalidUsage,
-               "rank %d: the group has %zu send(s) to itself but %zu receive(s) from itself",
-               rank, selfSends.size(), selfRecvs.size());
-  for (size_t i = 0; i < selfSends.size(); ++i) {
-    size_t sb = selfSends[i]->bytes(), rb = selfRecvs[i]->bytes();
-    LOOM_CHECK_USAGE(sb == rb, "rank %d: send to self of %zu bytes matched with a receive of %zu",
-                     rank, sb, rb);
-    plan->channels.emplace_back();
-    PlanBuilder(plan->channels.back(), -1, -1)
-        .copy(absBuf(selfSends[i]->sendbuff), absBuf(selfRecvs[i]->recvbuff), sb);
-  }
-  return plan;
-}
-
 // What one communicator contributes to a launch.
 struct CommWork {
   OpComm comm;
@@ -175,13 +136,13 @@ bool runReady(const Op& op, const CachedPlan& cp) {
   return true;
 }
 
-// Collectives of communicators the device executor serves run as its kernel; the rest
-// (send/receive, a device scalar, other communicators) go to *staged. Every plan is made
+// Collectives and sends/receives of communicators the device executor serves run as its
+// kernel; the rest (a device scalar, other communicators) go to *staged. Every plan is made
 // ready before any kernel is queued: making connections is collective between pairs of
 // ranks, so executors driven by this one thread prepare concurrently (as connectAll).
 void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
   std::vector<std::pair<DeviceExec*, std::vector<const Op*>>> execs;
-  std::vector<size_t> execOf;  // of each op the executors take, in issue order
+  std::vector<size_t> execOf;  // of each collective, in issue order
   for (const Op& op : ops) {
     DeviceExec* ex = op.comm.core->deviceExec();
     if (!ex || !DeviceExec::takes(op)) {
@@ -191,8 +152,15 @@ void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
     auto it = std::find_if(execs.begin(), execs.end(), [&](const auto& e) { return e.first == ex; });
     if (it == execs.end()) it = execs.insert(execs.end(), {ex, {}});
     it->second.push_back(&op);
-    execOf.push_back(static_cast<size_t>(it - execs.begin()));
+    if (!op.isP2p()) execOf.push_back(static_cast<size_t>(it - execs.begin()));
   }
+  // Refused before anything launches: the staged path takes device memory only.
+  for (const Op& op : *staged)
+    LOOM_CHECK_USAGE(op.mem != MemKind::kHost || op.bytes() == 0,
+                     "rank %d: a group mixes host-memory and device-memory operations (%s on host "
+                     "memory); device buffers take device memory only: issue them in separate groups",
+                     op.comm.core->rank(), op.isP2p() ? (op.isSend ? "ncclSend" : "ncclRecv")
+                                                      : collectiveName(op.coll));
   std::vector<std::vector<DeviceExec::Launch>> ready(execs.size());
   const Op* current = nullptr;
   try {
@@ -204,11 +172,16 @@ void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
       throw;
     }
     std::vector<size_t> next(execs.size(), 0);  // each executor's launches, in issue order
-    for (size_t e : execOf) {
+    auto launchNext = [&](size_t e) {
       const DeviceExec::Launch& l = ready[e][next[e]++];
       current = l.op;
       execs[e].first->launch(l);
-    }
+    };
+    for (size_t e : execOf) launchNext(e);
+    // Each communicator's sends and receives (one launch) after its collectives, as the
+    // host engine runs them: every rank alike, however it ordered its calls.
+    for (size_t e = 0; e < execs.size(); ++e)
+      while (next[e] < ready[e].size()) launchNext(e);
   } catch (const Error& e) {
     failAll({&current->comm, 1}, e);
     throw;
@@ -216,6 +189,49 @@ void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
 }
 
 }  // namespace
+
+// One plan holding all the sends and receives a group issued on one communicator: one
+// channel per (direction, peer) so that messages to one peer stay in order while
+// different peers progress concurrently. Self send/recv pairs are copied directly; sends
+// and receives of 0 bytes are left out.
+std::shared_ptr<const Plan> p2pPlan(int rank, const std::vector<const Op*>& ops) {
+  auto plan = std::make_shared<Plan>();
+  plan->coll = Collective::kSendRecv;
+  std::map<std::pair<int, int>, size_t> chanOf;  // (isSend, peer) -> channel
+  std::vector<const Op*> selfSends, selfRecvs;
+  for (const Op* op : ops) {
+    // Nothing to move, nothing to match: a rank whose group holds only such ops (which
+    // name no memory, so may take another path than its peer's) exchanges nothing.
+    if (op->bytes() == 0) continue;
+    if (op->root == rank) {
+      (op->isSend ? selfSends : selfRecvs).push_back(op);
+      continue;
+    }
+    auto key = std::make_pair(op->isSend ? 1 : 0, op->root);
+    auto it = chanOf.find(key);
+    if (it == chanOf.end()) {
+      it = chanOf.emplace(key, plan->channels.size()).first;
+      plan->channels.emplace_back();
+    }
+    PlanBuilder b(plan->channels[it->second], op->isSend ? op->root : -1,
+                  op->isSend ? -1 : op->root);
+    if (op->isSend) b.send(absBuf(op->sendbuff), op->bytes());
+    else b.recv(absBuf(op->recvbuff), op->bytes());
+  }
+  if (selfSends.size() != selfRecvs.size())
+    LOOM_THROW(kInvalidUsage,
+               "rank %d: the group has %zu send(s) to itself but %zu receive(s) from itself",
+               rank, selfSends.size(), selfRecvs.size());
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    size_t sb = selfSends[i]->bytes(), rb = selfRecvs[i]->bytes();
+    LOOM_CHECK_USAGE(sb == rb, "rank %d: send to self of %zu bytes matched with a receive of %zu",
+                     rank, sb, rb);
+    plan->channels.emplace_back();
+    PlanBuilder(plan->channels.back(), -1, -1)
+        .copy(absBuf(selfSends[i]->sendbuff), absBuf(selfRecvs[i]->recvbuff), sb);
+  }
+  return plan;
+}
 
 void failBatch(const Batch& batch, const Error& e) { failAll(batch.comms, e); }
 
@@ -260,14 +276,11 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
   auto batch = std::make_unique<Batch>();
   for (CommWork& cw : comms) {
     Communicator& core = *cw.comm.core;
+    // The group's sends and receives run after its collectives, on every rank alike
+    // (they share connections), however each rank ordered its calls.
     std::vector<const Op*> p2p;
-    size_t p2pIndex = SIZE_MAX;
     for (const Op* op : cw.ops) {
       if (op->isP2p()) {
-        if (p2p.empty()) {
-          p2pIndex = batch->tasks.size();
-          batch->tasks.emplace_back();  // the group's sends and receives run here
-        }
         p2p.push_back(op);
         continue;
       }
@@ -297,7 +310,7 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
       t.eltSize = 1;
       t.sendbuf = nullptr;
       t.recvbuf = nullptr;
-      batch->tasks[p2pIndex] = std::move(t);
+      batch->tasks.push_back(std::move(t));
       batch->plans.push_back(cw.p2p);
     }
   }

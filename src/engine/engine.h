@@ -26,4 +26,12 @@ namespace loom {
 std::shared_ptr<Work> enqueue(std::span<const Op> ops,
                               Completion completion = Completion::kBeforeReturn);
 
+struct Plan;
+// The plan of a group's sends and receives on one communicator (absolute buffer addresses,
+// so made per call): a channel per (direction, peer), connection 0 of each peer, so that
+// messages to one peer stay in order; sends to this rank copied to its receives; those of
+// 0 bytes left out.
+// Throws loom::Error (kInvalidUsage: unmatched sends and receives to this rank).
+std::shared_ptr<const Plan> p2pPlan(int rank, const std::vector<const Op*>& ops);
+
 }  // namespace loom

@@ -680,10 +680,10 @@ TEST(STAGED_SUITE, CapturedCollectivesRunAtEveryReplay) {
 }
 
 // The device executor (engine/device_exec.h, LOOM_DEVICE_EXECUTOR=kernel): each rank's
-// collectives run as the plan-interpreter kernel on its stream, over FIFOs in device memory
-// (mapped by CUDA IPC between processes), send/receive through the staged path beside them.
-// Each launch is logged once by its rank. Where no kernels module loads, every rank keeps
-// the staged path (0 launches) and the results are the same.
+// collectives, and each group's sends and receives (all-to-all is one such group), run as
+// the plan-interpreter kernel on its stream, over FIFOs in device memory (mapped by CUDA
+// IPC between processes). Each launch is logged once by its rank. Where no kernels module
+// loads, every rank keeps the staged path (0 launches) and the results are the same.
 constexpr const char* kKernelLaunch = "by the device executor's kernel";
 int kernelLaunchesExpected(int perRank, int n) {
 #ifdef LOOM_STAND_IN_CUDA_PATH
@@ -708,8 +708,126 @@ TEST(STAGED_SUITE, DeviceExecutorRunsEveryCollectiveInProcesses) {
     CollLogs logs;
     verdict(processesOnDevice0(n, everyCollective));
     if (::testing::Test::IsSkipped()) return;  // no device here
-    expectKernelLaunches(logs, 5, n);  // all but the all-to-all and the group (send/receive)
+    expectKernelLaunches(logs, 7, n);  // five collectives, the all-to-all, the send/receive group
   }
+}
+
+// A group's sends and receives on the device executor: to and from every rank (itself
+// included), a size of each pair's own, sends on one stream and receives on another (the
+// group joins them), one pair of nothing; four such groups, so that the plans' device
+// memory is reused once their kernels have ended; then a message larger than a
+// connection holds in flight, to the next rank; then a group of both kinds. One kernel per
+// group and collective.
+std::string sendsAndReceives(int rank, int n, ncclComm_t comm) {
+  mem().makeCurrent(0);
+  auto s1 = static_cast<cudaStream_t>(mem().createStream());
+  auto s2 = static_cast<cudaStream_t>(mem().createStream());
+  auto size = [](int round, int from, int to) -> size_t {
+    return round == 2 && from == to ? 0 : 301 + 37 * from + 11 * to + 5 * round;
+  };
+  for (int round = 0; round < 4; ++round) {
+    std::vector<int32_t*> out(n), ins(n);
+    RANK_NCCL(ncclGroupStart());
+    for (int p = 0; p < n; ++p) {
+      const size_t ks = size(round, rank, p), kr = size(round, p, rank);
+      ins[p] = devInts(inputs(10 + round, rank * 16 + p, ks + 1));
+      out[p] = devInts(std::vector<int32_t>(kr + 1, -7));  // one more: nothing past the end
+      RANK_NCCL(ncclSend(ins[p], ks, ncclInt32, p, comm, s1));
+      RANK_NCCL(ncclRecv(out[p], kr, ncclInt32, p, comm, s2));
+    }
+    RANK_NCCL(ncclGroupEnd());
+    mem().syncStream(s2);  // the receives' stream waits for the group's kernel
+    for (int p = 0; p < n; ++p) {
+      const size_t kr = size(round, p, rank);
+      std::vector<int32_t> want = inputs(10 + round, p * 16 + rank, kr);
+      want.push_back(-7);
+      RANK_TRY(expectInts("received", hostInts(out[p], kr + 1), want));
+    }
+    mem().syncStream(s1);
+  }
+  const size_t big = (3 << 20) / sizeof(int32_t) + 5;
+  int32_t* bigIn = devInts(inputs(20, rank, big));
+  int32_t* bigOut = devInts(std::vector<int32_t>(big, -1));
+  RANK_NCCL(ncclGroupStart());
+  RANK_NCCL(ncclSend(bigIn, big, ncclInt32, (rank + 1) % n, comm, s1));
+  RANK_NCCL(ncclRecv(bigOut, big, ncclInt32, (rank + n - 1) % n, comm, s1));
+  RANK_NCCL(ncclGroupEnd());
+  mem().syncStream(s1);
+  RANK_TRY(expectInts("a large message", hostInts(bigOut, big), inputs(20, (rank + n - 1) % n, big)));
+  // A group of an all-reduce and a ring of sends and receives, issued in another order on
+  // rank 0 than on the others: every rank runs the collective first (they share connections).
+  const size_t kx = 999, kr = 777;
+  int32_t* x = devInts(inputs(30, rank, kx));
+  int32_t* ringIn = devInts(inputs(31, rank, kr));
+  int32_t* ringOut = devInts(std::vector<int32_t>(kr, -1));
+  RANK_NCCL(ncclGroupStart());
+  if (rank == 0) {
+    RANK_NCCL(ncclSend(ringIn, kr, ncclInt32, (rank + 1) % n, comm, s1));
+    RANK_NCCL(ncclRecv(ringOut, kr, ncclInt32, (rank + n - 1) % n, comm, s1));
+  }
+  RANK_NCCL(ncclAllReduce(x, x, kx, ncclInt32, ncclSum, comm, s1));
+  if (rank != 0) {
+    RANK_NCCL(ncclRecv(ringOut, kr, ncclInt32, (rank + n - 1) % n, comm, s1));
+    RANK_NCCL(ncclSend(ringIn, kr, ncclInt32, (rank + 1) % n, comm, s1));
+  }
+  RANK_NCCL(ncclGroupEnd());
+  mem().syncStream(s1);
+  std::vector<int32_t> sum(kx, 0);
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < kx; ++i) sum[i] += in(30, r, i);
+  RANK_TRY(expectInts("the all-reduce grouped with sends", hostInts(x, kx), sum));
+  RANK_TRY(expectInts("the ring grouped with an all-reduce", hostInts(ringOut, kr), inputs(31, (rank + n - 1) % n, kr)));
+  ncclResult_t async = ncclSuccess;
+  RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+  RANK_CHECK(async == ncclSuccess, "async error %d", async);
+  return "";
+}
+
+TEST(STAGED_SUITE, DeviceExecutorSendsAndReceivesInProcesses) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    CollLogs logs;
+    verdict(processesOnDevice0(n, sendsAndReceives));
+    if (::testing::Test::IsSkipped()) return;  // no device here
+    expectKernelLaunches(logs, 7, n);
+  }
+}
+
+// A group's sends and receives run as one kernel that joins their streams: a group whose
+// streams are partly being captured into a CUDA graph is refused on every rank alike
+// (ncclInvalidUsage, saying why; the staged path refuses it too), before anything runs, and
+// the capture is left intact.
+std::string partlyCaptured(int rank, int n, ncclComm_t comm) {
+  mem().makeCurrent(0);
+  GraphApi g;
+  RANK_CHECK(g.bind(), "the driver has no graph calls");
+  void* s1 = mem().createStream();
+  void* s2 = mem().createStream();
+  const size_t k = 64;
+  int32_t* in = devInts(inputs(40, rank, k));
+  int32_t* out = devInts(std::vector<int32_t>(k, -1));
+  RANK_CHECK(g.begin(s1, 1 /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */) == 0, "begin");
+  RANK_NCCL(ncclGroupStart());
+  RANK_NCCL(ncclSend(in, k, ncclInt32, (rank + 1) % n, comm, static_cast<cudaStream_t>(s1)));
+  RANK_NCCL(ncclRecv(out, k, ncclInt32, (rank + n - 1) % n, comm, static_cast<cudaStream_t>(s2)));
+  const ncclResult_t rc = ncclGroupEnd();
+  std::string why = ncclGetLastError(comm);
+  if (why.empty()) why = ncclGetLastError(nullptr);  // the group's, not the communicator's
+  void* graph = nullptr;
+  RANK_CHECK(g.end(s1, &graph) == 0 && graph, "the capture was broken");
+  g.destroy(graph);
+  RANK_CHECK(rc == ncclInvalidUsage, "ncclGroupEnd: %d, want ncclInvalidUsage (%s)", rc, why.c_str());
+  RANK_CHECK(why.find("captur") != std::string::npos, "the error does not say why: %s", why.c_str());
+  RANK_TRY(expectInts("nothing received", hostInts(out, k), std::vector<int32_t>(k, -1)));
+  return "";
+}
+
+TEST(STAGED_SUITE, DeviceExecutorRefusesAGroupPartlyCaptured) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  verdict(processesOnDevice0(2, partlyCaptured));
 }
 
 // A peer process that exits while a rank's kernel waits for it: the executor's watchdog
@@ -1084,7 +1202,18 @@ TEST(STAGED_SUITE, DeviceExecutorRunsEveryCollectiveInThreads) {
     SCOPED_TRACE(n);
     CollLogs logs;
     verdict(threadsOnDevice0(n, everyCollective));
-    expectKernelLaunches(logs, 5, n);
+    expectKernelLaunches(logs, 7, n);
+  }
+}
+
+TEST(STAGED_SUITE, DeviceExecutorSendsAndReceivesInThreads) {
+  NEED_DEVICE();
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    CollLogs logs;
+    verdict(threadsOnDevice0(n, sendsAndReceives));
+    expectKernelLaunches(logs, 7, n);
   }
 }
 
