@@ -350,10 +350,19 @@ void DeviceExec::readyP2p(Launch& l) {
   if (l.capture) {
     d->plan = deviceCopy(bytes.data(), bytes.size());
   } else {
+    // A free block that holds these very bytes (a training loop's groups repeat) needs no
+    // upload; else the first free block large enough.
     Block* b = nullptr;
+    bool same = false;
     for (Block& x : blocks_) {
       if (x.state == Block::kLaunched && drv_.kernel.eventQuery(x.done) == cuda::kCudaSuccess) x.state = Block::kFree;
-      if (!b && x.state == Block::kFree && x.bytes >= bytes.size()) b = &x;
+      if (x.state != Block::kFree || x.bytes < bytes.size() || same) continue;
+      if (x.holds == bytes) {
+        b = &x;
+        same = true;
+      } else if (!b) {
+        b = &x;
+      }
     }
     if (!b) {
       Block nb;
@@ -366,7 +375,11 @@ void DeviceExec::readyP2p(Launch& l) {
       blocks_.push_back(nb);
       b = &blocks_.back();
     }
-    upload(b->p, bytes.data(), bytes.size());
+    if (!same) {
+      b->holds.clear();  // unknown if the upload fails
+      upload(b->p, bytes.data(), bytes.size());
+      b->holds = bytes;
+    }
     b->state = Block::kPrepared;
     d->plan = b->p;
     l.block = static_cast<int>(b - blocks_.data());

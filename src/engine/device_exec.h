@@ -154,6 +154,7 @@ class DeviceExec {
     cuda::CuDevicePtr p = 0;
     size_t bytes = 0;
     cuda::CuEvent done = nullptr;
+    std::vector<char> holds;  // what it holds (the last upload)
     // launched: until `done` has passed; lost: its event could not be recorded (never reused)
     enum { kFree, kPrepared, kLaunched, kLost } state = kFree;
   };
