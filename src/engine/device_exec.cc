@@ -449,7 +449,20 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
   // executor's prepare and launches run one call at a time.
   for (Block& b : blocks_)
     if (b.state == Block::kPrepared) b.state = Block::kFree;
+  group_.clear();
+  groupLast_ = nullptr;
+  int groupCapture = -1;  // of the group's first stream
   for (const Op* op : ops) {
+    // The group's streams are joined (launch, finishGroup): a graph cannot take some of
+    // them and leave others.
+    const int c = capturing(*op) ? 1 : 0;
+    if (groupCapture < 0) groupCapture = c;
+    LOOM_CHECK_USAGE(c == groupCapture,
+                     "rank %d: a group's calls on device buffers join their streams, but stream %p is %s "
+                     "captured into a CUDA graph and stream %p is %s: capture all of them or none",
+                     rank_, ops[0]->stream, groupCapture ? "being" : "not being", op->stream,
+                     c ? "being" : "not being");
+    if (std::find(group_.begin(), group_.end(), op->stream) == group_.end()) group_.push_back(op->stream);
     if (!sharing_.empty() && (op->stream == nullptr || op->stream == kLegacyStream || op->stream == kPerThreadStream))
       LOOM_THROW(kInvalidUsage,
                  "rank %d: %s on device buffers: rank(s) %s share CUDA device %d with this rank, and the device "
@@ -458,16 +471,10 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
                  rank_, op->isP2p() ? (op->isSend ? "ncclSend" : "ncclRecv") : collectiveName(op->coll),
                  sharing_.c_str(), device_, op->stream);
     if (op->isP2p()) {
-      const bool c = capturing(*op);
       if (p2p.p2p.empty()) {
         p2p.op = op;
-        p2p.capture = c;
+        p2p.capture = c != 0;
       }
-      // One kernel joins their streams: a graph cannot take some and leave others.
-      LOOM_CHECK_USAGE(c == p2p.capture,
-                       "rank %d: a group's sends and receives on device buffers run as one kernel, but stream "
-                       "%p is %s captured into a CUDA graph and stream %p is %s: capture all of them or none",
-                       rank_, p2p.op->stream, p2p.capture ? "being" : "not being", op->stream, c ? "" : "not");
       p2p.p2p.push_back(op);
       continue;
     }
@@ -475,7 +482,7 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
     l.op = op;
     l.cp = cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_);
     l.ll = useLL(*op);
-    l.capture = capturing(*op);
+    l.capture = c != 0;
     capture |= l.capture;
     scratchBytes = std::max(scratchBytes, l.cp->plan.scratchBytes);
     if (l.ll) channels = std::max(channels, static_cast<int>(l.cp->plan.channels.size()));
@@ -519,14 +526,18 @@ void DeviceExec::launch(const Launch& l) {
     if (l.block >= 0) blocks_[static_cast<size_t>(l.block)].state = Block::kFree;
     return;
   }
-  // A group's sends and receives run on the first one's stream, after the group's other
-  // streams have reached this point; they wait for the kernel in turn.
-  std::vector<cuda::CuStream> others;
-  for (const Op* p : l.p2p)
-    if (p->stream != op.stream && std::find(others.begin(), others.end(), p->stream) == others.end())
-      others.push_back(p->stream);
-  for (cuda::CuStream s : others) {
-    check(drv_.streams.eventRecord(join_, s), "cuEventRecord");
+  // The group's streams joined: its first kernel waits for what every other stream of the
+  // group queued before it; each kernel for the one before (on another stream: inside a
+  // capture too, where last_ does not order them); finishGroup makes every stream wait for
+  // the last.
+  if (!groupLast_) {
+    for (cuda::CuStream s : group_)
+      if (s != op.stream) {
+        check(drv_.streams.eventRecord(join_, s), "cuEventRecord");
+        check(drv_.streams.streamWaitEvent(op.stream, join_, 0), "cuStreamWaitEvent");
+      }
+  } else if (groupLast_ != op.stream) {
+    check(drv_.streams.eventRecord(join_, groupLast_), "cuEventRecord");
     check(drv_.streams.streamWaitEvent(op.stream, join_, 0), "cuStreamWaitEvent");
   }
   // The last kernel of this communicator hands its FIFO counters on: the next one starts
@@ -569,10 +580,7 @@ void DeviceExec::launch(const Launch& l) {
     check(drv_.streams.eventRecord(last_, op.stream), "cuEventRecord");
     eagerLaunched_ = true;
   }
-  if (!others.empty()) {
-    check(drv_.streams.eventRecord(join_, op.stream), "cuEventRecord");
-    for (cuda::CuStream s : others) check(drv_.streams.streamWaitEvent(s, join_, 0), "cuStreamWaitEvent");
-  }
+  groupLast_ = op.stream;
   if (p2p)
     LOOM_INFO(kLogColl, "SendRecv: %zu send(s)/receive(s) on %d channel(s), by the device executor's kernel on "
               "stream %p", l.p2p.size(), d->channels, op.stream);
@@ -580,6 +588,20 @@ void DeviceExec::launch(const Launch& l) {
     LOOM_INFO(kLogColl, "%s: %zu bytes per rank, %s/%s on %d channel(s), by the device executor's kernel on stream %p",
               collectiveName(op.coll), op.bytes(), algorithmName(l.cp->plan.algo), ll ? "LL" : "Simple",
               d->channels, op.stream);
+}
+
+void DeviceExec::finishGroup() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const cuda::CuStream last = groupLast_;
+  std::vector<cuda::CuStream> streams;
+  streams.swap(group_);
+  groupLast_ = nullptr;
+  if (!last || streams.size() < 2) return;
+  cuda::ScopedDevice sd;
+  setDevice(sd);
+  check(drv_.streams.eventRecord(join_, last), "cuEventRecord");
+  for (cuda::CuStream s : streams)
+    if (s != last) check(drv_.streams.streamWaitEvent(s, join_, 0), "cuStreamWaitEvent");
 }
 
 // The abort word: every kernel of this executor stops at its next look at it.

@@ -19,7 +19,8 @@
 // receives on the communicator are one kernel, after its collectives (engine.h: p2pPlan, its
 // buffers' addresses in the plan, so copied to device memory per call into blocks reused
 // once their kernel has ended; during a capture into memory kept until the executor goes),
-// on the first one's stream, which waits for the group's other streams and they for it. A pre-multiplied sum whose scalar lives in device memory stays on the staged path (a
+// on the first one's stream. A group's streams are joined: its first kernel waits for the
+// other streams, each kernel for the one before, and every stream for the last. A pre-multiplied sum whose scalar lives in device memory stays on the staged path (a
 // rule of the call's arguments, alike on every rank).
 //
 // Failures: a watchdog thread of the executor sets the kernels' abort word (host memory the
@@ -99,6 +100,9 @@ class DeviceExec {
   std::vector<Launch> prepare(std::span<const Op* const> ops);
   // Queues a prepared collective on its stream. Throws loom::Error.
   void launch(const Launch& l);
+  // After the launches of one prepare: every stream of the group waits for its last kernel
+  // (a group's streams are joined, as NCCL joins them). Throws loom::Error.
+  void finishGroup();
   // Reports a failed kernel's status to the communicator now (the watchdog does every
   // 10 ms): ncclCommGetAsyncError asks, so that a stream that went on shows why at once.
   void poll();
@@ -159,7 +163,9 @@ class DeviceExec {
     enum { kFree, kPrepared, kLaunched, kLost } state = kFree;
   };
   std::vector<Block> blocks_;
-  cuda::CuEvent join_ = nullptr;  // a group's other streams, before its sends and receives
+  cuda::CuEvent join_ = nullptr;  // joins a group's streams
+  std::vector<cuda::CuStream> group_;   // the streams of the group prepare made ready
+  cuda::CuStream groupLast_ = nullptr;  // the stream of its last kernel so far
   size_t slotBytes_ = 0;                    // of every device FIFO
   uint64_t llMostBytes_ = 0;                // LOOM_DEVICE_LL_BYTES
   std::array<bool, kCollectiveCount> llAllowed_{};  // NCCL_PROTO allows LL, per collective

@@ -180,8 +180,11 @@ void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
     for (size_t e : execOf) launchNext(e);
     // Each communicator's sends and receives (one launch) after its collectives, as the
     // host engine runs them: every rank alike, however it ordered its calls.
-    for (size_t e = 0; e < execs.size(); ++e)
+    for (size_t e = 0; e < execs.size(); ++e) {
       while (next[e] < ready[e].size()) launchNext(e);
+      current = execs[e].second[0];
+      execs[e].first->finishGroup();
+    }
   } catch (const Error& e) {
     failAll({&current->comm, 1}, e);
     throw;

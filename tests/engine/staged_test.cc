@@ -800,6 +800,47 @@ TEST(STAGED_SUITE, DeviceExecutorSendsAndReceivesInProcesses) {
   }
 }
 
+// A group's streams are joined (as NCCL joins them): an all-reduce on one stream and an
+// all-gather on another, grouped; waiting for the all-reduce's stream alone must also have
+// waited for the all-gather, and the other way round.
+std::string joinedStreams(int rank, int n, ncclComm_t comm) {
+  mem().makeCurrent(0);
+  auto s1 = static_cast<cudaStream_t>(mem().createStream());
+  auto s2 = static_cast<cudaStream_t>(mem().createStream());
+  const size_t k = 5000;
+  std::vector<int32_t> sum(k, 0);
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < k; ++i) sum[i] += in(50, r, i);
+  std::vector<int32_t> gathered;
+  for (int r = 0; r < n; ++r) {
+    std::vector<int32_t> b = inputs(51, r, k);
+    gathered.insert(gathered.end(), b.begin(), b.end());
+  }
+  for (int round = 0; round < 2; ++round) {
+    int32_t* x = devInts(inputs(50, rank, k));
+    int32_t* y = devInts(inputs(51, rank, k));
+    int32_t* g = devInts(std::vector<int32_t>(k * n, -1));
+    RANK_NCCL(ncclGroupStart());
+    RANK_NCCL(ncclAllReduce(x, x, k, ncclInt32, ncclSum, comm, s1));
+    RANK_NCCL(ncclAllGather(y, g, k, ncclInt32, comm, s2));
+    RANK_NCCL(ncclGroupEnd());
+    mem().syncStream(round == 0 ? s1 : s2);  // the first-queued kernel's, then the last's
+    RANK_TRY(expectInts("the all-gather", hostInts(g, k * n), gathered));
+    RANK_TRY(expectInts("the all-reduce", hostInts(x, k), sum));
+    mem().syncStream(round == 0 ? s2 : s1);
+  }
+  return "";
+}
+
+TEST(STAGED_SUITE, DeviceExecutorJoinsAGroupsStreams) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  CollLogs logs;
+  verdict(processesOnDevice0(3, joinedStreams));
+  if (::testing::Test::IsSkipped()) return;  // no device here
+  expectKernelLaunches(logs, 4, 3);
+}
+
 // A group's sends and receives run as one kernel that joins their streams: a group whose
 // streams are partly being captured into a CUDA graph is refused on every rank alike
 // (ncclInvalidUsage, saying why; the staged path refuses it too), before anything runs, and
