@@ -440,7 +440,6 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
   cuda::ScopedDevice sd;
   setDevice(sd);
   std::vector<Launch> out;
-  bool capture = false;
   std::vector<std::pair<int, int>> sends[2], recvs[2];
   size_t scratchBytes = 64;
   int channels = 0;  // the most of an LL plan's
@@ -483,7 +482,6 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
     l.cp = cache_.get({op->coll, op->count, op->eltSize, op->root}, ctx_);
     l.ll = useLL(*op);
     l.capture = c != 0;
-    capture |= l.capture;
     scratchBytes = std::max(scratchBytes, l.cp->plan.scratchBytes);
     if (l.ll) channels = std::max(channels, static_cast<int>(l.cp->plan.channels.size()));
     auto it = plans_.find(l.cp.get());
@@ -492,13 +490,12 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
   }
   if (!p2p.p2p.empty()) {
     p2p.p2pPlan = p2pPlan(rank_, p2p.p2p);
-    capture |= p2p.capture;
     p2p.p2pPlan->peers(&sends[0], &recvs[0]);
     out.push_back(std::move(p2p));
   }
   // Allocations and waits on the executor's own stream: legal during a capture in the
   // relaxed mode only.
-  cuda::RelaxedCapture relaxed(drv_.streams, capture && drv_.hasCapture);
+  cuda::RelaxedCapture relaxed(drv_.streams, groupCapture == 1 && drv_.hasCapture);
   for (int ll = 0; ll < 2; ++ll)  // one exchange with each peer for every plan
     if (!sends[ll].empty() || !recvs[ll].empty()) fifos_->connect(sends[ll], recvs[ll], ll != 0);
   for (Launch& l : out)
