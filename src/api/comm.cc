@@ -147,7 +147,7 @@ void ncclComm::runInit() noexcept {
                                      shadow->lib().path().c_str(), fb.decision.why.c_str());
     else if (staged && c->deviceExec())
       deviceServer = "Loom's device executor (the plan-interpreter kernel on the caller's stream; "
-                     "send/receive through the staged path; not stock NCCL: " + fb.decision.why + ")";
+                     "a device-scalar PreMulSum through the staged path; not stock NCCL: " + fb.decision.why + ")";
     else if (staged)
       deviceServer = "Loom's staged path (through pinned host memory, on the caller's stream; "
                      "not stock NCCL: " + fb.decision.why + ")";
