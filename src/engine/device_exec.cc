@@ -467,8 +467,7 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
                  "rank %d: %s on device buffers: rank(s) %s share CUDA device %d with this rank, and the device "
                  "executor's kernels of ranks sharing a device must run side by side: give each rank a stream "
                  "of its own (this call is on a default stream, %p)",
-                 rank_, op->isP2p() ? (op->isSend ? "ncclSend" : "ncclRecv") : collectiveName(op->coll),
-                 sharing_.c_str(), device_, op->stream);
+                 rank_, op->callName(), sharing_.c_str(), device_, op->stream);
     if (op->isP2p()) {
       if (p2p.p2p.empty()) {
         p2p.op = op;

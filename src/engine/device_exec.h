@@ -20,8 +20,9 @@
 // buffers' addresses in the plan, so copied to device memory per call into blocks reused
 // once their kernel has ended; during a capture into memory kept until the executor goes),
 // on the first one's stream. A group's streams are joined: its first kernel waits for the
-// other streams, each kernel for the one before, and every stream for the last. A pre-multiplied sum whose scalar lives in device memory stays on the staged path (a
-// rule of the call's arguments, alike on every rank).
+// other streams, each kernel for the one before, and every stream for the last. A
+// pre-multiplied sum whose scalar lives in device memory stays on the staged path (a rule of
+// the call's arguments, alike on every rank).
 //
 // Failures: a watchdog thread of the executor sets the kernels' abort word (host memory the
 // kernel polls) on ncclCommAbort / ncclCommRevoke and when a peer process exits, and reports
@@ -74,7 +75,7 @@ class DeviceExec {
 
   // Whether this executor runs `op`: a send, a receive, a collective without a device scalar,
   // on device memory or on nothing (a count of 0). Host memory in a group of device
-  // memory goes to the staged path, which refuses it.
+  // memory is refused (engine.cc) before anything of the group launches.
   static bool takes(const Op& op) {
     return !op.deviceScalar && (op.mem != MemKind::kHost || op.bytes() == 0);
   }

@@ -156,11 +156,11 @@ void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
   }
   // Refused before anything launches: the staged path takes device memory only.
   for (const Op& op : *staged)
-    LOOM_CHECK_USAGE(op.mem != MemKind::kHost || op.bytes() == 0,
+    LOOM_CHECK_USAGE(op.mem == MemKind::kDevice,
                      "rank %d: a group mixes host-memory and device-memory operations (%s on host "
-                     "memory); device buffers take device memory only: issue them in separate groups",
-                     op.comm.core->rank(), op.isP2p() ? (op.isSend ? "ncclSend" : "ncclRecv")
-                                                      : collectiveName(op.coll));
+                     "memory); Loom's staged path takes device memory only: issue them in separate "
+                     "groups",
+                     op.comm.core->rank(), op.callName());
   std::vector<std::vector<DeviceExec::Launch>> ready(execs.size());
   const Op* current = nullptr;
   try {

@@ -56,6 +56,8 @@ struct Op {
   OpComm comm;
 
   bool isP2p() const { return isSend || isRecv; }
+  // The call, for messages: "ncclSend", "ncclRecv", or the collective as NCCL prints it.
+  const char* callName() const { return isP2p() ? (isSend ? "ncclSend" : "ncclRecv") : collectiveName(coll); }
   size_t bytes() const { return count * eltSize; }
 };
 

@@ -66,11 +66,7 @@ class Launcher {
     devices_.resize(ops_.size());
     for (size_t i = 0; i < ops_.size(); ++i) {
       const Op& op = ops_[i];
-      LOOM_CHECK_USAGE(op.mem == MemKind::kDevice,
-                       "rank %d: a group mixes host-memory and device-memory operations (%s on "
-                       "host memory); Loom's staged path takes device memory only: issue them "
-                       "in separate groups",
-                       op.comm.core->rank(), collectiveName(op.coll));
+      // Device memory only: enqueue (engine.cc) refuses a group mixing in host memory.
       devices_[i] = deviceOf(op);
       // A stream is a (handle, device) pair: the legacy and per-thread default streams have
       // one handle on every device.
