@@ -34,13 +34,13 @@ prepare() {
     -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake --build "$build" -j "${LOOM_JOBS:-$(nproc)}" --target loom loom_nccl loom_cuda_kernels \
     engine_mem_kind_cuda_test engine_staged_cuda_test engine_interp_cuda_test kernels_test all_reduce_perf \
-    all_gather_perf reduce_scatter_perf sendrecv_perf
+    all_gather_perf reduce_scatter_perf sendrecv_perf alltoall_perf
   rm -rf "$stage"
   mkdir -p "$stage/bin" "$stage/lib/nccl"
   cp "$build"/tests/engine/engine_mem_kind_cuda_test "$build"/tests/engine/engine_staged_cuda_test \
     "$build"/tests/engine/engine_interp_cuda_test \
     "$build"/tests/kernels/kernels_test "$stage/bin/"
-  for t in all_reduce all_gather reduce_scatter sendrecv; do cp "$build/bench/${t}_perf" "$stage/bin/"; done
+  for t in all_reduce all_gather reduce_scatter sendrecv alltoall; do cp "$build/bench/${t}_perf" "$stage/bin/"; done
   cp -P "$build"/libloom.so* "$build"/libloom-cuda-kernels.so "$stage/lib/"
   cp -P "$build"/nccl/libnccl.so* "$stage/lib/nccl/"
   g++ -std=c++17 -O1 -o "$stage/bin/cuda_sync_probe" "$repo/scripts/gpu/cuda_sync_probe.cc" -ldl -lpthread
@@ -163,13 +163,18 @@ gtest_summary() {  # "N passed, M failed, K skipped" from the last step's output
   s=$(grep -E '^\[  SKIPPED \] [A-Za-z]' "$out/step.out" | awk '{print $4}' | sort -u | wc -l)
   echo "${p:-0} passed, $f failed, $s skipped"
 }
-perf_summary() {  # the first and largest rows' out-of-place time and busbw, #wrong, footer
-  local first last wrong
+perf_summary() {  # the first and largest rows' out-of-place time and busbw, #wrong, footer,
+  # and what served the device buffers (the INIT log of the run's first rank)
+  local first last wrong served
   first=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$out/step.out" | head -1 | awk '{print $1" B: "$6" us"}')
   last=$(grep -E '^ +[0-9]+ +[0-9]+ ' "$out/step.out" | tail -1 | awk '{print $1" B: "$6" us, "$8" GB/s busbw, "$9" wrong"}')
   [ -n "$first" ] && last="$first; $last"
   wrong=$(grep -E 'Out of bounds values' "$out/step.out" | sed 's/# *//')
-  echo "${last:-no rows}; ${wrong:-no footer}"
+  served=$(grep -m1 -oE 'device buffers served by [^(:;]*' "$out/step.out" | sed 's/device buffers //')
+  served="${served%"${served##*[! ]}"}"
+  local no
+  no=$(grep -m1 -oE 'no device executor \(LOOM_DEVICE_EXECUTOR=kernel\): .*' "$out/step.out" | cut -c1-200)
+  echo "${last:-no rows}; ${wrong:-no footer}${served:+; $served}${no:+; $no}"
 }
 
 [ -d "$stage/bin" ] || { echo "gpu_check: no .gpu/bin: run 'scripts/gpu_check.sh prepare' here and carry .gpu" >&2; exit 2; }
@@ -222,10 +227,10 @@ for t in engine_mem_kind_cuda_test engine_staged_cuda_test; do
   row "$t" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
 done
 step engine_staged_cuda_test-kernels 90 env LOOM_CUDA_KERNELS_LIBRARY="$stage/lib/libloom-cuda-kernels.so" \
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$stage/bin/engine_staged_cuda_test"
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$stage/bin/engine_staged_cuda_test" --gtest_filter='-*DeviceExecutor*'
 rc=$?
 row "engine_staged_cuda_test, CUDA kernels module" "$([ $rc = 0 ] && echo ok || echo FAILED)" \
-  "$(gtest_summary); $(grep -c 'moved between the buffers' "$out/step.out") direct collectives"
+  "$(gtest_summary); $(grep -E 'collectives went direct' "$out/step.out" | paste -sd ';' -)"
 # The device executor (LOOM_DEVICE_EXECUTOR=kernel, engine/device_exec.h): every collective
 # as the plan-interpreter kernel over FIFOs in device memory, ranks as processes (CUDA IPC)
 # and as threads on GPU 0; a dead peer and an abort.
@@ -233,7 +238,7 @@ step engine_staged_cuda_test-executor 120 env LOOM_CUDA_KERNELS_LIBRARY="$stage/
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$stage/bin/engine_staged_cuda_test" --gtest_filter='*DeviceExecutor*'
 rc=$?
 row "engine_staged_cuda_test, device executor" "$([ $rc = 0 ] && echo ok || echo FAILED)" \
-  "$(gtest_summary); $(grep -c "by the device executor's kernel" "$out/step.out") kernel launches"
+  "$(gtest_summary); $(grep -oE '^[0-9]+ ranks: [0-9]+ kernel launches' "$out/step.out" | awk '{s += $3} END {print s + 0}') kernel launches"
 step kernels_cuda_parity 60 "$stage/bin/kernels_test" --gtest_filter='*Cuda*'
 rc=$?
 row "CUDA reduction kernels vs CPU" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(gtest_summary)"
@@ -261,7 +266,7 @@ run_perf() {  # run_perf <label> <env...> -- <args...>
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
   local tool="${label%% *}"  # every label starts with its tool's name
-  step "$label" 60 env "${envs[@]}" "$stage/bin/$tool" "${perf[@]}" "$@"
+  step "$label" 60 env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT "${envs[@]}" "$stage/bin/$tool" "${perf[@]}" "$@"
   local rc=$?
   row "$label" "$([ $rc = 0 ] && echo ok || echo FAILED)" "$(perf_summary)"
 }
@@ -277,9 +282,13 @@ run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBA
 # through the host engine, side by side.
 run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), host engine" LOOM_NCCL_FALLBACK=off \
   LOOM_LOCAL_DIRECT=0 -- -np 2
-# The device executor on the same rank layouts, side by side with the rows above.
+# The device executor (LOOM_DEVICE_EXECUTOR=kernel) on the same rank layouts, side by side
+# with the rows above: rank processes on one GPU (CUDA IPC; without MPS their kernels take
+# turns in time slices); rank threads sharing one GPU are declined (the INIT log says why)
+# and take the direct path; one rank.
 kexec=(LOOM_NCCL_FALLBACK=off LOOM_DEVICE_EXECUTOR=kernel LOOM_CUDA_KERNELS_LIBRARY="$stage/lib/libloom-cuda-kernels.so")
-run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), device executor" "${kexec[@]}" -- -t 2
+run_perf "all_reduce_perf 1 rank, device executor" "${kexec[@]}" --
+run_perf "all_reduce_perf 2 ranks on GPU 0 (threads), device executor asked" "${kexec[@]}" -- -t 2
 run_perf "all_reduce_perf 2 ranks on GPU 0 (processes), device executor" "${kexec[@]}" -- -np 2
 run_perf "all_reduce_perf 4 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 4
 run_perf "all_reduce_perf 8 ranks on GPU 0 (processes), staged" LOOM_NCCL_FALLBACK=off -- -np 8
@@ -289,7 +298,7 @@ for t in all_gather reduce_scatter sendrecv; do
 done
 # Sends and receives (all-to-all is a group of them) as one kernel per group.
 for t in sendrecv alltoall; do
-  run_perf "${t}_perf 3 ranks on GPU 0 (threads), device executor" "${kexec[@]}" -- -t 3
+  run_perf "${t}_perf 3 ranks on GPU 0 (processes), device executor" "${kexec[@]}" -- -np 3
 done
 # Every data type and reduction on device buffers, checked (-c 1), small and medium sizes:
 # ranks as threads and as processes on GPU 0.
@@ -302,16 +311,17 @@ for t in all_reduce reduce_scatter all_gather sendrecv; do
 done
 perf=(-b 8 -e 256M -f 8 -n 5 -w 2 -c 1 -M device)
 run_perf "all_reduce_perf 8 ranks on GPU 0 (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 8
-run_perf "all_reduce_perf 8 ranks on GPU 0 (threads), device executor" "${kexec[@]}" -- -t 8
+run_perf "all_reduce_perf 8 ranks on GPU 0 (threads), device executor asked" "${kexec[@]}" -- -t 8
 perf=(-b 8 -e 256K -f 16 -n 1 -w 1 -c 1 -d all -o all -M device)
-run_perf "all_reduce_perf every type and op, 3 ranks (threads), device executor" "${kexec[@]}" -- -t 3
+run_perf "all_reduce_perf every type and op, 3 ranks (processes), device executor" "${kexec[@]}" -- -np 3
 # Small messages, plain and inside a CUDA graph (issue 11's latency targets).
 perf=(-b 8 -e 1K -f 4 -n 50 -w 5 -c 1 -M device)
 run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), staged" LOOM_NCCL_FALLBACK=off -- -t 2
-run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor (LL)" "${kexec[@]}" -- -t 2
-run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor, Simple" "${kexec[@]}" \
-  LOOM_DEVICE_LL_BYTES=0 -- -t 2
-run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (threads), device executor (LL), CUDA graph" "${kexec[@]}" -- -t 2 -G 10
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (processes), device executor (LL)" "${kexec[@]}" -- -np 2
+run_perf "all_reduce_perf 8 B-1 KiB 1 rank, device executor (LL)" "${kexec[@]}" --
+run_perf "all_reduce_perf 8 B-1 KiB 1 rank, device executor, Simple" "${kexec[@]}" LOOM_DEVICE_LL_BYTES=0 --
+run_perf "all_reduce_perf 8 B-1 KiB 1 rank, device executor (LL), CUDA graph" "${kexec[@]}" -- -G 10
+run_perf "all_reduce_perf 8 B-1 KiB 2 ranks (processes), device executor (LL), CUDA graph" "${kexec[@]}" -- -np 2 -G 10
 # Ranks as threads on one GPU share a CUDA context: their staged calls run on the calling
 # thread, so that no stream waits on the GPU for another rank's (engine/staged.h). With one
 # work queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS=1) a wait on the GPU would hold

@@ -116,7 +116,7 @@ else
   stream_filter='*:-*Fork*'
   # The device executor's watchdog, launches and the stand-in kernels' channel threads
   # sharing the FIFOs in (stand-in) device memory and the abort and status words; threads.
-  executor_filter='*DeviceExecutorRunsEveryCollectiveInThreads*:*DeviceExecutorSendsAndReceivesInThreads*:*DeviceExecutorOneThread*:*DeviceExecutorRefusesADefaultStream*'
+  executor_filter='*DeviceExecutorRunsEveryCollectiveInThreads*:*DeviceExecutorSendsAndReceivesInThreads*:*DeviceExecutorOneThread*:*DeviceExecutorDeclinesThreads*'
   # The interpreter's channel threads sharing FIFOs with each other, with the thread that
   # drives socket connections and with aborts.
   interp_core_filter='Core/CollectivesTest.*/threads_3_*:Core/AllReduceAlgoTest.*/threads_4_*:Core/AllReduceTest.CountZero/threads_*'

@@ -13,6 +13,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "base/shm.h"
+#include "engine/direct_moves.h"
 #include "engine/interp_executor.h"
 #include "engine/job_status.h"
 #include "engine/metrics.h"
@@ -126,6 +127,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.layout = hostLayout(peers_, rank);
   // Plans count on a step's pieces fitting the FIFOs: LL pieces carry half a slot.
   interp_ = interpExecutorSelected();
+  localDirect_ = staged::localDirect();
   planCtx_.slotBytes = interp_ == Task::kInterpLL ? llCapacity(shape.slotBytes) : shape.slotBytes;
   planCtx_.depth = shape.depth;
   planCtx_.loadAlgoFilter();

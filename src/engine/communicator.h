@@ -41,6 +41,8 @@ class Communicator {
   int localRanks() const;  // ranks on this host (including this one)
   // More ranks of this communicator on this host than the host's CPUs (base/host.h).
   bool oversubscribed() const { return oversubscribed_; }
+  // LOOM_LOCAL_DIRECT as it was at init (engine/direct_moves.h).
+  bool localDirect() const { return localDirect_; }
   // Host-memory work runs on the plan interpreter's host threads (LOOM_EXECUTOR=interp).
   uint8_t interp() const { return interp_; }  // Task::kCpu, kInterpSimple or kInterpLL
 
@@ -106,6 +108,7 @@ class Communicator {
   uint64_t meetings_ = 0;
   uint64_t seq_ = 0;
   bool oversubscribed_ = false;
+  bool localDirect_ = true;
   uint8_t interp_ = 0;
   std::unique_ptr<char[]> scratch_;
   size_t scratchBytes_ = 0;

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "bootstrap/bootstrap.h"
+#include "engine/communicator.h"
 #include "engine/direct_moves.h"
 #include "engine/executor.h"
 
@@ -334,7 +335,7 @@ bool DeviceBoard::meet(const cuda::Driver& drv, const Op& op, uint64_t seq) {
   Record& rec = sh_->record(seq);
   Post& p = sh_->post(seq, rank_);  // this rank's, free since waitFree
   std::string why;
-  bool can = drv.hasIpc && staged::localDirect() && staged::canGoDirect(op, cuda::kernels());
+  bool can = drv.hasIpc && op.comm.core->localDirect() && staged::canGoDirect(op, cuda::kernels());
   cuda::ScopedDevice sd;
   if (can && !sd.set(device_, &why)) can = false;
   if (can && !exportBuffers(drv, op, &p, &why)) {

@@ -32,9 +32,7 @@ SizeKnob kDeviceLLBytes("LOOM_DEVICE_LL_BYTES", "", "64K",
                         "0: Simple always. NCCL_PROTO without LL also means Simple. Every rank must use the same");
 
 constexpr int kMaxRanks = 8;  // a direct plan's channel uses 14 FIFO ends; a block keeps 32
-constexpr size_t kStagingBytes = 64 << 10;  // uploads go through this much pinned memory
-void* const kLegacyStream = reinterpret_cast<void*>(0x1);     // CU_STREAM_LEGACY
-void* const kPerThreadStream = reinterpret_cast<void*>(0x2);  // CU_STREAM_PER_THREAD
+constexpr size_t kPinnedChunk = 256 << 10;  // pinned() allocates this much at a time
 
 // Why this rank cannot run the device executor ("" when it can).
 std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& devices, int rank) {
@@ -49,6 +47,13 @@ std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& d
     if (devices[r] < 0) return strprintf("rank %zu has no CUDA device", r);
     if (peers[r].hostHash != peers[0].hostHash) return "the ranks span several hosts";
     if (peers[r].pidNs != peers[0].pidNs) return "the ranks span several pid namespaces";
+    // Their streams share the context's GPU work queues, which run in push order: a stream
+    // waiting for one rank's kernel (its next launch, an event wait) would hold another
+    // rank's kernel, for which the first waits (8 rank threads on an H100 hung so). The
+    // direct path serves them without kernels that wait for each other.
+    if (static_cast<int>(r) != rank && peers[r].pid == peers[rank].pid && devices[r] == devices[rank])
+      return strprintf("rank %zu is a thread of this process on the same CUDA device %d (ranks sharing a context "
+                       "take the direct path)", r, devices[rank]);
   }
   return "";
 }
@@ -162,6 +167,9 @@ struct DeviceExec::OnDevice {
   cuda::CuDevicePtr fifos[2] = {};    // its FIFO table: Simple's, LL's (0: not made yet)
   int nFifos = 0, channels = 0;
   size_t scratchBytes = 0;
+  // Copies the next launch queues before its kernel; cleared by a launch outside a capture
+  // (a graph's copies run at its replays only).
+  std::vector<Upload> pending;
 };
 
 std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
@@ -178,15 +186,10 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
     if (sd.set(devices[rank], &why)) why = enablePeers(drv, peers, devices, rank);
     if (why.empty()) {
       std::vector<bool> same(static_cast<size_t>(n));
-      std::string sharing;
-      for (int r = 0; r < n; ++r) {
-        same[static_cast<size_t>(r)] = peers[r].pid == peers[rank].pid;
-        if (r != rank && devices[r] == devices[rank]) sharing += (sharing.empty() ? "" : ", ") + std::to_string(r);
-      }
+      for (int r = 0; r < n; ++r) same[static_cast<size_t>(r)] = peers[r].pid == peers[rank].pid;
       try {
         ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], {host.slotBytes, host.depth},
                                 std::move(same)));
-        ex->sharing_ = sharing;
         ex->slotBytes_ = host.slotBytes;
         ex->llMostBytes_ = kDeviceLLBytes.get();  // read once: every rank's communicators alike
         for (size_t c = 0; c < ex->llAllowed_.size(); ++c)
@@ -197,6 +200,10 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
       }
     }
   }
+  // The trial allocates on this rank's device: the init thread (ncclCommInitAll's, say) may
+  // have no current context, and cuMemAlloc / cuMemFree need one.
+  cuda::ScopedDevice trialDevice;
+  if (ex && !trialDevice.set(devices[rank], &why)) ex.reset();
   cuda::CuDevicePtr trial = 0;
   if (std::string e = ipcTrial(bs, cuda::driver(), peers, ex != nullptr, &trial); !e.empty()) {
     why = e;
@@ -242,10 +249,8 @@ DeviceExec::DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kerne
     words_ = static_cast<uint32_t*>(w);
     memset(words_, 0, 64);
     check(drv_.streams.memHostGetDevicePointer(&deviceWords_, words_, 0), "cuMemHostGetDevicePointer");
-    check(drv_.streams.memHostAlloc(&staging_, kStagingBytes, cuda::kMemHostAllocPortable), "cuMemHostAlloc");
     fifos_ = std::make_unique<DeviceFifos>(bs, drv, device, shape, std::move(sameProcess), setup_);
   } catch (...) {
-    if (staging_) drv_.streams.memFreeHost(staging_);
     if (words_) drv_.streams.memFreeHost(words_);
     throw;
   }
@@ -270,7 +275,7 @@ DeviceExec::~DeviceExec() {
     if (b.done && drv_.streams.eventDestroy) drv_.streams.eventDestroy(b.done);
   }
   if (join_ && drv_.streams.eventDestroy) drv_.streams.eventDestroy(join_);
-  if (staging_) drv_.streams.memFreeHost(staging_);
+  for (void* p : pinned_) drv_.streams.memFreeHost(p);
   if (words_) drv_.streams.memFreeHost(words_);
   if (last_ && drv_.streams.eventDestroy) drv_.streams.eventDestroy(last_);
   if (setup_ && drv_.kernel.streamDestroy) drv_.kernel.streamDestroy(setup_);
@@ -282,18 +287,22 @@ void DeviceExec::check(cuda::CuResult r, const char* what) const {
                what, drv_.errorText(r).c_str());
 }
 
-// Bytes into device memory before this returns, through pinned staging on the executor's own
-// stream (neither the device nor a caller's stream is synchronized; legal during a capture).
-// The staging is never freed on this path: cuMemFreeHost waits for the whole device, where
-// another rank's kernel may be waiting for this rank.
-void DeviceExec::upload(cuda::CuDevicePtr dst, const void* src, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += kStagingBytes) {
-    const size_t n = std::min(kStagingBytes, bytes - off);
-    memcpy(staging_, static_cast<const char*>(src) + off, n);
-    check(drv_.streams.memcpyAsync(dst + off, reinterpret_cast<cuda::CuDevicePtr>(staging_), n, setup_),
-          "cuMemcpyAsync");
-    check(drv_.kernel.streamSynchronize(setup_), "cuStreamSynchronize");
+// Never freed before the executor goes: cuMemFreeHost waits for the whole device, where
+// another rank's kernel may be waiting for this rank. (cuMemHostAlloc does not wait.)
+void* DeviceExec::pinned(size_t bytes) {
+  bytes = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  if (bytes > pinLeft_) {
+    const size_t n = std::max(bytes, kPinnedChunk);
+    void* p = nullptr;
+    check(drv_.streams.memHostAlloc(&p, n, cuda::kMemHostAllocPortable), "cuMemHostAlloc");
+    pinned_.push_back(p);
+    pinNext_ = static_cast<char*>(p);
+    pinLeft_ = n;
   }
+  void* out = pinNext_;
+  pinNext_ += bytes;
+  pinLeft_ -= bytes;
+  return out;
 }
 
 // The plan in device memory, copied there on first use (its connections made, if a lone call
@@ -306,14 +315,14 @@ DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp, b
     d->keep = cp;
     d->channels = static_cast<int>(cp->plan.channels.size());
     d->scratchBytes = cp->plan.scratchBytes;
-    d->plan = deviceCopy(flat.data(), flat.bytes());
+    d->plan = deviceCopy(flat.data(), flat.bytes(), &d->pending);
     it = plans_.emplace(cp.get(), std::move(d)).first;
   }
   OnDevice& d = *it->second;
   if (d.fifos[ll]) return d;
   const std::vector<loomCudaFifo> table = fifoTable(cp->plan, ll);
   d.nFifos = static_cast<int>(table.size());
-  if (!table.empty()) d.fifos[ll] = deviceCopy(table.data(), table.size() * sizeof(loomCudaFifo));
+  if (!table.empty()) d.fifos[ll] = deviceCopy(table.data(), table.size() * sizeof(loomCudaFifo), &d.pending);
   else d.fifos[ll] = d.plan;  // no ends: any valid address
   return d;
 }
@@ -348,7 +357,7 @@ void DeviceExec::readyP2p(Launch& l) {
   d->channels = static_cast<int>(plan.channels.size());
   d->nFifos = static_cast<int>(table.size());
   if (l.capture) {
-    d->plan = deviceCopy(bytes.data(), bytes.size());
+    d->plan = deviceCopy(bytes.data(), bytes.size(), &d->pending);
   } else {
     // A free block that holds these very bytes (a training loop's groups repeat) needs no
     // upload; else the first free block large enough.
@@ -357,7 +366,7 @@ void DeviceExec::readyP2p(Launch& l) {
     for (Block& x : blocks_) {
       if (x.state == Block::kLaunched && drv_.kernel.eventQuery(x.done) == cuda::kCudaSuccess) x.state = Block::kFree;
       if (x.state != Block::kFree || x.bytes < bytes.size() || same) continue;
-      if (x.holds == bytes) {
+      if (x.valid && x.used == bytes.size() && memcmp(x.host, bytes.data(), bytes.size()) == 0) {
         b = &x;
         same = true;
       } else if (!b) {
@@ -372,13 +381,15 @@ void DeviceExec::readyP2p(Launch& l) {
         if (drv_.streams.eventDestroy) drv_.streams.eventDestroy(nb.done);
         check(drv_.api.memAlloc(&nb.p, nb.bytes), "cuMemAlloc (a send/receive plan)");
       }
+      nb.host = static_cast<char*>(pinned(nb.bytes));
       blocks_.push_back(nb);
       b = &blocks_.back();
     }
-    if (!same) {
-      b->holds.clear();  // unknown if the upload fails
-      upload(b->p, bytes.data(), bytes.size());
-      b->holds = bytes;
+    if (!same) {  // free: its last copy and kernel have run
+      b->valid = false;  // until launch queues the copy
+      memcpy(b->host, bytes.data(), bytes.size());
+      b->used = bytes.size();
+      d->pending.push_back({b->p, b->host, bytes.size()});
     }
     b->state = Block::kPrepared;
     d->plan = b->p;
@@ -389,17 +400,15 @@ void DeviceExec::readyP2p(Launch& l) {
   l.d = d.get();
 }
 
-// A copy of `bytes` in device memory, kept until the executor goes.
-cuda::CuDevicePtr DeviceExec::deviceCopy(const void* src, size_t bytes) {
+// Device memory for a copy of `bytes`, kept until the executor goes; the copy is added to
+// `pending`.
+cuda::CuDevicePtr DeviceExec::deviceCopy(const void* src, size_t bytes, std::vector<Upload>* pending) {
+  void* host = pinned(bytes);
+  memcpy(host, src, bytes);
   cuda::CuDevicePtr p = 0;
   check(drv_.api.memAlloc(&p, std::max<size_t>(bytes, 1)), "cuMemAlloc");
-  try {
-    upload(p, src, bytes);
-  } catch (...) {
-    drv_.api.memFree(p);
-    throw;
-  }
   kept_.push_back(p);
+  pending->push_back({p, host, bytes});
   return p;
 }
 
@@ -462,12 +471,6 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
                      rank_, ops[0]->stream, groupCapture ? "being" : "not being", op->stream,
                      c ? "being" : "not being");
     if (std::find(group_.begin(), group_.end(), op->stream) == group_.end()) group_.push_back(op->stream);
-    if (!sharing_.empty() && (op->stream == nullptr || op->stream == kLegacyStream || op->stream == kPerThreadStream))
-      LOOM_THROW(kInvalidUsage,
-                 "rank %d: %s on device buffers: rank(s) %s share CUDA device %d with this rank, and the device "
-                 "executor's kernels of ranks sharing a device must run side by side: give each rank a stream "
-                 "of its own (this call is on a default stream, %p)",
-                 rank_, op->callName(), sharing_.c_str(), device_, op->stream);
     if (op->isP2p()) {
       if (p2p.p2p.empty()) {
         p2p.op = op;
@@ -512,7 +515,7 @@ void DeviceExec::launch(const Launch& l) {
   cuda::ScopedDevice sd;
   setDevice(sd);
   const Op& op = *l.op;
-  const OnDevice* d = l.d;
+  OnDevice* d = l.d;
   const bool ll = l.ll, capture = l.capture;
   if (!watchdog_.joinable()) {
     comm_ = op.comm;
@@ -541,6 +544,18 @@ void DeviceExec::launch(const Launch& l) {
   // stream's handle may name another thread's stream). A captured launch is not ordered
   // against launches outside its graph: the README says so.
   if (eagerLaunched_ && !capture) check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
+  Block* block = l.block >= 0 ? &blocks_[static_cast<size_t>(l.block)] : nullptr;
+  // The plan's bytes first, on the kernel's stream (deviceCopy).
+  for (const Upload& u : d->pending) {
+    if (cuda::CuResult r = drv_.streams.memcpyAsync(u.dst, reinterpret_cast<cuda::CuDevicePtr>(u.src), u.bytes,
+                                                    op.stream);
+        r != cuda::kCudaSuccess) {
+      if (block) block->state = Block::kFree;  // not valid: copied again when next used
+      check(r, "cuMemcpyAsync (a plan to the device)");
+    }
+  }
+  if (!capture) d->pending.clear();
+  if (block) block->valid = true;
   const cuda::CuDevicePtr words = deviceWords_;
   loomCudaInterpArgs a{};
   a.plan = reinterpret_cast<const void*>(d->plan);
@@ -560,7 +575,6 @@ void DeviceExec::launch(const Launch& l) {
   a.proto = ll ? LOOM_CUDA_INTERP_PROTO_LL : LOOM_CUDA_INTERP_PROTO_SIMPLE;
   a.llStaging = ll ? reinterpret_cast<void*>(llStaging_.p) : nullptr;
   a.llStageBytes = llStageBytes();
-  Block* block = l.block >= 0 ? &blocks_[static_cast<size_t>(l.block)] : nullptr;
   if (int rc = kernels_.interpLaunch(&a, d->channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0) {
     if (block) block->state = Block::kFree;  // nothing queued reads it
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",

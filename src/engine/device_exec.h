@@ -31,7 +31,10 @@
 // A failed status stays: the rank's later kernels return at once. At destroy the device is
 // synchronized (the watchdog still stopping kernels whose peer died) before memory goes; a
 // sending kernel ends only once its receiver released every step, so no peer writes into
-// memory this rank frees. Ranks sharing a device must launch on streams of their own.
+// memory this rank frees.
+//
+// Ranks that are threads of one process on one device (sharing its CUDA context) are not
+// served: every rank keeps the staged path, whose direct collectives suit them.
 #pragma once
 
 #include <array>
@@ -85,7 +88,7 @@ class DeviceExec {
   struct Launch {
     const Op* op = nullptr;  // the collective; the first send or receive
     std::shared_ptr<CachedPlan> cp;  // a collective's
-    const OnDevice* d = nullptr;
+    OnDevice* d = nullptr;
     bool ll = false;
     bool capture = false;
     std::vector<const Op*> p2p;           // the sends and receives (none: a collective)
@@ -117,13 +120,23 @@ class DeviceExec {
   OnDevice& ready(const std::shared_ptr<CachedPlan>& cp, bool ll);
   void readyP2p(Launch& l);
   std::vector<loomCudaFifo> fifoTable(const Plan& plan, bool ll) const;
-  cuda::CuDevicePtr deviceCopy(const void* src, size_t bytes);
+  // A copy of host bytes for the device: the bytes go into pinned memory now and reach the
+  // device by a copy queued on the stream of the launch that first uses them (`pending`),
+  // never by waiting on the host. A host wait for the device could deadlock: the executor's
+  // stream may share a GPU work queue with a stream that waits for another rank's kernel,
+  // which waits for this rank (seen with 8 rank threads on an H100).
+  struct Upload {
+    cuda::CuDevicePtr dst;
+    const void* src;  // pinned, kept until the executor goes
+    size_t bytes;
+  };
+  cuda::CuDevicePtr deviceCopy(const void* src, size_t bytes, std::vector<Upload>* pending);
+  void* pinned(size_t bytes);  // pinned host memory, kept until the executor goes
   size_t llStageBytes() const;
   bool useLL(const Op& op) const;
   void setDevice(cuda::ScopedDevice& sd) const;
   bool capturing(const Op& op) const;
   void stopWatchdog();
-  void upload(cuda::CuDevicePtr dst, const void* src, size_t bytes);
   void check(cuda::CuResult r, const char* what) const;
   void watch();
   void stopKernels();
@@ -133,10 +146,9 @@ class DeviceExec {
   const cuda::Kernels& kernels_;
   std::vector<PeerInfo> peers_;
   int rank_, device_;
-  cuda::CuStream setup_ = nullptr;  // the executor's own stream (uploads, zeroing)
+  cuda::CuStream setup_ = nullptr;  // the executor's own stream (zeroing FIFOs)
   cuda::CuEvent last_ = nullptr;    // recorded after each kernel
   bool eagerLaunched_ = false;      // last_ marks a kernel queued outside a capture
-  std::string sharing_;             // ranks on this rank's device ("" when none)
   uint32_t* words_ = nullptr;       // pinned, mapped: [0] abort word, [1] kernels' status
   cuda::CuDevicePtr deviceWords_ = 0;  // the same, as the kernels address them
   std::unique_ptr<DeviceFifos> fifos_;
@@ -159,7 +171,9 @@ class DeviceExec {
     cuda::CuDevicePtr p = 0;
     size_t bytes = 0;
     cuda::CuEvent done = nullptr;
-    std::vector<char> holds;  // what it holds (the last upload)
+    char* host = nullptr;  // pinned, `bytes` long: what is copied to p before the launch
+    size_t used = 0;       // of host
+    bool valid = false;    // p holds host[0, used) (its copy was queued before a kernel)
     // launched: until `done` has passed; lost: its event could not be recorded (never reused)
     enum { kFree, kPrepared, kLaunched, kLost } state = kFree;
   };
@@ -170,7 +184,9 @@ class DeviceExec {
   size_t slotBytes_ = 0;                    // of every device FIFO
   uint64_t llMostBytes_ = 0;                // LOOM_DEVICE_LL_BYTES
   std::array<bool, kCollectiveCount> llAllowed_{};  // NCCL_PROTO allows LL, per collective
-  void* staging_ = nullptr;                 // pinned, for uploads
+  std::vector<void*> pinned_;               // pinned chunks (pinned())
+  char* pinNext_ = nullptr;                 // ... the free part of the last
+  size_t pinLeft_ = 0;
   bool launched_ = false;
 
   std::mutex mu_;  // launches (a communicator may be driven from several threads in turn)

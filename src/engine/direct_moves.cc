@@ -21,8 +21,7 @@ BoolKnob kLocalDirect("LOOM_LOCAL_DIRECT", "", true,
 }  // namespace
 
 bool localDirect() {
-  static const bool on = kLocalDirect.get();
-  return on;
+  return kLocalDirect.get();
 }
 
 bool canGoDirect(const Op& o, const cuda::Kernels* kern) {

@@ -39,7 +39,8 @@ struct DirectShape {
 struct KernelsUnusable {};
 
 // LOOM_LOCAL_DIRECT (default 1): whether collectives of ranks on one GPU may go direct;
-// 0 sends them through the host engine (the staged path), as where they cannot.
+// 0 sends them through the host engine (the staged path), as where they cannot. Read from
+// the environment: each communicator reads it once, at init (Communicator::localDirect).
 bool localDirect();
 
 // Whether collective `o` can go direct with kernels module `kern` (cuda::kernels(), fetched

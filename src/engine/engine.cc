@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "base/cuda_driver.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/communicator.h"
@@ -136,11 +137,39 @@ bool runReady(const Op& op, const CachedPlan& cp) {
   return true;
 }
 
+// A lone collective of a one-rank communicator on device memory: its output is its input (a
+// pre-multiplied sum excepted), so it is one device copy on the call's stream, as stock NCCL
+// makes it (nothing where it is in place), instead of a kernel or a trip through host memory.
+bool copiedAlone(std::span<const Op> ops) {
+  if (ops.size() != 1) return false;
+  const Op& op = ops[0];
+  if (op.isP2p() || op.comm.core->nranks() != 1 || op.mem == MemKind::kHost || op.deviceScalar ||
+      op.red.kind == RedKind::kPreMulSum)
+    return false;
+  const cuda::Driver* drv = cuda::driver();
+  if (!drv) return false;
+  if (op.bytes() > 0 && op.sendbuff != op.recvbuff) {
+    cuda::ScopedDevice sd;
+    std::string why;
+    LOOM_CHECK_USAGE(sd.set(op.device, &why), "rank 0: %s on device buffers: device %d cannot be made current: %s",
+                     op.callName(), op.device, why.c_str());
+    if (cuda::CuResult r = drv->streams.memcpyAsync(reinterpret_cast<cuda::CuDevicePtr>(op.recvbuff),
+                                                    reinterpret_cast<cuda::CuDevicePtr>(op.sendbuff), op.bytes(),
+                                                    op.stream);
+        r != cuda::kCudaSuccess)
+      LOOM_THROW(kUnhandledCudaError, "rank 0: %s on device buffers: cuMemcpyAsync of %zu bytes failed: %s",
+                 op.callName(), op.bytes(), drv->errorText(r).c_str());
+  }
+  LOOM_INFO(kLogColl, "%s: %zu bytes, one rank: a device copy on stream %p", op.callName(), op.bytes(), op.stream);
+  return true;
+}
+
 // Collectives and sends/receives of communicators the device executor serves run as its
 // kernel; the rest (a device scalar, other communicators) go to *staged. Every plan is made
 // ready before any kernel is queued: making connections is collective between pairs of
 // ranks, so executors driven by this one thread prepare concurrently (as connectAll).
 void launchOnDevice(std::span<const Op> ops, std::vector<Op>* staged) {
+  if (copiedAlone(ops)) return;
   std::vector<std::pair<DeviceExec*, std::vector<const Op*>>> execs;
   std::vector<size_t> execOf;  // of each collective, in issue order
   for (const Op& op : ops) {

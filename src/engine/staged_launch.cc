@@ -384,7 +384,7 @@ class Launcher {
     const Op& o = *parts[0].op;
     const int n = o.comm.core->nranks();
     const cuda::Kernels* kern = cuda::kernels();  // once: another thread may give it up
-    if (!localDirect() || !canGoDirect(o, kern)) return false;
+    if (!o.comm.core->localDirect() || !canGoDirect(o, kern)) return false;
     std::vector<const Op*> byRank(static_cast<size_t>(n), nullptr);
     for (const LocalPart& p : parts) {
       const Op& q = *p.op;

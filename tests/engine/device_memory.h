@@ -18,6 +18,9 @@ class DeviceMemory {
   virtual int deviceCount() const = 0;
   // Makes `device` the calling thread's current CUDA device; -1: no current context.
   virtual void makeCurrent(int device) = 0;
+  // Makes `device` current for the calling thread alone: on the real driver makeCurrent
+  // does so; the stand-in's makeCurrent sets what every thread without one of its own sees.
+  virtual void makeThreadCurrent(int device) { makeCurrent(device); }
   // `bytes` of memory on `device` whose every byte is `fill`. A host access to it must
   // fail loudly (SIGSEGV), so that a test that survives proves nothing touched it.
   virtual void* allocDevice(size_t bytes, int device, uint8_t fill) = 0;

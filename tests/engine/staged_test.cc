@@ -108,10 +108,36 @@ std::vector<std::string> processesOnDevice0(int n, const RankFn& fn, int timeout
       opt);
 }
 
-// An int32 device buffer holding `host`.
+// The device of the rank a thread runs (threadsOnOwnDevices); 0 for every other.
+thread_local int tRankDevice = 0;
+void useRankDevice() {
+  if (tRankDevice == 0) mem().makeCurrent(0);
+  else mem().makeThreadCurrent(tRankDevice);
+}
+
+// `n` ranks as threads of this process, rank r on device r where there are as many (the
+// stand-in has 4), else sharing them (threadsShareDevices).
+bool threadsShareDevices(int n) { return mem().deviceCount() < n; }
+std::vector<std::string> threadsOnOwnDevices(int n, const RankFn& fn) {
+  RankOptions opt;
+  auto use = [](int rank) {
+    tRankDevice = rank % std::max(1, mem().deviceCount());
+    useRankDevice();
+  };
+  opt.beforeInit = use;
+  return runRanks(
+      Mode::kThreads, n,
+      [&fn, use](int rank, int nranks, ncclComm_t comm) {
+        use(rank);
+        return fn(rank, nranks, comm);
+      },
+      opt);
+}
+
+// An int32 device buffer holding `host`, on the rank's device.
 int32_t* devInts(const std::vector<int32_t>& host) {
   size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(int32_t);
-  auto* p = static_cast<int32_t*>(mem().allocDevice(bytes, 0, 0xEE));
+  auto* p = static_cast<int32_t*>(mem().allocDevice(bytes, tRankDevice, 0xEE));
   if (!host.empty()) mem().toDevice(p, host.data(), host.size() * sizeof(int32_t));
   return p;
 }
@@ -226,7 +252,7 @@ int directCollectivesExpected() {
 // a sync between them (each reads the previous one's results where that is checkable),
 // then one sync and exact checks.
 std::string everyCollective(int rank, int n, ncclComm_t comm) {
-  mem().makeCurrent(0);
+  useRankDevice();
   void* stream = mem().createStream();
   auto s = static_cast<cudaStream_t>(stream);
   const size_t k = 1003;  // odd, not a multiple of the rank count
@@ -575,9 +601,12 @@ TEST(STAGED_SUITE, ProcessesSharingADeviceWithoutMpsAreWarned) {
 }
 
 // A peer that dies leaves the survivor's stream going (its results undefined) and the
-// error in ncclCommGetAsyncError; nothing hangs.
+// error in ncclCommGetAsyncError; nothing hangs. The staged path's stream hold: where the
+// kernels module loads, processes on one GPU would go direct, whose calls wait on the host
+// (DeadPeerBreaksTheBoard and AbortEndsAWaitOnTheBoard test that path).
 TEST(STAGED_SUITE, DeadPeerReleasesTheStream) {
   ASSERT_TRUE(kEnvSet);
+  EnvGuard staged("LOOM_LOCAL_DIRECT", "0");
   auto failures = processesOnDevice0(
       2,
       [](int rank, int, ncclComm_t comm) -> std::string {
@@ -606,6 +635,7 @@ TEST(STAGED_SUITE, DeadPeerReleasesTheStream) {
 // Aborting a communicator whose staged work waits on a silent peer lets the stream go.
 TEST(STAGED_SUITE, AbortReleasesAWaitingStream) {
   ASSERT_TRUE(kEnvSet);
+  EnvGuard staged("LOOM_LOCAL_DIRECT", "0");  // as above
   verdict(processesOnDevice0(
       2,
       [](int rank, int, ncclComm_t comm) -> std::string {
@@ -689,8 +719,9 @@ int kernelLaunchesExpected(int perRank, int n) {
 #ifdef LOOM_STAND_IN_CUDA_PATH
   const char* kern = getenv("LOOM_CUDA_KERNELS_LIBRARY");
   return kern && *kern ? perRank * n : 0;
-#else  // a GPU: whether the module was built decides
-  return -1;
+#else  // a GPU: the module named (as scripts/gpu_check.sh does) must serve; else either
+  const char* kern = getenv("LOOM_CUDA_KERNELS_LIBRARY");
+  return kern && *kern ? perRank * n : -1;
 #endif
 }
 void expectKernelLaunches(const CollLogs& logs, int perRank, int n) {
@@ -719,7 +750,7 @@ TEST(STAGED_SUITE, DeviceExecutorRunsEveryCollectiveInProcesses) {
 // connection holds in flight, to the next rank, twice; then a group of both kinds. One kernel per
 // group and collective.
 std::string sendsAndReceives(int rank, int n, ncclComm_t comm) {
-  mem().makeCurrent(0);
+  useRankDevice();
   auto s1 = static_cast<cudaStream_t>(mem().createStream());
   auto s2 = static_cast<cudaStream_t>(mem().createStream());
   auto size = [](int round, int from, int to) -> size_t {
@@ -1239,16 +1270,18 @@ TEST(STAGED_SUITE, PreMulSumReadsADeviceScalarWhenTheCallRuns) {
   }
 }
 
-// The device executor with rank threads on one device: each rank's kernel on its own
-// stream, the FIFOs' memory shared by plain pointers.
+// The device executor with rank threads, each on a device of its own: each rank's kernel on
+// its own stream, the FIFOs' memory shared by plain pointers. Where fewer devices than ranks
+// are (one GPU), ranks share them and the executor declines: the direct path serves them,
+// with the same results.
 TEST(STAGED_SUITE, DeviceExecutorRunsEveryCollectiveInThreads) {
   NEED_DEVICE();
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
   for (int n : {2, 3}) {
     SCOPED_TRACE(n);
     CollLogs logs;
-    verdict(threadsOnDevice0(n, everyCollective));
-    expectKernelLaunches(logs, 7, n);
+    verdict(threadsOnOwnDevices(n, everyCollective));
+    expectKernelLaunches(logs, threadsShareDevices(n) ? 0 : 7, n);
   }
 }
 
@@ -1258,8 +1291,8 @@ TEST(STAGED_SUITE, DeviceExecutorSendsAndReceivesInThreads) {
   for (int n : {2, 3}) {
     SCOPED_TRACE(n);
     CollLogs logs;
-    verdict(threadsOnDevice0(n, sendsAndReceives));
-    expectKernelLaunches(logs, 8, n);
+    verdict(threadsOnOwnDevices(n, sendsAndReceives));
+    expectKernelLaunches(logs, threadsShareDevices(n) ? 0 : 8, n);
   }
 }
 
@@ -1314,26 +1347,81 @@ TEST(STAGED_SUITE, DeviceExecutorOneThreadDrivesTwoDevices) {
   expectKernelLaunches(logs, 4, 2);
 }
 
-// Ranks sharing a device need their kernels to run side by side: a call of such a rank on a
-// default stream (where they would queue behind each other and wait for ever) is refused on
-// every rank alike, saying why.
-TEST(STAGED_SUITE, DeviceExecutorRefusesADefaultStreamOnASharedDevice) {
+// ncclCommInitAll initializes each rank on a thread of its own that has no current CUDA
+// context (as in CUDA; the stand-in is told so): the executor still serves both ranks,
+// each on a device of its own (found on an H100: its IPC trial allocated with no context,
+// so no rank got the executor). Each rank's thread then runs an all-reduce and an
+// all-gather. On one GPU the ranks share it and the direct path serves them.
+TEST(STAGED_SUITE, DeviceExecutorServesCommInitAll) {
   NEED_DEVICE();
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
-  verdict(threadsOnDevice0(2, [](int rank, int, ncclComm_t comm) -> std::string {
-    int32_t* a = devInts(inputs(1, rank, 100));
-    const ncclResult_t rc = ncclAllReduce(a, a, 100, ncclInt32, ncclSum, comm, nullptr);
-    // 0: no executor here (the staged path serves it); 1: the executor; -1: a GPU, either.
-    const int executor = kernelLaunchesExpected(1, 1);
-    if (executor == 0 || (executor < 0 && rc == ncclSuccess)) {
-      RANK_CHECK(rc == ncclSuccess, "all-reduce: %d (%s)", rc, ncclGetLastError(comm));
-      return "";
-    }
-    RANK_CHECK(rc == ncclInvalidUsage, "all-reduce: %d (%s)", rc, ncclGetLastError(comm));
-    const std::string why = ncclGetLastError(comm);
-    RANK_CHECK(why.find("stream of its own") != std::string::npos, "the error does not say why: %s", why.c_str());
-    return "";
-  }));
+  CollLogs logs;
+#ifdef LOOM_STAND_IN_CUDA_PATH
+  mem().makeCurrent(-1);  // threads that set no context of their own have none
+#endif
+  ncclComm_t comms[2];
+  int devs[2] = {0, threadsShareDevices(2) ? 0 : 1};
+  const ncclResult_t init = ncclCommInitAll(comms, 2, devs);
+  mem().makeCurrent(0);
+  ASSERT_EQ(init, ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<std::string> failures(2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      failures[r] = [&]() -> std::string {
+        ncclComm_t comm = comms[r];
+        tRankDevice = devs[r];
+        useRankDevice();
+        auto s = static_cast<cudaStream_t>(mem().createStream());
+        const size_t k = 1031;
+        int32_t* x = devInts(inputs(1, r, k));
+        int32_t* g = devInts(std::vector<int32_t>(2 * k, -1));
+        RANK_NCCL(ncclAllReduce(x, x, k, ncclInt32, ncclSum, comm, s));
+        RANK_NCCL(ncclAllGather(x, g, k, ncclInt32, comm, s));
+        mem().syncStream(s);
+        std::vector<int32_t> want(2 * k);
+        for (size_t i = 0; i < 2 * k; ++i) want[i] = in(1, 0, i % k) + in(1, 1, i % k);
+        RANK_TRY(expectInts("all-gather of the all-reduce", hostInts(g, 2 * k), want));
+        return "";
+      }();
+    });
+  for (auto& t : ranks) t.join();
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  EXPECT_EQ(failures[0] + failures[1], "");
+  expectKernelLaunches(logs, threadsShareDevices(2) ? 0 : 2, 2);
+}
+
+// A one-rank communicator's lone collectives on device buffers are device copies on the
+// call's stream (nothing for one in place), with the executor asked for too; its sends to
+// itself (all-to-all is a group of them) keep their path. Every result checked, as for more
+// ranks.
+TEST(STAGED_SUITE, OneRankCollectivesAreDeviceCopies) {
+  NEED_DEVICE();
+  for (const char* executor : {"staged", "kernel"}) {
+    SCOPED_TRACE(executor);
+    EnvGuard kernel("LOOM_DEVICE_EXECUTOR", executor);
+    CollLogs logs;
+    verdict(threadsOnDevice0(1, everyCollective));
+    // all-reduce, all-gather, broadcast, reduce, reduce-scatter
+    EXPECT_EQ(logs.count("one rank: a device copy"), 5) << logs.all();
+  }
+}
+
+// Rank threads on one device share its CUDA context, whose streams share the GPU's work
+// queues: the executor declines them on every rank (the INIT log says why), and the direct
+// path serves them, with the same results (8 such threads on an H100 hung the executor).
+TEST(STAGED_SUITE, DeviceExecutorDeclinesThreadsSharingADevice) {
+  NEED_DEVICE();
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  CollLogs logs;
+  setenv("NCCL_DEBUG_SUBSYS", "INIT,COLL", 1);  // the logs' destructor unsets it
+  loom::logReset();
+  verdict(threadsOnDevice0(3, everyCollective));
+  expectKernelLaunches(logs, 0, 3);
+  if (kernelLaunchesExpected(1, 1) != 0) {  // where the executor could serve them: why not, said
+    EXPECT_EQ(logs.count("no device executor (LOOM_DEVICE_EXECUTOR=kernel)"), 3) << logs.all();
+    EXPECT_GE(logs.count("is a thread of this process on the same CUDA device 0"), 1) << logs.all();
+  }
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ class StandInMemory : public DeviceMemory {
   std::string unavailable() const override { return why_; }
   int deviceCount() const override { return kStandInDevices; }
   void makeCurrent(int device) override { hooks_.setCurrentDevice(device); }
+  void makeThreadCurrent(int device) override { hooks_.exchangeThreadDevice(device); }
 
   // cuMemAlloc on `device`, made current for this thread alone while it allocates and
   // fills (ranks as threads allocate at once, each with its own device), then as it was.
