@@ -376,12 +376,12 @@ void DeviceExec::readyP2p(Launch& l) {
     if (!b) {
       Block nb;
       nb.bytes = std::max<size_t>(bytes.size(), 4096);
+      nb.host = static_cast<char*>(pinned(nb.bytes));  // kept by the executor if what follows fails
       check(drv_.streams.eventCreate(&nb.done, cuda::kEventDisableTiming), "cuEventCreate");
-      if (drv_.api.memAlloc(&nb.p, nb.bytes) != cuda::kCudaSuccess) {
+      if (const cuda::CuResult r = drv_.api.memAlloc(&nb.p, nb.bytes); r != cuda::kCudaSuccess) {
         if (drv_.streams.eventDestroy) drv_.streams.eventDestroy(nb.done);
-        check(drv_.api.memAlloc(&nb.p, nb.bytes), "cuMemAlloc (a send/receive plan)");
+        check(r, "cuMemAlloc (a send/receive plan)");
       }
-      nb.host = static_cast<char*>(pinned(nb.bytes));
       blocks_.push_back(nb);
       b = &blocks_.back();
     }
@@ -545,17 +545,18 @@ void DeviceExec::launch(const Launch& l) {
   // against launches outside its graph: the README says so.
   if (eagerLaunched_ && !capture) check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
   Block* block = l.block >= 0 ? &blocks_[static_cast<size_t>(l.block)] : nullptr;
-  // The plan's bytes first, on the kernel's stream (deviceCopy).
+  // The plan's bytes first, on the kernel's stream (deviceCopy). Once a copy is queued, a
+  // block that fails to launch is never reused (the copy may still read its mirror).
+  bool copied = false;
   for (const Upload& u : d->pending) {
     if (cuda::CuResult r = drv_.streams.memcpyAsync(u.dst, reinterpret_cast<cuda::CuDevicePtr>(u.src), u.bytes,
                                                     op.stream);
         r != cuda::kCudaSuccess) {
-      if (block) block->state = Block::kFree;  // not valid: copied again when next used
+      if (block) block->state = copied ? Block::kLost : Block::kFree;  // not valid: copied again if reused
       check(r, "cuMemcpyAsync (a plan to the device)");
     }
+    copied = true;
   }
-  if (!capture) d->pending.clear();
-  if (block) block->valid = true;
   const cuda::CuDevicePtr words = deviceWords_;
   loomCudaInterpArgs a{};
   a.plan = reinterpret_cast<const void*>(d->plan);
@@ -576,11 +577,13 @@ void DeviceExec::launch(const Launch& l) {
   a.llStaging = ll ? reinterpret_cast<void*>(llStaging_.p) : nullptr;
   a.llStageBytes = llStageBytes();
   if (int rc = kernels_.interpLaunch(&a, d->channels, static_cast<loomCudaStream_t>(op.stream)); rc != 0) {
-    if (block) block->state = Block::kFree;  // nothing queued reads it
+    if (block) block->state = copied ? Block::kLost : Block::kFree;  // kFree: nothing queued reads it
     LOOM_THROW(kUnhandledCudaError, "rank %d: %s on device buffers: loomCudaInterpLaunch failed (CUDA error %d)",
                rank_, p2p ? "SendRecv" : collectiveName(op.coll), rc);
   }
   launched_ = true;
+  if (!capture) d->pending.clear();  // a graph's copies run at its replays only
+  if (block) block->valid = true;
   if (block) {  // reused once this has passed; never, if it cannot be recorded
     block->state = Block::kLost;
     check(drv_.streams.eventRecord(block->done, op.stream), "cuEventRecord");

@@ -148,19 +148,27 @@ bool copiedAlone(std::span<const Op> ops) {
     return false;
   const cuda::Driver* drv = cuda::driver();
   if (!drv) return false;
-  if (op.bytes() > 0 && op.sendbuff != op.recvbuff) {
-    cuda::ScopedDevice sd;
-    std::string why;
-    LOOM_CHECK_USAGE(sd.set(op.device, &why), "rank 0: %s on device buffers: device %d cannot be made current: %s",
-                     op.callName(), op.device, why.c_str());
-    if (cuda::CuResult r = drv->streams.memcpyAsync(reinterpret_cast<cuda::CuDevicePtr>(op.recvbuff),
-                                                    reinterpret_cast<cuda::CuDevicePtr>(op.sendbuff), op.bytes(),
-                                                    op.stream);
-        r != cuda::kCudaSuccess)
-      LOOM_THROW(kUnhandledCudaError, "rank 0: %s on device buffers: cuMemcpyAsync of %zu bytes failed: %s",
-                 op.callName(), op.bytes(), drv->errorText(r).c_str());
+  const bool inPlace = op.bytes() == 0 || op.sendbuff == op.recvbuff;
+  try {
+    if (!inPlace) {
+      cuda::ScopedDevice sd;
+      std::string why;
+      if (!sd.set(op.device, &why))
+        LOOM_THROW(kUnhandledCudaError, "rank 0: %s on device buffers: device %d cannot be made current: %s",
+                   op.callName(), op.device, why.c_str());
+      if (cuda::CuResult r = drv->streams.memcpyAsync(reinterpret_cast<cuda::CuDevicePtr>(op.recvbuff),
+                                                      reinterpret_cast<cuda::CuDevicePtr>(op.sendbuff), op.bytes(),
+                                                      op.stream);
+          r != cuda::kCudaSuccess)
+        LOOM_THROW(kUnhandledCudaError, "rank 0: %s on device buffers: cuMemcpyAsync of %zu bytes failed: %s",
+                   op.callName(), op.bytes(), drv->errorText(r).c_str());
+    }
+  } catch (const Error& e) {
+    failAll({&op.comm, 1}, e);
+    throw;
   }
-  LOOM_INFO(kLogColl, "%s: %zu bytes, one rank: a device copy on stream %p", op.callName(), op.bytes(), op.stream);
+  LOOM_INFO(kLogColl, "%s: %zu bytes, one rank: %s (stream %p)", op.callName(), op.bytes(),
+            inPlace ? "in place, nothing to copy" : "a device copy", op.stream);
   return true;
 }
 

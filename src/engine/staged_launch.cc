@@ -384,7 +384,9 @@ class Launcher {
     const Op& o = *parts[0].op;
     const int n = o.comm.core->nranks();
     const cuda::Kernels* kern = cuda::kernels();  // once: another thread may give it up
-    if (!o.comm.core->localDirect() || !canGoDirect(o, kern)) return false;
+    if (!canGoDirect(o, kern)) return false;
+    for (const LocalPart& p : parts)  // any rank's LOOM_LOCAL_DIRECT=0 sends it to the host engine
+      if (!p.op->comm.core->localDirect()) return false;
     std::vector<const Op*> byRank(static_cast<size_t>(n), nullptr);
     for (const LocalPart& p : parts) {
       const Op& q = *p.op;
