@@ -135,7 +135,7 @@ void ncclComm::runInit() noexcept {
         devices.push_back(r.cudaDev);
       }
       c->setDeviceExec(loom::DeviceExec::create(c->bootstrap(), c->peers(), devices,
-                                                c->planContext(), allWant));
+                                                c->planContext(), c->sameContextRanks(), allWant));
       if (!shadow && !c->deviceExec() && onePidNs &&
           loom::dispatch::processesOnOneDevice(fb.ranks, pids))
         c->setDeviceBoard(loom::DeviceBoard::create(c->bootstrap(), cudaDev));

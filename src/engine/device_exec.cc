@@ -35,7 +35,8 @@ constexpr int kMaxRanks = 8;  // a direct plan's channel uses 14 FIFO ends; a bl
 constexpr size_t kPinnedChunk = 256 << 10;  // pinned() allocates this much at a time
 
 // Why this rank cannot run the device executor ("" when it can).
-std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& devices, int rank) {
+std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& devices,
+                   const std::vector<int>& sameContext, int rank) {
   const cuda::Driver* drv = cuda::driver();
   if (!drv) return "no CUDA driver: " + cuda::driverAbsenceReason();
   if (!drv->hasKernel) return drv->lib.path() + " lacks the stream, IPC or allocation functions it needs";
@@ -47,14 +48,14 @@ std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& d
     if (devices[r] < 0) return strprintf("rank %zu has no CUDA device", r);
     if (peers[r].hostHash != peers[0].hostHash) return "the ranks span several hosts";
     if (peers[r].pidNs != peers[0].pidNs) return "the ranks span several pid namespaces";
-    // Their streams share the context's GPU work queues, which run in push order: a stream
-    // waiting for one rank's kernel (its next launch, an event wait) would hold another
-    // rank's kernel, for which the first waits (8 rank threads on an H100 hung so). The
-    // direct path serves them without kernels that wait for each other.
-    if (static_cast<int>(r) != rank && peers[r].pid == peers[rank].pid && devices[r] == devices[rank])
-      return strprintf("rank %zu is a thread of this process on the same CUDA device %d (ranks sharing a context "
-                       "take the direct path)", r, devices[rank]);
   }
+  // Rank threads sharing a CUDA context: their streams share its GPU work queues, which run
+  // in push order, so a stream waiting for one rank's kernel (its next launch, an event wait)
+  // would hold another rank's kernel, for which the first waits (8 rank threads on an H100
+  // hung so). The direct path serves them without kernels that wait for each other.
+  if (!sameContext.empty())
+    return strprintf("rank %d is a thread of this process on the same CUDA device %d (ranks sharing a context "
+                     "take the direct path)", sameContext[0], devices[rank]);
   return "";
 }
 
@@ -174,10 +175,10 @@ struct DeviceExec::OnDevice {
 
 std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
                                                const std::vector<int>& devices, const PlanContext& host,
-                                               bool allWant) {
+                                               const std::vector<int>& sameContext, bool allWant) {
   if (!allWant) return nullptr;
   const int rank = bs.rank(), n = bs.nranks();
-  std::string why = cannot(peers, devices, rank);
+  std::string why = cannot(peers, devices, sameContext, rank);
   std::unique_ptr<DeviceExec> ex;
   uint64_t sum = 0;  // of the device plan context's ranking
   if (why.empty()) {
@@ -583,8 +584,8 @@ void DeviceExec::launch(const Launch& l) {
   }
   launched_ = true;
   if (!capture) d->pending.clear();  // a graph's copies run at its replays only
-  if (block) block->valid = true;
   if (block) {  // reused once this has passed; never, if it cannot be recorded
+    block->valid = true;
     block->state = Block::kLost;
     check(drv_.streams.eventRecord(block->done, op.stream), "cuEventRecord");
     block->state = Block::kLaunched;

@@ -69,9 +69,10 @@ class DeviceExec {
   // nullptr on every rank unless every rank can. `devices[r]`: rank r's CUDA device.
   // `host`: the communicator's plan context; the executor's own is the same with the GPU
   // model of this host (engine/device_exec.cc: devicePlans), where every rank has the same.
+  // `sameContext`: Communicator::sameContextRanks (this rank is not served when any).
   static std::unique_ptr<DeviceExec> create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
                                             const std::vector<int>& devices, const PlanContext& host,
-                                            bool allWant);
+                                            const std::vector<int>& sameContext, bool allWant);
   ~DeviceExec();
   DeviceExec(const DeviceExec&) = delete;
   DeviceExec& operator=(const DeviceExec&) = delete;

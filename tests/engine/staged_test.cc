@@ -78,18 +78,34 @@ void verdict(const std::vector<std::string>& failures) {
   EXPECT_TRUE(failures.empty()) << joinFailures(failures);
 }
 
-// `n` ranks as threads of this process, each with device 0 current.
-std::vector<std::string> threadsOnDevice0(int n, const RankFn& fn) {
+// The device of the rank a thread runs (threadsOnOwnDevices); 0 for every other.
+thread_local int tRankDevice = 0;
+void useRankDevice() {
+  if (tRankDevice == 0) mem().makeCurrent(0);
+  else mem().makeThreadCurrent(tRankDevice);
+}
+
+// `n` ranks as threads of this process: each with device 0 current, or (ownDevices) rank r
+// on device r where there are as many (the stand-in has 4), else sharing them
+// (threadsShareDevices).
+bool threadsShareDevices(int n) { return mem().deviceCount() < n; }
+std::vector<std::string> threadsOnDevices(int n, const RankFn& fn, bool ownDevices) {
   RankOptions opt;
-  opt.beforeInit = [](int) { mem().makeCurrent(0); };
+  auto use = [ownDevices](int rank) {
+    tRankDevice = ownDevices ? rank % std::max(1, mem().deviceCount()) : 0;
+    useRankDevice();
+  };
+  opt.beforeInit = use;
   return runRanks(
       Mode::kThreads, n,
-      [&fn](int rank, int nranks, ncclComm_t comm) {
-        mem().makeCurrent(0);
+      [&fn, use](int rank, int nranks, ncclComm_t comm) {
+        use(rank);
         return fn(rank, nranks, comm);
       },
       opt);
 }
+std::vector<std::string> threadsOnDevice0(int n, const RankFn& fn) { return threadsOnDevices(n, fn, false); }
+std::vector<std::string> threadsOnOwnDevices(int n, const RankFn& fn) { return threadsOnDevices(n, fn, true); }
 
 // `n` ranks as forked processes, each with device 0 current once it has device memory; a
 // rank whose process has none reports "skip: why" instead of running `fn`.
@@ -103,32 +119,6 @@ std::vector<std::string> processesOnDevice0(int n, const RankFn& fn, int timeout
       Mode::kProcesses, n,
       [&fn](int rank, int nranks, ncclComm_t comm) -> std::string {
         RANK_TRY(deviceOrSkip());
-        return fn(rank, nranks, comm);
-      },
-      opt);
-}
-
-// The device of the rank a thread runs (threadsOnOwnDevices); 0 for every other.
-thread_local int tRankDevice = 0;
-void useRankDevice() {
-  if (tRankDevice == 0) mem().makeCurrent(0);
-  else mem().makeThreadCurrent(tRankDevice);
-}
-
-// `n` ranks as threads of this process, rank r on device r where there are as many (the
-// stand-in has 4), else sharing them (threadsShareDevices).
-bool threadsShareDevices(int n) { return mem().deviceCount() < n; }
-std::vector<std::string> threadsOnOwnDevices(int n, const RankFn& fn) {
-  RankOptions opt;
-  auto use = [](int rank) {
-    tRankDevice = rank % std::max(1, mem().deviceCount());
-    useRankDevice();
-  };
-  opt.beforeInit = use;
-  return runRanks(
-      Mode::kThreads, n,
-      [&fn, use](int rank, int nranks, ncclComm_t comm) {
-        use(rank);
         return fn(rank, nranks, comm);
       },
       opt);
