@@ -83,6 +83,7 @@ Driver* probe(std::string* why) {
   d->lib.bind(k.streamDestroy, "cuStreamDestroy_v2");
   d->lib.bind(k.deviceCanAccessPeer, "cuDeviceCanAccessPeer");
   d->lib.bind(k.ctxEnablePeerAccess, "cuCtxEnablePeerAccess");
+  d->lib.bind(k.memGetHandleForAddressRange, "cuMemGetHandleForAddressRange");
   if (missing) {
     *why = d->lib.path() + " lacks " + missing + ", so it is not a usable CUDA driver";
     delete d;

@@ -141,7 +141,11 @@ struct KernelApi {
   // Optional (a driver without them: ranks of one process must share a device).
   CuResult (*deviceCanAccessPeer)(int* can, CuDevice dev, CuDevice peer) = nullptr;
   CuResult (*ctxEnablePeerAccess)(void* peerCtx, unsigned flags) = nullptr;
+  // Optional: a DMA-BUF file descriptor of device memory (GPUDirect RDMA through DMA-BUF).
+  CuResult (*memGetHandleForAddressRange)(void* handle, CuDevicePtr p, size_t bytes, int type,
+                                          unsigned long long flags) = nullptr;
 };
+constexpr int kMemRangeHandleTypeDmaBufFd = 1;  // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 constexpr unsigned kStreamNonBlocking = 0x1;         // CU_STREAM_NON_BLOCKING
 constexpr CuResult kPeerAccessAlreadyEnabled = 704;  // CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 

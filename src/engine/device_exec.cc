@@ -12,6 +12,7 @@
 #include "base/shm.h"
 #include "bootstrap/bootstrap.h"
 #include "engine/communicator.h"
+#include "engine/device_net.h"
 #include "engine/engine.h"
 #include "engine/flat_plan.h"
 #include "engine/plan_cache.h"
@@ -34,6 +35,17 @@ SizeKnob kDeviceLLBytes("LOOM_DEVICE_LL_BYTES", "", "64K",
 constexpr int kMaxRanks = 8;  // a direct plan's channel uses 14 FIFO ends; a block keeps 32
 constexpr size_t kPinnedChunk = 256 << 10;  // pinned() allocates this much at a time
 
+bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostHash == b.hostHash && a.pidNs == b.pidNs && a.pid == b.pid;
+}
+
+// Whether `peers` span several hosts.
+bool severalHosts(const std::vector<PeerInfo>& peers) {
+  for (const PeerInfo& p : peers)
+    if (p.hostHash != peers[0].hostHash) return true;
+  return false;
+}
+
 // Why this rank cannot run the device executor ("" when it can).
 std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& devices,
                    const std::vector<int>& sameContext, int rank) {
@@ -46,8 +58,8 @@ std::string cannot(const std::vector<PeerInfo>& peers, const std::vector<int>& d
     return strprintf("%zu ranks; it serves at most %d", peers.size(), kMaxRanks);
   for (size_t r = 0; r < peers.size(); ++r) {
     if (devices[r] < 0) return strprintf("rank %zu has no CUDA device", r);
-    if (peers[r].hostHash != peers[0].hostHash) return "the ranks span several hosts";
-    if (peers[r].pidNs != peers[0].pidNs) return "the ranks span several pid namespaces";
+    if (peers[r].hostHash == peers[rank].hostHash && peers[r].pidNs != peers[rank].pidNs)
+      return "the ranks of this host span several pid namespaces";
   }
   // Rank threads sharing a CUDA context: their streams share its GPU work queues, which run
   // in push order, so a stream waiting for one rank's kernel (its next launch, an event wait)
@@ -65,7 +77,7 @@ std::string enablePeers(const cuda::Driver& drv, const std::vector<PeerInfo>& pe
                         const std::vector<int>& devices, int rank) {
   for (size_t r = 0; r < peers.size(); ++r) {
     const int peerDev = devices[r];
-    if (peers[r].pid != peers[rank].pid || peerDev == devices[rank]) continue;
+    if (!sameProcess(peers[r], peers[rank]) || peerDev == devices[rank]) continue;
     if (!drv.kernel.deviceCanAccessPeer || !drv.kernel.ctxEnablePeerAccess || !drv.api.deviceGet)
       return drv.lib.path() + " lacks cuDeviceCanAccessPeer / cuCtxEnablePeerAccess";
     cuda::CuDevice me = 0, peer = 0;
@@ -104,7 +116,7 @@ std::string ipcTrial(Bootstrap& bs, const cuda::Driver* drv, const std::vector<P
   if (!can) return "";
   if (!all[rank].ok) return "cannot export device memory through CUDA IPC";
   for (size_t r = 0; r < peers.size(); ++r) {
-    if (peers[r].pid == peers[rank].pid || !all[r].ok) continue;
+    if (peers[r].hostHash != peers[rank].hostHash || sameProcess(peers[r], peers[rank]) || !all[r].ok) continue;
     cuda::CuDevicePtr p = 0;
     if (cuda::CuResult e = drv->ipc.ipcOpenMemHandle(&p, all[r].handle, cuda::kIpcMemLazyEnablePeerAccess);
         e != cuda::kCudaSuccess)
@@ -118,13 +130,16 @@ std::string ipcTrial(Bootstrap& bs, const cuda::Driver* drv, const std::vector<P
 // The plan context of device plans: the host's, ranked with this host's GPU model (NVLink or
 // PCIe figures, channels a GPU keeps busy, rings in the topology search's GPU order; on a
 // host without GPUs the model is the host-memory one), Simple protocol only (what the
-// executor runs). Its checksum lets the ranks confirm they ranked alike.
-PlanContext devicePlans(const PlanContext& host, int localRanks, uint64_t* sum) {
+// executor runs). Across hosts, the host's ranking as it is (the network's figures, which
+// the ranks agreed on). Its checksum lets the ranks confirm they ranked alike.
+PlanContext devicePlans(const PlanContext& host, int localRanks, bool oneHost, uint64_t* sum) {
   PlanContext ctx = host;
   for (auto& p : ctx.allowedProtocols)
     for (size_t i = 0; i < p.size(); ++i) p[i] = p[i] && i == static_cast<size_t>(Protocol::kSimple);
-  ctx.loadTuning(algo::buildNodeModel(topo::loadLocalSystem(), localRanks, false));
-  ctx.loadRings();
+  if (oneHost) {
+    ctx.loadTuning(algo::buildNodeModel(topo::loadLocalSystem(), localRanks, false));
+    ctx.loadRings();
+  }
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (const auto& coll : ctx.ranking)
@@ -187,15 +202,18 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
     if (sd.set(devices[rank], &why)) why = enablePeers(drv, peers, devices, rank);
     if (why.empty()) {
       std::vector<bool> same(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) same[static_cast<size_t>(r)] = peers[r].pid == peers[rank].pid;
+      for (int r = 0; r < n; ++r) same[static_cast<size_t>(r)] = sameProcess(peers[r], peers[rank]);
       try {
-        ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], {host.slotBytes, host.depth},
-                                std::move(same)));
+        const FifoShape shape{host.slotBytes, host.depth};
+        std::unique_ptr<DeviceNet> net;
+        if (severalHosts(peers)) net = std::make_unique<DeviceNet>(bs, drv, peers, devices[rank], shape);
+        ex.reset(new DeviceExec(bs, drv, *cuda::kernels(), peers, devices[rank], shape, std::move(same),
+                                std::move(net)));
         ex->slotBytes_ = host.slotBytes;
         ex->llMostBytes_ = kDeviceLLBytes.get();  // read once: every rank's communicators alike
         for (size_t c = 0; c < ex->llAllowed_.size(); ++c)
           ex->llAllowed_[c] = host.allowedProtocols[c][static_cast<size_t>(Protocol::kLL)];
-        ex->ctx_ = devicePlans(host, n, &sum);
+        ex->ctx_ = devicePlans(host, n, !ex->net_, &sum);
       } catch (const std::exception& e) {  // every rank must reach the all-gather below
         why = e.what();
       }
@@ -232,14 +250,15 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
                 "device buffers take the staged path", rank, r, r == rank ? ": " : "", r == rank ? why.c_str() : "");
       return nullptr;
     }
-  LOOM_INFO(kLogInit, "rank %d: device buffers run on the device executor (plan-interpreter kernel, device %d); "
-            "device plans: %s", rank, devices[rank], ex->ctx_.modelNotes.c_str());
+  LOOM_INFO(kLogInit, "rank %d: device buffers run on the device executor (plan-interpreter kernel, device %d%s%s); "
+            "device plans: %s", rank, devices[rank], ex->net_ ? "; other hosts through " : "",
+            ex->net_ ? ex->net_->backendName().c_str() : "", ex->ctx_.modelNotes.c_str());
   return ex;
 }
 
 DeviceExec::DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
-                       int device, FifoShape shape, std::vector<bool> sameProcess)
-    : drv_(drv), kernels_(k), peers_(std::move(peers)), rank_(bs.rank()), device_(device) {
+                       int device, FifoShape shape, std::vector<bool> sameProcess, std::unique_ptr<DeviceNet> net)
+    : drv_(drv), kernels_(k), peers_(std::move(peers)), rank_(bs.rank()), device_(device), net_(std::move(net)) {
   try {
     check(drv_.kernel.streamCreate(&setup_, cuda::kStreamNonBlocking), "cuStreamCreate");
     check(drv_.streams.eventCreate(&last_, cuda::kEventDisableTiming), "cuEventCreate");
@@ -250,7 +269,10 @@ DeviceExec::DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kerne
     words_ = static_cast<uint32_t*>(w);
     memset(words_, 0, 64);
     check(drv_.streams.memHostGetDevicePointer(&deviceWords_, words_, 0), "cuMemHostGetDevicePointer");
-    fifos_ = std::make_unique<DeviceFifos>(bs, drv, device, shape, std::move(sameProcess), setup_);
+    std::vector<bool> remote(peers_.size());
+    for (size_t r = 0; r < peers_.size(); ++r) remote[r] = peers_[r].hostHash != peers_[rank_].hostHash;
+    fifos_ = std::make_unique<DeviceFifos>(bs, drv, device, shape, std::move(sameProcess), setup_, net_.get(),
+                                           std::move(remote));
   } catch (...) {
     if (words_) drv_.streams.memFreeHost(words_);
     throw;
@@ -267,6 +289,7 @@ DeviceExec::~DeviceExec() {
   if (current && launched_) drv_.ipc.ctxSynchronize();
   stopWatchdog();
   fifos_.reset();
+  net_.reset();  // its proxy stops, then its connections close
   for (cuda::CuDevicePtr p : kept_) drv_.api.memFree(p);
   if (llStaging_.p) drv_.api.memFree(llStaging_.p);
   for (cuda::CuDevicePtr p : retired_) drv_.api.memFree(p);
@@ -429,7 +452,7 @@ size_t DeviceExec::llStageBytes() const { return (llCapacity(slotBytes_) + 15) /
 // every rank): LOOM_DEVICE_LL_BYTES or less per rank (0: never, as no collective has 0
 // bytes to move), where NCCL_PROTO allows LL.
 bool DeviceExec::useLL(const Op& op) const {
-  return op.bytes() <= llMostBytes_ && llAllowed_[static_cast<size_t>(op.coll)];
+  return !net_ && op.bytes() <= llMostBytes_ && llAllowed_[static_cast<size_t>(op.coll)];
 }
 
 void DeviceExec::setDevice(cuda::ScopedDevice& sd) const {
@@ -544,7 +567,7 @@ void DeviceExec::launch(const Launch& l) {
   // after it, whatever its stream (on the same stream the wait costs nothing; a default
   // stream's handle may name another thread's stream). A captured launch is not ordered
   // against launches outside its graph: the README says so.
-  if (eagerLaunched_ && !capture) check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
+  if (eagerLaunched_.load(std::memory_order_relaxed) && !capture) check(drv_.streams.streamWaitEvent(op.stream, last_, 0), "cuStreamWaitEvent");
   Block* block = l.block >= 0 ? &blocks_[static_cast<size_t>(l.block)] : nullptr;
   // The plan's bytes first, on the kernel's stream (deviceCopy). Once a copy is queued, a
   // block that fails to launch is never reused (the copy may still read its mirror).
@@ -583,6 +606,7 @@ void DeviceExec::launch(const Launch& l) {
                rank_, p2p ? "SendRecv" : collectiveName(op.coll), rc);
   }
   launched_ = true;
+  if (capture) capturedLaunched_.store(true, std::memory_order_release);
   if (!capture) d->pending.clear();  // a graph's copies run at its replays only
   if (block) {  // reused once this has passed; never, if it cannot be recorded
     block->valid = true;
@@ -592,7 +616,7 @@ void DeviceExec::launch(const Launch& l) {
   }
   if (!capture) {
     check(drv_.streams.eventRecord(last_, op.stream), "cuEventRecord");
-    eagerLaunched_ = true;
+    eagerLaunched_.store(true, std::memory_order_release);
   }
   groupLast_ = op.stream;
   if (p2p)
@@ -633,6 +657,9 @@ void DeviceExec::report(Code code, const std::string& what) {
 // communicator; every 100 ms, a peer process that exited stops them too. Once detached (the
 // communicator's API object is going), only the last.
 void DeviceExec::watch() {
+  cuda::ScopedDevice sd;  // for cuEventQuery (inFlight)
+  std::string why;
+  sd.set(device_, &why);
   for (unsigned tick = 0;; ++tick) {
     bool detached;
     {
@@ -642,10 +669,20 @@ void DeviceExec::watch() {
     }
     if (!detached && comm_.interrupted()) stopKernels();
     poll();
+    if (net_) {  // a network connection that failed under a kernel (device_net.h)
+      if (std::optional<Error> e = net_->failure(inFlight())) {
+        report(e->code(), strprintf("rank %d: the device executor's kernels of this communicator are stopped: %s",
+                                    rank_, e->what()));
+        stopKernels();
+      }
+    }
     if (tick % 10 != 9) continue;
     for (size_t r = 0; r < peers_.size(); ++r) {
       const PeerInfo& p = peers_[r];
-      if (static_cast<int>(r) == rank_ || p.pid == peers_[rank_].pid || p.pid <= 0 || !processGone(p.pid)) continue;
+      const PeerInfo& me = peers_[rank_];
+      if (static_cast<int>(r) == rank_ || p.hostHash != me.hostHash || p.pidNs != me.pidNs || p.pid == me.pid ||
+          p.pid <= 0 || !processGone(p.pid))
+        continue;
       // Reported before the kernels stop: a caller that sees its stream go on then finds
       // the error in ncclCommGetAsyncError.
       report(Code::kRemoteError, strprintf("rank %d: rank %zu (pid %d) exited; the device executor's kernels of "
@@ -653,6 +690,14 @@ void DeviceExec::watch() {
       stopKernels();
     }
   }
+}
+
+// Whether a kernel of this executor may be queued or running: the last one queued outside a
+// capture has not ended, or one was captured into a graph (whose replays are not known here).
+bool DeviceExec::inFlight() const {
+  if (eagerLaunched_.load(std::memory_order_acquire) && drv_.kernel.eventQuery(last_) != cuda::kCudaSuccess)
+    return true;
+  return capturedLaunched_.load(std::memory_order_acquire);
 }
 
 void DeviceExec::poll() {

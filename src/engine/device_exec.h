@@ -5,10 +5,12 @@
 // host, and nothing on the GPU waits for the host.
 //
 // Opt-in while it has not run on a GPU: LOOM_DEVICE_EXECUTOR=kernel on every rank. It serves
-// a communicator when every rank asks for it and every rank can: one host, one pid namespace,
+// a communicator when every rank asks for it and every rank can: one pid namespace per host,
 // a CUDA device on every rank, a driver with IPC, the kernels module, at most 8 ranks, peer
-// access between the devices of ranks that share a process, and a small allocation of every
-// peer process mapped through CUDA IPC at init. Otherwise (said at INFO) the staged path
+// access between the devices of ranks that share a process, a small allocation of every
+// peer process of its host mapped through CUDA IPC at init, and, where the ranks span
+// hosts, a network backend that starts (engine/device_net.h: ranks on other hosts are
+// reached through it, with the Simple protocol only). Otherwise (said at INFO) the staged path
 // serves the communicator's device buffers, as without the knob.
 //
 // Per launch: the plan (the host engine's, from the communicator's plan cache), copied once
@@ -58,6 +60,7 @@
 namespace loom {
 
 class Bootstrap;
+class DeviceNet;
 struct CachedPlan;
 
 // This rank asks for the device executor (LOOM_DEVICE_EXECUTOR=kernel).
@@ -117,7 +120,7 @@ class DeviceExec {
 
  private:
   DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
-             int device, FifoShape shape, std::vector<bool> sameProcess);
+             int device, FifoShape shape, std::vector<bool> sameProcess, std::unique_ptr<DeviceNet> net);
   OnDevice& ready(const std::shared_ptr<CachedPlan>& cp, bool ll);
   void readyP2p(Launch& l);
   std::vector<loomCudaFifo> fifoTable(const Plan& plan, bool ll) const;
@@ -141,6 +144,7 @@ class DeviceExec {
   void check(cuda::CuResult r, const char* what) const;
   void watch();
   void stopKernels();
+  bool inFlight() const;
   void report(Code code, const std::string& what);
 
   const cuda::Driver& drv_;
@@ -149,9 +153,11 @@ class DeviceExec {
   int rank_, device_;
   cuda::CuStream setup_ = nullptr;  // the executor's own stream (zeroing FIFOs)
   cuda::CuEvent last_ = nullptr;    // recorded after each kernel
-  bool eagerLaunched_ = false;      // last_ marks a kernel queued outside a capture
+  std::atomic<bool> eagerLaunched_{false};     // last_ marks a kernel queued outside a capture
+  std::atomic<bool> capturedLaunched_{false};  // a kernel was captured into a graph
   uint32_t* words_ = nullptr;       // pinned, mapped: [0] abort word, [1] kernels' status
   cuda::CuDevicePtr deviceWords_ = 0;  // the same, as the kernels address them
+  std::unique_ptr<DeviceNet> net_;  // peers on other hosts (null: every rank on this host)
   std::unique_ptr<DeviceFifos> fifos_;
   PlanContext ctx_;    // what device plans are selected and built for
   PlanCache cache_;    // device plans (the host engine's cache holds host plans)

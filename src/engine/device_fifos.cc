@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "bootstrap/bootstrap.h"
+#include "engine/device_net.h"
 #include "kernels/fifo_sync.h"
 
 namespace loom {
@@ -45,9 +46,11 @@ struct DeviceFifos::Msg {
 };
 
 DeviceFifos::DeviceFifos(Bootstrap& bs, const cuda::Driver& drv, int device, FifoShape shape,
-                         std::vector<bool> sameProcess, cuda::CuStream setup)
+                         std::vector<bool> sameProcess, cuda::CuStream setup, DeviceNet* net,
+                         std::vector<bool> remote)
     : bs_(bs), drv_(drv), device_(device), shape_(shape), sameProcess_(std::move(sameProcess)),
-      setup_(setup) {
+      setup_(setup), net_(net), remote_(std::move(remote)) {
+  remote_.resize(sameProcess_.size(), false);
   check(drv_.streams.memHostAlloc(&zeros_, kZeroBytes, cuda::kMemHostAllocPortable), "cuMemHostAlloc");
   memset(zeros_, 0, kZeroBytes);
 }
@@ -125,6 +128,18 @@ void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs
   };
   missing(sends, 1);
   missing(recvs, 0);
+  // Peers on other hosts: through the network (device_net.h), in its phases below.
+  std::vector<ConnKey> netSends, netRecvs;
+  auto byNet = [&](std::vector<ConnKey>& keys, std::vector<ConnKey>& net) {
+    for (ConnKey k : keys)
+      if (remote_[static_cast<size_t>(k.first)]) net.push_back(k);
+    std::erase_if(keys, [&](ConnKey k) { return remote_[static_cast<size_t>(k.first)]; });
+  };
+  byNet(sends, netSends);
+  byNet(recvs, netRecvs);
+  if ((!netSends.empty() || !netRecvs.empty()) && (!net_ || ll))
+    LOOM_THROW(kInternalError, "rank %d: a device FIFO to another host %s", bs_.rank(),
+               net_ ? "for the LL protocol (the executor runs Simple across hosts)" : "and no network");
   const size_t slots = shape_.slotBytes * static_cast<size_t>(shape_.depth);
   // 1. Every end this rank owns is made and described to its peer (sends never block).
   std::map<std::tuple<int, int, int>, End> made;
@@ -146,6 +161,9 @@ void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs
       Msg m = describe(k.first, e.own);
       bs_.send(k.first, kTagSendEnd + static_cast<uint32_t>(k.second + off), &m, sizeof(m));
     }
+    // The network's first phase (listen; sends never block), before any wait here.
+    std::vector<loomCudaFifo> netEnds;
+    if (!netRecvs.empty()) netEnds = net_->listen(netRecvs, off);
     // 2. The peers' halves: a sender maps the receiver's control block and slots, a
     // receiver the sender's head.
     for (ConnKey k : sends) {
@@ -162,6 +180,13 @@ void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs
       End& e = made[{k.first, k.second + off, 0}];
       e.fifo.headAt = static_cast<uint64_t*>(at(open(k.first, m, &e), 0));
     }
+    // The network's other phases: connect every send, then accept every receive.
+    if (!netSends.empty()) {
+      std::vector<loomCudaFifo> s = net_->connectSends(netSends, off);
+      netEnds.insert(netEnds.end(), s.begin(), s.end());
+    }
+    if (!netRecvs.empty() || !netSends.empty()) net_->accept();
+    for (const loomCudaFifo& f : netEnds) made[{f.peer, f.conn + off, f.send}].fifo = f;  // own, mapped: 0
   } catch (...) {
     for (auto& [key, e] : made) {
       if (e.mapped) drv_.ipc.ipcCloseMemHandle(e.mapped);
@@ -170,6 +195,10 @@ void DeviceFifos::connect(std::vector<ConnKey> sends, std::vector<ConnKey> recvs
     throw;
   }
   for (auto& [key, e] : made) {
+    if (remote_[static_cast<size_t>(std::get<0>(key))]) {  // DeviceNet logged it
+      ends_.emplace(key, e);
+      continue;
+    }
     LOOM_INFO(kLogInit, "rank %d: device FIFO %s rank %d (#%d%s) on device %d%s", bs_.rank(),
               std::get<2>(key) ? "to" : "from", std::get<0>(key), std::get<1>(key) - off, ll ? ", LL" : "", device_,
               sameProcess_[static_cast<size_t>(std::get<0>(key))] ? "" : " (mapped by CUDA IPC)");

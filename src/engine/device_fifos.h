@@ -10,6 +10,9 @@
 // Every end also keeps its own step counter in its own GPU's memory: the kernel reads it at
 // start and writes it back at the end, so the next launch goes on from there.
 //
+// A peer on another host is reached through the network instead (engine/device_net.h): each
+// end in this rank's own memory, pumped by a proxy thread.
+//
 // Connections are made on first use of a plan, as the host engine makes its own, and live as
 // long as the communicator: the device is synchronized before any of it is unmapped or freed.
 #pragma once
@@ -26,15 +29,19 @@
 namespace loom {
 
 class Bootstrap;
+class DeviceNet;
 
 class DeviceFifos {
  public:
   using ConnKey = std::pair<int, int>;  // (peer, index), as TransportManager names them
 
   // `sameProcess[r]`: rank r shares this process (plain pointers, no IPC). `setup`: a stream
-  // of the executor's own, on `device`, for zeroing the control blocks.
+  // of the executor's own, on `device`, for zeroing the control blocks. `net`: the
+  // connections to ranks on other hosts (`remote[r]`), through a network backend; null
+  // where every rank is on this host.
   DeviceFifos(Bootstrap& bs, const cuda::Driver& drv, int device, FifoShape shape,
-              std::vector<bool> sameProcess, cuda::CuStream setup);
+              std::vector<bool> sameProcess, cuda::CuStream setup, DeviceNet* net = nullptr,
+              std::vector<bool> remote = {});
   // The device must be idle (the owner synchronizes it): unmaps and frees everything.
   ~DeviceFifos();
   DeviceFifos(const DeviceFifos&) = delete;
@@ -67,6 +74,8 @@ class DeviceFifos {
   FifoShape shape_;
   std::vector<bool> sameProcess_;
   cuda::CuStream setup_;
+  DeviceNet* net_;
+  std::vector<bool> remote_;
   void* zeros_ = nullptr;  // pinned host zeros, the source of every zeroing copy
   std::map<std::tuple<int, int, int>, End> ends_;  // (peer, conn (+256: LL), send)
 };

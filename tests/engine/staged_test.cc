@@ -957,6 +957,78 @@ TEST(STAGED_SUITE, DeviceExecutorAbortReleasesAWaitingStream) {
       60));
 }
 
+// Across hosts (engine/device_net.h): ranks posing as hosts of their own (LOOM_HOSTID) in
+// processes on device 0, rank r on host hostOf(r). Ranks of one host reach each other
+// through CUDA IPC, ranks of others through a network backend (NCCL_NET's; unset, Loom's
+// TCP backend), pumped by the executor's proxy thread.
+std::vector<std::string> processesOnHosts(int n, int (*hostOf)(int), const RankFn& fn, int timeoutSec = 120) {
+  RankOptions opt;
+  opt.timeoutSec = timeoutSec;
+  opt.beforeInit = [hostOf](int rank) {
+    setenv("LOOM_HOSTID", ("devhost" + std::to_string(hostOf(rank))).c_str(), 1);
+    if (mem().unavailable().empty()) mem().makeCurrent(0);
+  };
+  return runRanks(
+      Mode::kProcesses, n,
+      [&fn](int rank, int nranks, ncclComm_t comm) -> std::string {
+        RANK_TRY(deviceOrSkip());
+        return fn(rank, nranks, comm);
+      },
+      opt);
+}
+
+// Three ranks, two on one host and one on another: every collective, then every pattern of
+// sends and receives, each one kernel; the network ends say what carries them.
+TEST(STAGED_SUITE, DeviceExecutorAcrossHosts) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  CollLogs logs;
+  EnvGuard subsys("NCCL_DEBUG_SUBSYS", "COLL,INIT");
+  verdict(processesOnHosts(3, [](int r) { return r / 2; }, [](int rank, int n, ncclComm_t comm) -> std::string {
+    RANK_TRY(everyCollective(rank, n, comm));
+    return sendsAndReceives(rank, n, comm);
+  }));
+  if (::testing::Test::IsSkipped()) return;  // no device here
+  expectKernelLaunches(logs, 15, 3);
+  if (kernelLaunchesExpected(15, 3) > 0) {
+    // Rank 2 (the other host) sends to and receives from ranks 0 and 1 over the network.
+    EXPECT_GT(logs.count("through net/Socket"), 0) << logs.all();
+    EXPECT_GT(logs.count("other hosts through net/Socket"), 0) << logs.all();
+    EXPECT_EQ(logs.count("GPUDirect RDMA"), 0) << logs.all();  // the TCP backend takes host memory only
+  }
+}
+
+// A rank on another host that exits while a rank's kernel waits for it: its connection
+// fails in the proxy, and the watchdog stops the kernel (after the grace a receiving end
+// gets), so the stream goes on and ncclCommGetAsyncError says what failed.
+TEST(STAGED_SUITE, DeviceExecutorAcrossHostsStopsWhenAPeerDies) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  verdict(processesOnHosts(
+      2, [](int r) { return r; },
+      [](int rank, int, ncclComm_t comm) -> std::string {
+        mem().makeCurrent(0);
+        void* stream = mem().createStream();
+        auto s = static_cast<cudaStream_t>(stream);
+        int32_t* a = devInts(inputs(1, rank, 1 << 14));
+        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));  // connected
+        mem().syncStream(stream);
+        if (rank == 1) _exit(0);  // dies without a word
+        auto t0 = std::chrono::steady_clock::now();
+        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));
+        mem().syncStream(stream);  // returns: the kernel was stopped (or the staged path failed)
+        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ncclResult_t async = ncclSuccess;
+        RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+        RANK_CHECK(async == ncclRemoteError || async == ncclSystemError, "async error %d after %.1f s: %s",
+                   async, secs, ncclGetLastError(comm));
+        RANK_CHECK(secs < 30, "the stream took %.1f s to go on", secs);
+        ncclCommAbort(comm);
+        _exit(0);
+      },
+      60));
+}
+
 // Ranks that share a CUDA context meet for each collective: an all-gather or broadcast
 // is copied between their buffers by the last to arrive (in place or not, nothing to
 // move, after an all-reduce on the same streams); a group of two collectives per rank goes

@@ -25,6 +25,10 @@ StringKnob kNet("LOOM_NET", "NCCL_NET", "",
 
 }  // namespace
 
+void netNoDmaBuf(const char* what) {
+  LOOM_THROW(kInternalError, "this network backend cannot register DMA-BUF memory with %s", what);
+}
+
 std::vector<NetBackendSpec> netBackends() {
   std::vector<NetBackendSpec> all;
   // Plugins first, as NCCL orders them; each answers to its own name.

@@ -65,10 +65,19 @@ class NetRequest {
 
 enum class NetMemType { kHost, kCuda };
 
+// Where a backend's regMrDmaBuf is not implemented: throws kInternalError naming `what`.
+[[noreturn]] void netNoDmaBuf(const char* what);
+
 class NetSendComm {
  public:
   virtual ~NetSendComm() = default;  // closeSend
   virtual std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) = 0;
+  // GPU memory by its DMA-BUF file descriptor (`offset` into it), for a backend whose
+  // device has kNetPtrDmaBuf.
+  virtual std::unique_ptr<NetMr> regMrDmaBuf(void* data, size_t bytes, int fd, uint64_t offset) {
+    (void)data, (void)bytes, (void)fd, (void)offset;
+    netNoDmaBuf("a send comm");
+  }
   // Starts sending `bytes` at `data` (inside `mr`). Null: too many requests in flight,
   // call again later. Messages arrive in the order they were posted.
   virtual NetRequest* isend(const void* data, size_t bytes, int tag, NetMr* mr) = 0;
@@ -81,6 +90,10 @@ class NetRecvComm {
  public:
   virtual ~NetRecvComm() = default;  // closeRecv
   virtual std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) = 0;
+  virtual std::unique_ptr<NetMr> regMrDmaBuf(void* data, size_t bytes, int fd, uint64_t offset) {
+    (void)data, (void)bytes, (void)fd, (void)offset;
+    netNoDmaBuf("a receive comm");
+  }
   // Posts a receive of at most `capacity` bytes into `data`; matched with sends in order.
   // Null: call again later.
   virtual NetRequest* irecv(void* data, size_t capacity, int tag, NetMr* mr) = 0;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
 #include "base/config.h"
@@ -20,6 +21,12 @@ IntKnob kCrossNic("LOOM_CROSS_NIC", "NCCL_CROSS_NIC", 2,
 IntKnob kConnectTimeout("LOOM_NET_CONNECT_TIMEOUT", "", 60,
                         "Seconds a network backend may take to connect or accept one "
                         "connection (the peer alive) before the init fails naming the pair");
+
+}  // namespace
+
+double netConnectTimeoutSec() { return static_cast<double>(kConnectTimeout.get()); }
+
+namespace {
 
 size_t ctrlBytes() { return (sizeof(FifoCtrl) + 4095) & ~size_t(4095); }
 int tagOf(uint64_t step) { return static_cast<int>(step & 0x7fffffff); }
@@ -160,41 +167,58 @@ std::unique_ptr<Connection> NetPending::finish() {
 
 NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
                              const std::string& transport, std::unique_ptr<NetSendComm> send,
-                             std::unique_ptr<NetRecvComm> recv, const std::string& where)
+                             std::unique_ptr<NetRecvComm> recv, const std::string& where,
+                             const NetFifoMemory* memory)
     : Connection(peer, transport, info, where),
       sender_(send != nullptr),
       send_(std::move(send)),
       recv_(std::move(recv)) {
-  allocate(shape);
+  allocate(shape, memory);
   attach();
 }
 
 NetConnection::NetConnection(int peer, const PeerInfo& info, FifoShape shape,
                              const std::string& transport, std::shared_ptr<NetBackend> backend,
                              int dev, const NetHandle& handle, std::unique_ptr<NetStage> stage,
-                             double timeoutSec, const std::string& where)
+                             double timeoutSec, const std::string& where,
+                             const NetFifoMemory* memory)
     : Connection(peer, transport, info, where), sender_(true) {
-  allocate(shape);
+  allocate(shape, memory);
   pending_.reset(new PendingConnect{std::move(backend), dev, handle, std::move(stage), timeoutSec,
                                     Deadline::in(timeoutSec)});
 }
 
-void NetConnection::allocate(FifoShape shape) {
-  size_t slots = shape.slotBytes * static_cast<size_t>(shape.depth);
-  if (posix_memalign(&mem_, 4096, ctrlBytes() + slots) != 0)
-    LOOM_THROW(kSystemError, "out of memory allocating %zu bytes for a network FIFO",
-               ctrlBytes() + slots);
-  memset(mem_, 0, ctrlBytes());
-  fifo_.ctrl = static_cast<FifoCtrl*>(mem_);
-  fifo_.slots = static_cast<char*>(mem_) + ctrlBytes();
+void NetConnection::allocate(FifoShape shape, const NetFifoMemory* memory) {
+  if (memory) {
+    memory_ = *memory;
+  } else {
+    size_t slots = shape.slotBytes * static_cast<size_t>(shape.depth);
+    if (posix_memalign(&mem_, 4096, ctrlBytes() + slots) != 0)
+      LOOM_THROW(kSystemError, "out of memory allocating %zu bytes for a network FIFO",
+                 ctrlBytes() + slots);
+    memset(mem_, 0, ctrlBytes());
+    memory_.ctrl = static_cast<FifoCtrl*>(mem_);
+    memory_.slots = static_cast<char*>(mem_) + ctrlBytes();
+  }
+  fifo_.ctrl = memory_.ctrl;
+  fifo_.slots = memory_.slots;
   fifo_.slotBytes = shape.slotBytes;
   fifo_.depth = shape.depth;
 }
 
 void NetConnection::attach() {
   size_t slots = fifo_.slotBytes * static_cast<size_t>(fifo_.depth);
-  mr_ = send_ ? send_->regMr(fifo_.slots, slots, NetMemType::kHost)
-              : recv_->regMr(fifo_.slots, slots, NetMemType::kHost);
+  if (memory_.dmabufFd >= 0)
+    mr_ = send_ ? send_->regMrDmaBuf(fifo_.slots, slots, memory_.dmabufFd, memory_.dmabufOffset)
+                : recv_->regMrDmaBuf(fifo_.slots, slots, memory_.dmabufFd, memory_.dmabufOffset);
+  else
+    mr_ = send_ ? send_->regMr(fifo_.slots, slots, memory_.type)
+                : recv_->regMr(fifo_.slots, slots, memory_.type);
+}
+
+std::optional<Error> NetConnection::failure() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return error_;
 }
 
 bool NetConnection::finishConnect() {
@@ -222,6 +246,7 @@ void NetConnection::close() {
   send_.reset();
   recv_.reset();
   pending_.reset();
+  flushReq_ = nullptr;  // the comm's
 }
 
 bool NetConnection::progress() {
@@ -299,7 +324,7 @@ bool NetConnection::pumpRecv() {
     ++posted_;
     any = true;
   }
-  uint64_t before = done_;
+  const uint64_t before = HostAtomics::load(fifo_.ctrl->tail);
   size_t bytes;
   try {
     while (done_ < posted_ && recv_->test(reqs_[done_ % depth], &bytes)) {
@@ -310,15 +335,36 @@ bool NetConnection::pumpRecv() {
     }
   } catch (const Error&) {
     // A sender that finished and closed fails the receives posted ahead of its last
-    // message: the steps that arrived before are still the executor's.
-    HostAtomics::store(fifo_.ctrl->tail, done_);
+    // message: the steps that arrived (and were flushed) before are still the executor's.
+    HostAtomics::store(fifo_.ctrl->tail, memory_.type == NetMemType::kCuda ? flushed_ : done_);
     throw;
   }
-  if (done_ != before) {
-    HostAtomics::store(fifo_.ctrl->tail, done_);
+  const uint64_t tail = flushed(done_);
+  if (tail != before) {
+    HostAtomics::store(fifo_.ctrl->tail, tail);
     any = true;
   }
-  return any;
+  return any || flushReq_ != nullptr;
+}
+
+// Data a NIC wrote into GPU memory is published only once a flush (iflush, one for every
+// step received since the last) has made it visible to the GPU; host memory needs none.
+uint64_t NetConnection::flushed(uint64_t received) {
+  if (memory_.type != NetMemType::kCuda) return received;
+  size_t bytes;
+  if (flushReq_ && recv_->test(flushReq_, &bytes)) {
+    flushReq_ = nullptr;
+    flushed_ = flushing_;
+  }
+  if (!flushReq_ && received > flushed_) {
+    // One flush covers every write the NIC made before it: that of the last step.
+    const uint64_t last = received - 1;
+    flushReq_ = recv_->iflush(fifo_.slot(last), std::max<uint64_t>(fifo_.ctrl->info[last % fifo_.depth].bytes, 1),
+                              mr_.get());
+    flushing_ = received;
+    if (!flushReq_) flushed_ = received;  // nothing to flush (a NIC that writes in order)
+  }
+  return flushed_;
 }
 
 std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx) {

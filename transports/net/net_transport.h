@@ -20,19 +20,34 @@
 
 namespace loom {
 
+// Where a network connection's FIFO lives when its owner provides it (the device
+// executor's: the control block in pinned host memory mapped for the GPU, the slots there
+// too or in GPU memory that the backend reaches directly, GPUDirect RDMA). Null: host
+// memory of the connection's own (the host engine's).
+struct NetFifoMemory {
+  FifoCtrl* ctrl = nullptr;  // host address, zeroed, as long as the connection
+  char* slots = nullptr;     // depth * slotBytes, where the backend reads or writes
+  NetMemType type = NetMemType::kHost;  // kCuda: a receiver flushes (iflush) before publishing
+  int dmabufFd = -1;         // kCuda: the slots' DMA-BUF (-1: none), registered as such
+  uint64_t dmabufOffset = 0;
+};
+
 class NetConnection : public Connection {
  public:
   // Exactly one of `send` / `recv` is set: the side of the connection this rank holds.
   NetConnection(int peer, const PeerInfo& info, FifoShape shape, const std::string& transport,
                 std::unique_ptr<NetSendComm> send, std::unique_ptr<NetRecvComm> recv,
-                const std::string& where);
+                const std::string& where, const NetFifoMemory* memory = nullptr);
   // A sender whose connect is still under way: the proxy thread finishes it. Loom makes
   // every connection of a communicator before it accepts any, and some backends' connect
   // completes only once the peer's accept has progressed, so it cannot be waited for here.
   NetConnection(int peer, const PeerInfo& info, FifoShape shape, const std::string& transport,
                 std::shared_ptr<NetBackend> backend, int dev, const NetHandle& handle,
-                std::unique_ptr<NetStage> stage, double timeoutSec, const std::string& where);
+                std::unique_ptr<NetStage> stage, double timeoutSec, const std::string& where,
+                const NetFifoMemory* memory = nullptr);
   ~NetConnection() override;
+  // The backend's error, if it has failed (the device executor's watchdog asks).
+  std::optional<Error> failure() const;
 
   bool needsProgress() const override { return true; }
   // The communicator's proxy thread pumps it; mu_ keeps close() and checkPeer() on the
@@ -49,8 +64,9 @@ class NetConnection : public Connection {
  private:
   bool pumpSend();
   bool pumpRecv();
-  void allocate(FifoShape shape);
+  void allocate(FifoShape shape, const NetFifoMemory* memory);
   void attach();  // registers the FIFO's slots with the comm now held
+  uint64_t flushed(uint64_t received);  // how many received steps the GPU may read
   bool finishConnect();
 
   struct PendingConnect {
@@ -67,7 +83,11 @@ class NetConnection : public Connection {
   std::unique_ptr<NetSendComm> send_;
   std::unique_ptr<NetRecvComm> recv_;
   std::unique_ptr<NetMr> mr_;  // the FIFO's slots, registered with the comm
-  void* mem_ = nullptr;
+  void* mem_ = nullptr;        // the FIFO, when the connection allocated it
+  NetFifoMemory memory_;       // where the FIFO lives
+  NetRequest* flushReq_ = nullptr;  // kCuda receiver: the flush in flight ...
+  uint64_t flushing_ = 0;           // ... of the steps below this
+  uint64_t flushed_ = 0;            // steps received and flushed
   NetRequest* reqs_[kMaxFifoDepth] = {};
   uint64_t posted_ = 0;  // steps handed to the backend
   uint64_t done_ = 0;    // steps the backend completed (published to the FIFO)
@@ -76,6 +96,9 @@ class NetConnection : public Connection {
 };
 
 std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx);
+
+// LOOM_NET_CONNECT_TIMEOUT: seconds a backend may take to connect or accept a connection.
+double netConnectTimeoutSec();
 
 // Rails: the device (NIC) of a connection among a backend's `devices`, picked by the
 // receiver; the sender uses the same index (rail-aligned: both ends on NIC i), folded into

@@ -133,6 +133,10 @@ class Adapter final : public PluginApi {
       return n_->regMr(comm, data, bytes, type, mh);
     }
   }
+  R regMrDmaBuf(void* comm, void* data, size_t bytes, int type, uint64_t offset, int fd,
+                void** mh) override {
+    return n_->regMrDmaBuf(comm, data, bytes, type, offset, fd, mh);  // size_t in every version
+  }
   R deregMr(void* comm, void* mh) override { return n_->deregMr(comm, mh); }
   R isend(void* comm, void* data, size_t bytes, int tag, void* mh, void** req) override {
     if constexpr (V <= 8) {

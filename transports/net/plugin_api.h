@@ -37,6 +37,8 @@ class PluginApi {
   virtual R connect(void* ctx, int dev, void* handle, void** comm) = 0;
   virtual R accept(void* listenComm, void** comm) = 0;
   virtual R regMr(void* comm, void* data, size_t bytes, int type, void** mh) = 0;
+  virtual R regMrDmaBuf(void* comm, void* data, size_t bytes, int type, uint64_t offset, int fd,
+                        void** mh) = 0;
   virtual R deregMr(void* comm, void* mh) = 0;
   virtual R isend(void* comm, void* data, size_t bytes, int tag, void* mh, void** req) = 0;
   virtual R irecv(void* comm, void* data, size_t bytes, int tag, void* mh, void** req) = 0;
