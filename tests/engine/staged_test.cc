@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -996,6 +997,74 @@ TEST(STAGED_SUITE, DeviceExecutorAcrossHosts) {
     EXPECT_GT(logs.count("other hosts through net/Socket"), 0) << logs.all();
     EXPECT_EQ(logs.count("GPUDirect RDMA"), 0) << logs.all();  // the TCP backend takes host memory only
   }
+}
+
+// Across hosts through an NCCL net plugin whose devices take GPU memory by DMA-BUF (Loom's
+// test plugin in its dmabuf mode, v8 ABI): with NCCL_NET_GDR_LEVEL's default (PXB) the
+// plugin's NIC, which the topology does not place (SYS), gets host memory; at SYS the
+// receiving ends' slots are in GPU memory, registered through DMA-BUF and flushed, and
+// with NCCL_NET_GDR_READ=1 the sending ends' too. The results are the same each time.
+TEST(STAGED_SUITE, DeviceExecutorAcrossHostsWithGpuDirectRdma) {
+#ifndef LOOM_TEST_NET_PLUGIN
+  GTEST_SKIP() << "built without Loom's test net plugin";
+#else
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  EnvGuard plugin("NCCL_NET_PLUGIN", LOOM_TEST_NET_PLUGIN);
+  EnvGuard net("NCCL_NET", "LoomTest");
+  EnvGuard mode("LOOM_TEST_NET_MODE", "dmabuf");
+  char tmpl[] = "/tmp/loom-gdr-counts-XXXXXX";
+  const int cfd = mkstemp(tmpl);
+  ASSERT_GE(cfd, 0);
+  close(cfd);
+  EnvGuard counts("LOOM_TEST_NET_COUNTS", tmpl);
+  auto countsOf = [&](const std::string& what) {
+    std::ifstream in(tmpl);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) n += line.rfind(what + " ", 0) == 0;
+    return n;
+  };
+  auto body = [](int rank, int n, ncclComm_t comm) -> std::string {
+    RANK_TRY(everyCollective(rank, n, comm));
+    return sendsAndReceives(rank, n, comm);
+  };
+  auto lines = [](const std::string& all, const char* a, const char* b) {
+    int n = 0;
+    std::istringstream in(all);
+    for (std::string line; std::getline(in, line);)
+      n += line.find(a) != std::string::npos && line.find(b) != std::string::npos;
+    return n;
+  };
+  struct Case {
+    const char* level;
+    const char* read;
+    int gpuRecv, gpuSend;  // whether receiving / sending ends get GPU slots
+  };
+  for (const Case& c : {Case{"", "0", 0, 0}, Case{"SYS", "0", 1, 0}, Case{"SYS", "1", 1, 1}}) {
+    SCOPED_TRACE(std::string("NCCL_NET_GDR_LEVEL=") + c.level + " NCCL_NET_GDR_READ=" + c.read);
+    EnvGuard level("NCCL_NET_GDR_LEVEL", c.level);
+    EnvGuard read("NCCL_NET_GDR_READ", c.read);
+    if (!*c.level) unsetenv("NCCL_NET_GDR_LEVEL");
+    truncate(tmpl, 0);
+    CollLogs logs;
+    EnvGuard subsys("NCCL_DEBUG_SUBSYS", "COLL,INIT");
+    verdict(processesOnHosts(2, [](int r) { return r; }, body));
+    if (::testing::Test::IsSkipped()) break;  // no device here
+    expectKernelLaunches(logs, 15, 2);
+    if (kernelLaunchesExpected(15, 2) <= 0) continue;
+    const std::string all = logs.all();
+    const int recvEnds = lines(all, "FIFO from", "through net/LoomTest");
+    const int sendEnds = lines(all, "FIFO to", "through net/LoomTest");
+    EXPECT_GT(recvEnds, 0) << all;
+    EXPECT_EQ(sendEnds, recvEnds) << all;  // two ranks: each end's peer holds the other
+    const int gpuEnds = c.gpuRecv * recvEnds + c.gpuSend * sendEnds;
+    EXPECT_EQ(lines(all, "through net/LoomTest", "GPUDirect RDMA, DMA-BUF"), gpuEnds) << all;
+    EXPECT_EQ(countsOf("regMrDmaBuf"), gpuEnds);
+    if (gpuEnds) EXPECT_GT(countsOf("iflush"), 0);  // every received batch is flushed
+    else EXPECT_EQ(countsOf("iflush"), 0);
+  }
+  unlink(tmpl);
+#endif
 }
 
 // A rank on another host that exits while a rank's kernel waits for it: its connection

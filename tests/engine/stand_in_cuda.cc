@@ -1286,6 +1286,24 @@ __attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr* dptr,
 }
 
 
+// A DMA-BUF of device memory, as a NIC would import it: here a new descriptor of the
+// allocation's memfd, which a test plugin maps (offset 0 is the allocation's start; the
+// stand-in exports whole allocations from their start only).
+__attribute__((visibility("default"))) CUresult cuMemGetHandleForAddressRange(void* handle, CUdeviceptr dptr,
+                                                                               size_t size, int type,
+                                                                               unsigned long long flags) {
+  if (!handle || type != 1 /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */ || flags != 0 || size == 0)
+    return kInvalidValue;
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().backed.find(dptr);
+  if (it == state().backed.end() || it->second.opened || size > it->second.end - it->second.begin)
+    return kInvalidValue;
+  const int fd = dup(it->second.fd);
+  if (fd < 0) return kOutOfMemory;
+  *static_cast<int*>(handle) = fd;
+  return kSuccess;
+}
+
 // Memory that cuIpcOpenMemHandle mapped is cuIpcCloseMemHandle's to release, not this.
 __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr) {
   return releaseBacked(dptr, false);

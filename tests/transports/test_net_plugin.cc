@@ -13,6 +13,11 @@
 //   wrong_sizes     test() reports each receive after a comm's first one byte larger than
 //                   its buffer
 //   setenv          init calls setenv() many times (as some plugins tune NCCL that way)
+//   dmabuf          its devices also take GPU memory through DMA-BUF (NCCL_PTR_CUDA |
+//                   NCCL_PTR_DMABUF): regMrDmaBuf maps the descriptor (the stand-in CUDA
+//                   driver's device memory is a memfd) and sends and receives reach that
+//                   memory through the mapping, as a NIC's DMA would; iflush completes at
+//                   once. It counts "regMrDmaBuf" and "iflush" (below)
 // LOOM_TEST_NET_DEVICES=N (default 1) gives it N devices, "rails" of a fabric without
 // cross-rail links: a connect on another device than its listener's is refused (unless
 // LOOM_TEST_NET_CROSS_RAIL=1 links the rails). It counts
@@ -27,6 +32,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -81,10 +87,25 @@ struct Comm {
   int calls = 0;
   int received = 0;  // receives completed
   bool failed = false;
+  Req flush;  // dmabuf mode: the flush in flight
 };
 struct Listen {
   int fd = -1;
 };
+// A DMA-BUF registration (dmabuf mode): the memory at `base` reached through `alias`.
+constexpr uint32_t kDmaBufMagic = 0x444d4142;  // "DMAB"
+struct DmaBufMr {
+  uint32_t magic = kDmaBufMagic;
+  char* base = nullptr;
+  size_t size = 0;
+  char* alias = nullptr;
+};
+// Where the plugin reads or writes `data`: through the mapping of its DMA-BUF, if any.
+void* reach(void* mh, void* data) {
+  auto* m = static_cast<DmaBufMr*>(mh);
+  if (!m || m->magic != kDmaBufMagic) return data;
+  return m->alias + (static_cast<char*>(data) - m->base);
+}
 
 void countEvent(const char* what) {
   const char* path = getenv("LOOM_TEST_NET_COUNTS");
@@ -189,7 +210,7 @@ Result getProperties(int dev, Props* p) {
   p->name = names[dev];
   p->pciPath = nullptr;
   p->guid = 0x4c4f4f4d00000000ull + V;
-  p->ptrSupport = kPtrHost;
+  p->ptrSupport = gMode == "dmabuf" ? kPtrHost | kPtrCuda | kPtrDmaBuf : kPtrHost;
   p->speed = 10000;
   p->port = 1;
   p->latency = 5.0f;
@@ -331,19 +352,48 @@ Result regMrImpl(void*, void*, size_t, int type, void** mhandle) {
   *mhandle = &token;
   return kOk;
 }
-Result regMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void**) { return kInternalError; }
-Result deregMr(void*, void*) { return kOk; }
+Result regMrDmaBuf(void*, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  if (gMode != "dmabuf" || type != kPtrCuda || fd < 0) return kInternalError;
+  void* alias = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
+  if (alias == MAP_FAILED) return kSystemError;
+  auto* m = new DmaBufMr;
+  m->base = static_cast<char*>(data);
+  m->size = size;
+  m->alias = static_cast<char*>(alias);
+  *mhandle = m;
+  countEvent("regMrDmaBuf");
+  return kOk;
+}
+Result deregMr(void*, void* mhandle) {
+  auto* m = static_cast<DmaBufMr*>(mhandle);
+  if (m && m->magic == kDmaBufMagic) {
+    munmap(m->alias, m->size);
+    delete m;
+  }
+  return kOk;
+}
 
-Result isendImpl(void* comm, void* data, size_t size, int, void** request) {
-  return post(static_cast<Comm*>(comm), data, size, request);
+Result isendImpl(void* comm, void* data, size_t size, void* mh, void** request) {
+  return post(static_cast<Comm*>(comm), reach(mh, data), size, request);
 }
-Result irecvImpl(void* comm, int n, void** data, size_t size, void** request) {
+Result irecvImpl(void* comm, int n, void** data, size_t size, void* mh, void** request) {
   if (n != 1) return kInternalError;  // maxRecvs is 1
-  return post(static_cast<Comm*>(comm), data[0], size, request);
+  return post(static_cast<Comm*>(comm), reach(mh, data[0]), size, request);
 }
-Result iflush(void*, int, void**, int*, void**, void** request) {
+// dmabuf mode: the receives' bytes are in the memory already (no NIC caches them): a
+// request that is done, one at a time.
+Result iflush(void* comm, int n, void**, int*, void** mhandles, void** request) {
   *request = nullptr;
-  return kInternalError;  // host memory only: never needed
+  auto* m = static_cast<DmaBufMr*>(mhandles ? mhandles[0] : nullptr);
+  if (gMode != "dmabuf" || n != 1 || !m || m->magic != kDmaBufMagic) return kInternalError;
+  auto* c = static_cast<Comm*>(comm);
+  if (c->flush.used) return kInternalError;
+  c->flush = Req{};
+  c->flush.comm = c;
+  c->flush.used = c->flush.done = true;
+  countEvent("iflush");
+  *request = &c->flush;
+  return kOk;
 }
 Result test(void* request, int* done, int* sizes) {
   auto* r = static_cast<Req*>(request);
@@ -398,23 +448,23 @@ Result accept7(void* l, void** r, DeviceHandle**) { return acceptImpl(l, r); }
 Result regMrInt(void* c, void* d, int size, int t, void** m) {
   return regMrImpl(c, d, static_cast<size_t>(size), t, m);
 }
-Result isendInt(void* c, void* d, int size, int tag, void* mh, void** r) {
-  return isendImpl(c, d, static_cast<size_t>(size), tag, r);
+Result isendInt(void* c, void* d, int size, int, void* mh, void** r) {
+  return isendImpl(c, d, static_cast<size_t>(size), mh, r);
 }
-Result isend9(void* c, void* d, size_t size, int tag, void* mh, void** r) {
-  return isendImpl(c, d, size, tag, r);
+Result isend9(void* c, void* d, size_t size, int, void* mh, void** r) {
+  return isendImpl(c, d, size, mh, r);
 }
-Result isend10(void* c, void* d, size_t size, int tag, void* mh, void*, void** r) {
-  return isendImpl(c, d, size, tag, r);
+Result isend10(void* c, void* d, size_t size, int, void* mh, void*, void** r) {
+  return isendImpl(c, d, size, mh, r);
 }
-Result irecvInt(void* c, int n, void** d, int* sizes, int*, void**, void** r) {
-  return irecvImpl(c, n, d, static_cast<size_t>(sizes[0]), r);
+Result irecvInt(void* c, int n, void** d, int* sizes, int*, void** mh, void** r) {
+  return irecvImpl(c, n, d, static_cast<size_t>(sizes[0]), mh ? mh[0] : nullptr, r);
 }
-Result irecv9(void* c, int n, void** d, size_t* sizes, int*, void**, void** r) {
-  return irecvImpl(c, n, d, sizes[0], r);
+Result irecv9(void* c, int n, void** d, size_t* sizes, int*, void** mh, void** r) {
+  return irecvImpl(c, n, d, sizes[0], mh ? mh[0] : nullptr, r);
 }
-Result irecv10(void* c, int n, void** d, size_t* sizes, int*, void**, void**, void** r) {
-  return irecvImpl(c, n, d, sizes[0], r);
+Result irecv10(void* c, int n, void** d, size_t* sizes, int*, void** mh, void**, void** r) {
+  return irecvImpl(c, n, d, sizes[0], mh ? mh[0] : nullptr, r);
 }
 
 }  // namespace
