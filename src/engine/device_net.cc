@@ -112,7 +112,10 @@ bool DeviceNet::gdr(int dev, bool send) const {
 DeviceNet::End& DeviceNet::make(int peer, int conn, bool send, int dev) {
   auto e = std::make_unique<End>();
   End& r = *e;
-  ends_.push_back(std::move(e));  // freed by the destructor whatever follows
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ends_.push_back(std::move(e));  // freed by the destructor whatever follows
+  }
   r.send = send;
   const size_t slots = shape_.slotBytes * static_cast<size_t>(shape_.depth);
   const bool onGpu = gdr(dev, send);
@@ -182,13 +185,16 @@ std::vector<loomCudaFifo> DeviceNet::connectSends(const std::vector<ConnKey>& se
     End& e = make(peer, conn, true, dev);
     std::unique_ptr<NetStage> stage;
     const std::string where = peers_[peer].hostname;
+    std::unique_ptr<NetConnection> c;
     if (auto comm = backend_->connect(dev, h, stage))
-      e.conn = std::make_unique<NetConnection>(peer, peers_[peer], shape_, name_, std::move(comm), nullptr, where,
-                                               &e.memory);
+      c = std::make_unique<NetConnection>(peer, peers_[peer], shape_, name_, std::move(comm), nullptr, where,
+                                          &e.memory);
     else  // the proxy thread finishes it
-      e.conn = std::make_unique<NetConnection>(peer, peers_[peer], shape_, name_, backend_, dev, h, std::move(stage),
-                                               netConnectTimeoutSec(), where, &e.memory);
-    proxy_.add(e.conn.get());
+      c = std::make_unique<NetConnection>(peer, peers_[peer], shape_, name_, backend_, dev, h, std::move(stage),
+                                          netConnectTimeoutSec(), where, &e.memory);
+    proxy_.add(c.get());
+    std::lock_guard<std::mutex> lock(mu_);
+    e.conn = std::move(c);
     out.push_back(e.fifo);
   }
   return out;
@@ -209,18 +215,26 @@ void DeviceNet::accept() {
                    "(LOOM_NET_CONNECT_TIMEOUT)", rank_, l.peer, limit);
       usleep(us);
     }
-    l.end->conn = std::make_unique<NetConnection>(l.peer, peers_[l.peer], shape_, name_, nullptr, std::move(comm),
-                                                  peers_[l.peer].hostname, &l.end->memory);
-    proxy_.add(l.end->conn.get());
+    auto c = std::make_unique<NetConnection>(l.peer, peers_[l.peer], shape_, name_, nullptr, std::move(comm),
+                                             peers_[l.peer].hostname, &l.end->memory);
+    proxy_.add(c.get());
+    std::lock_guard<std::mutex> lock(mu_);
+    l.end->conn = std::move(c);
   }
   // Every sending end connected (the proxy finished those the backend left pending): a
   // connection that fails to is an error of the init, not of a kernel later.
-  for (auto& e : ends_)
-    if (e->send && e->conn) e->conn->awaitConnected();
+  std::vector<NetConnection*> sends;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : ends_)
+      if (e->send && e->conn) sends.push_back(e->conn.get());
+  }
+  for (NetConnection* c : sends) c->awaitConnected();
 }
 
 std::optional<Error> DeviceNet::failure(bool inFlight) {
   const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
   for (auto& e : ends_) {
     std::optional<Error> err = e->conn ? e->conn->failure() : std::nullopt;
     const bool waiting = e->send || HostAtomics::load(e->memory.ctrl->head) >= HostAtomics::load(e->memory.ctrl->tail);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -93,6 +94,7 @@ class DeviceNet {
   int gpuNode_ = -1;  // this rank's GPU in the local topology (-1: not found)
   std::string name_;
   std::shared_ptr<NetBackend> backend_;
+  std::mutex mu_;  // ends_ and their connections: connect (a launching thread) vs failure (the watchdog)
   std::vector<std::unique_ptr<End>> ends_;
   std::vector<Listening> listening_;  // phase 1 to 3
   Proxy proxy_;  // declared last: stopped before the connections go

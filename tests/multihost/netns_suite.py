@@ -191,8 +191,8 @@ def check_namespaces(job):
 
 
 def run_check(fab, binary, placement, workdir, env=None, same_host=None, label="",
-              network="socket"):
-    job = Job(fab, binary, placement, workdir, env=env)
+              network="socket", mode="check"):
+    job = Job(fab, binary, placement, workdir, env=env, mode=mode)
     codes = job.wait()
     ok = True
     for rank, code in enumerate(codes):
@@ -248,6 +248,33 @@ def case_ucx(fab, binary, placement, workdir, net="UCX"):
     want = {"net/" + net} | ({"shm"} if len(set(placement)) < len(placement) else set())
     if kinds != want:
         fail("transports used %s, expected %s" % (sorted(kinds), sorted(want)))
+
+
+def case_device(fab, binary, placement, workdir):
+    """Device buffers on the device executor (LOOM_DEVICE_EXECUTOR=kernel) across hosts: every
+    check on memory of Loom's stand-in CUDA driver, each collective the stand-in kernels
+    module's plan-interpreter launch; ranks of one namespace join through (stand-in) CUDA
+    IPC, ranks of others through the network (Loom's TCP backend, NCCL_NET unset), pumped
+    by the executor's proxy thread. Every rank must say so at init and launch kernels."""
+    drv, kern = os.environ.get("LOOM_TEST_CUDA_DRIVER"), os.environ.get("LOOM_TEST_CUDA_KERNELS")
+    if not drv or not kern or not os.path.exists(drv) or not os.path.exists(kern):
+        fail("LOOM_TEST_CUDA_DRIVER / LOOM_TEST_CUDA_KERNELS do not name the stand-ins: %r %r" % (drv, kern))
+        return
+    _, job = run_check(fab, binary, placement, workdir, mode="device",
+                       env={"LOOM_CUDA_DRIVER_LIBRARY": drv, "LOOM_CUDA_KERNELS_LIBRARY": kern,
+                            "LOOM_DEVICE_EXECUTOR": "kernel", "LOOM_NCCL_FALLBACK": "off",
+                            "NCCL_NET": None, "NCCL_DEBUG_SUBSYS": "INIT,TUNING,COLL"})
+    for rank in range(len(placement)):
+        text = log_text(job, rank)
+        if "device buffers run on the device executor" not in text:
+            fail("rank %d: the device executor does not serve its device buffers" % rank)
+        if "other hosts through net/Socket" not in text:
+            fail("rank %d: no network for the device executor's peers on other hosts" % rank)
+        launches = text.count("by the device executor's kernel")
+        remote = len(re.findall(r"device FIFO (?:to|from) rank \d+ \(#\d+\) through net/Socket", text))
+        if launches == 0 or remote == 0:
+            fail("rank %d: %d kernel launches, %d network FIFO ends" % (rank, launches, remote))
+        print("rank %d: %d kernel launches, %d network FIFO ends" % (rank, launches, remote), flush=True)
 
 
 def case_algos(fab, binary, placement, workdir):
@@ -379,6 +406,7 @@ CASES = {
     "algos": ([0, 0, 1, 1], case_algos),
     "plugin": ([0, 0, 1, 2], case_plugin),
     "ucx": ([0, 0, 1, 2, 2], case_ucx),
+    "device": ([0, 0, 1], case_device),
     "hostid": ([0, 0, 1, 1], case_hostid),
     "kill-shared": ([0, 0, 1, 1], lambda f, b, p, w: case_kill(f, b, p, w, victim=3)),
     "kill-lone": ([0, 0, 1, 2, 2, 2], lambda f, b, p, w: case_kill(f, b, p, w, victim=2)),
