@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -186,7 +187,31 @@ struct DeviceExec::OnDevice {
   // Copies the next launch queues before its kernel; cleared by a launch outside a capture
   // (a graph's copies run at its replays only).
   std::vector<Upload> pending;
+  // Across hosts: the FIFO steps a launch takes from each receiving end on another host
+  // ((peer, conn), steps), for DeviceNet::expect.
+  std::vector<std::pair<std::pair<int, int>, uint64_t>> netSteps;
 };
+
+namespace {
+
+// The FIFO steps channel by channel a plan's launch for (count, elt) takes from each
+// receiving end whose peer `remote` names: a step moves in pieces of at most a slot (one
+// piece when it has no bytes), each one FIFO step (kernels/interp.h).
+std::vector<std::pair<std::pair<int, int>, uint64_t>> recvSteps(const FlatPlan& plan, size_t count, size_t elt,
+                                                                 size_t slotBytes, const std::vector<bool>& remote) {
+  std::map<std::pair<int, int>, uint64_t> steps;
+  for (size_t c = 0; c < plan.nChannels; ++c) {
+    const auto seq = flatSteps(plan, c, count, elt);
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const Step st = seq[i];
+      if (!stepRecvs(st.op) || st.recvPeer < 0 || !remote[static_cast<size_t>(st.recvPeer)]) continue;
+      steps[{st.recvPeer, st.conn}] += st.bytes == 0 ? 1 : (st.bytes + slotBytes - 1) / slotBytes;
+    }
+  }
+  return {steps.begin(), steps.end()};
+}
+
+}  // namespace
 
 std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<PeerInfo>& peers,
                                                const std::vector<int>& devices, const PlanContext& host,
@@ -269,10 +294,10 @@ DeviceExec::DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kerne
     words_ = static_cast<uint32_t*>(w);
     memset(words_, 0, 64);
     check(drv_.streams.memHostGetDevicePointer(&deviceWords_, words_, 0), "cuMemHostGetDevicePointer");
-    std::vector<bool> remote(peers_.size());
-    for (size_t r = 0; r < peers_.size(); ++r) remote[r] = peers_[r].hostHash != peers_[rank_].hostHash;
+    remote_.resize(peers_.size());
+    for (size_t r = 0; r < peers_.size(); ++r) remote_[r] = peers_[r].hostHash != peers_[rank_].hostHash;
     fifos_ = std::make_unique<DeviceFifos>(bs, drv, device, shape, std::move(sameProcess), setup_, net_.get(),
-                                           std::move(remote));
+                                           remote_);
   } catch (...) {
     if (words_) drv_.streams.memFreeHost(words_);
     throw;
@@ -288,6 +313,7 @@ DeviceExec::~DeviceExec() {
   const bool current = sd.set(device_, &why);
   if (current && launched_) drv_.ipc.ctxSynchronize();
   stopWatchdog();
+  if (net_ && current && !stopped_.load() && __atomic_load_n(&words_[1], __ATOMIC_ACQUIRE) == 0) net_->checkCounts();
   fifos_.reset();
   net_.reset();  // its proxy stops, then its connections close
   for (cuda::CuDevicePtr p : kept_) drv_.api.memFree(p);
@@ -331,7 +357,7 @@ void* DeviceExec::pinned(size_t bytes) {
 
 // The plan in device memory, copied there on first use (its connections made, if a lone call
 // did not prepare them).
-DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp, bool ll) {
+DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp, bool ll, const Op& op) {
   auto it = plans_.find(cp.get());
   if (it == plans_.end()) {
     FlatPlanBlock flat(cp->plan);
@@ -340,6 +366,7 @@ DeviceExec::OnDevice& DeviceExec::ready(const std::shared_ptr<CachedPlan>& cp, b
     d->channels = static_cast<int>(cp->plan.channels.size());
     d->scratchBytes = cp->plan.scratchBytes;
     d->plan = deviceCopy(flat.data(), flat.bytes(), &d->pending);
+    if (net_) d->netSteps = recvSteps(flat.plan(), op.count, op.eltSize, slotBytes_, remote_);
     it = plans_.emplace(cp.get(), std::move(d)).first;
   }
   OnDevice& d = *it->second;
@@ -380,6 +407,7 @@ void DeviceExec::readyP2p(Launch& l) {
   auto d = std::make_shared<OnDevice>();
   d->channels = static_cast<int>(plan.channels.size());
   d->nFifos = static_cast<int>(table.size());
+  if (net_) d->netSteps = recvSteps(flat.plan(), l.op->count, 1, slotBytes_, remote_);  // as launch() counts
   if (l.capture) {
     d->plan = deviceCopy(bytes.data(), bytes.size(), &d->pending);
   } else {
@@ -525,7 +553,7 @@ std::vector<DeviceExec::Launch> DeviceExec::prepare(std::span<const Op* const> o
   for (int ll = 0; ll < 2; ++ll)  // one exchange with each peer for every plan
     if (!sends[ll].empty() || !recvs[ll].empty()) fifos_->connect(sends[ll], recvs[ll], ll != 0);
   for (Launch& l : out)
-    if (l.p2p.empty()) l.d = &ready(l.cp, l.ll);
+    if (l.p2p.empty()) l.d = &ready(l.cp, l.ll, *l.op);
     else readyP2p(l);
   atLeast(scratch_, scratchBytes, std::max(scratchBytes, scratch_.bytes * 2), "cuMemAlloc (scratch)");
   // LL staging: two regions of llCapacity(slot), rounded to 16, per channel.
@@ -607,6 +635,11 @@ void DeviceExec::launch(const Launch& l) {
   }
   launched_ = true;
   if (capture) capturedLaunched_.store(true, std::memory_order_release);
+  if (net_) {  // what the network must still deliver (DeviceNet::failure)
+    if (capture) net_->captured();
+    else
+      for (const auto& [end, steps] : d->netSteps) net_->expect(end.first, end.second, steps);
+  }
   if (!capture) d->pending.clear();  // a graph's copies run at its replays only
   if (block) {  // reused once this has passed; never, if it cannot be recorded
     block->valid = true;
@@ -643,7 +676,10 @@ void DeviceExec::finishGroup() {
 }
 
 // The abort word: every kernel of this executor stops at its next look at it.
-void DeviceExec::stopKernels() { __atomic_store_n(&words_[0], 1u, __ATOMIC_RELEASE); }
+void DeviceExec::stopKernels() {
+  stopped_.store(true);
+  __atomic_store_n(&words_[0], 1u, __ATOMIC_RELEASE);
+}
 
 void DeviceExec::report(Code code, const std::string& what) {
   std::lock_guard<std::mutex> lock(watchMu_);

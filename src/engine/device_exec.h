@@ -121,7 +121,7 @@ class DeviceExec {
  private:
   DeviceExec(Bootstrap& bs, const cuda::Driver& drv, const cuda::Kernels& k, std::vector<PeerInfo> peers,
              int device, FifoShape shape, std::vector<bool> sameProcess, std::unique_ptr<DeviceNet> net);
-  OnDevice& ready(const std::shared_ptr<CachedPlan>& cp, bool ll);
+  OnDevice& ready(const std::shared_ptr<CachedPlan>& cp, bool ll, const Op& op);
   void readyP2p(Launch& l);
   std::vector<loomCudaFifo> fifoTable(const Plan& plan, bool ll) const;
   // A copy of host bytes for the device: the bytes go into pinned memory now and reach the
@@ -155,9 +155,11 @@ class DeviceExec {
   cuda::CuEvent last_ = nullptr;    // recorded after each kernel
   std::atomic<bool> eagerLaunched_{false};     // last_ marks a kernel queued outside a capture
   std::atomic<bool> capturedLaunched_{false};  // a kernel was captured into a graph
+  std::atomic<bool> stopped_{false};           // stopKernels() ran
   uint32_t* words_ = nullptr;       // pinned, mapped: [0] abort word, [1] kernels' status
   cuda::CuDevicePtr deviceWords_ = 0;  // the same, as the kernels address them
   std::unique_ptr<DeviceNet> net_;  // peers on other hosts (null: every rank on this host)
+  std::vector<bool> remote_;         // per rank: on another host
   std::unique_ptr<DeviceFifos> fifos_;
   PlanContext ctx_;    // what device plans are selected and built for
   PlanCache cache_;    // device plans (the host engine's cache holds host plans)

@@ -48,6 +48,7 @@ struct DeviceNet::End {
   NetFifoMemory memory;
   loomCudaFifo fifo{};
   bool send = false;
+  uint64_t wanted = 0;  // receiving: steps the launches queued outside captures take
   std::unique_ptr<NetConnection> conn;
   std::optional<std::chrono::steady_clock::time_point> failingSince;
 };
@@ -110,12 +111,19 @@ bool DeviceNet::gdr(int dev, bool send) const {
 }
 
 DeviceNet::End& DeviceNet::make(int peer, int conn, bool send, int dev) {
+  // Made whole before the watchdog may see it (failure() reads every end).
   auto e = std::make_unique<End>();
   End& r = *e;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ends_.push_back(std::move(e));  // freed by the destructor whatever follows
-  }
+  struct Undo {  // frees what a failure below leaves
+    const cuda::Driver& drv;
+    End* e;
+    ~Undo() {
+      if (!e) return;
+      if (e->dmabuf >= 0) ::close(e->dmabuf);
+      if (e->gpuSlots) drv.api.memFree(e->gpuSlots);
+      if (e->host) drv.streams.memFreeHost(e->host);
+    }
+  } undo{drv_, &r};
   r.send = send;
   const size_t slots = shape_.slotBytes * static_cast<size_t>(shape_.depth);
   const bool onGpu = gdr(dev, send);
@@ -150,6 +158,9 @@ DeviceNet::End& DeviceNet::make(int peer, int conn, bool send, int dev) {
             send ? "to" : "from", peer, conn, name_.c_str(), backend_->properties(dev).name.c_str(),
             onGpu ? "GPU memory (GPUDirect RDMA" : "pinned host memory",
             onGpu ? (r.dmabuf >= 0 ? ", DMA-BUF)" : ")") : "");
+  undo.e = nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  ends_.push_back(std::move(e));
   return r;
 }
 
@@ -232,17 +243,40 @@ void DeviceNet::accept() {
   for (NetConnection* c : sends) c->awaitConnected();
 }
 
+void DeviceNet::expect(int peer, int conn, uint64_t steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : ends_)
+    if (!e->send && e->fifo.peer == peer && e->fifo.conn == conn) e->wanted += steps;
+}
+
+void DeviceNet::checkCounts() const {
+  if (captured_.load(std::memory_order_acquire)) return;
+  for (const auto& e : ends_) {
+    const uint64_t took = HostAtomics::load(e->memory.ctrl->head);
+    if (!e->send && took != e->wanted)
+      LOOM_WARN("rank %d: the device executor counted %llu steps from rank %d (#%d) and its kernels took %llu",
+                rank_, static_cast<unsigned long long>(e->wanted), e->fifo.peer, e->fifo.conn,
+                static_cast<unsigned long long>(took));
+  }
+}
+
 std::optional<Error> DeviceNet::failure(bool inFlight) {
   const auto now = std::chrono::steady_clock::now();
+  const bool counted = !captured_.load(std::memory_order_acquire);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& e : ends_) {
     std::optional<Error> err = e->conn ? e->conn->failure() : std::nullopt;
-    const bool waiting = e->send || HostAtomics::load(e->memory.ctrl->head) >= HostAtomics::load(e->memory.ctrl->tail);
-    if (!err || !inFlight || !waiting) {
+    if (!err) continue;
+    if (e->send) return err;
+    const uint64_t tail = HostAtomics::load(e->memory.ctrl->tail);
+    if (counted) {
+      if (e->wanted > tail) return err;
+      continue;
+    }
+    if (!inFlight || HostAtomics::load(e->memory.ctrl->head) < tail) {
       e->failingSince.reset();
       continue;
     }
-    if (e->send) return err;
     if (!e->failingSince) e->failingSince = now;
     if (std::chrono::duration<double>(now - *e->failingSince).count() >= kReceiveGraceSec) return err;
   }

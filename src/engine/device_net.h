@@ -21,6 +21,7 @@
 // idle (the owner synchronizes it).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -68,12 +69,22 @@ class DeviceNet {
   std::vector<loomCudaFifo> connectSends(const std::vector<ConnKey>& sends, int tagOffset);
   void accept();
 
-  // A connection's failure, as the watchdog reports it, when it concerns a kernel:
-  // `inFlight` says whether one of this executor's kernels is queued or running. A sending
-  // end that failed has lost a step; a receiving end only matters once the kernel has
-  // consumed everything it received (a peer that finished and closed fails the receives
-  // posted ahead of its last message, which no kernel needs): such a failure is reported
-  // after it has held for a grace period with a kernel in flight. nullopt: nothing to report.
+  // A launch queued outside a capture will take `steps` more steps from the receiving end
+  // (peer, conn): what failure() compares with what has arrived.
+  void expect(int peer, int conn, uint64_t steps);
+  // Once every kernel has ended, none stopped early: warns where a receiving end's kernels
+  // took another number of steps than expect() counted (a miscount would report a peer's
+  // normal close as a failure, or miss a real one).
+  void checkCounts() const;
+  // A launch was captured into a CUDA graph: its replays take steps no one counts.
+  void captured() { captured_ = true; }
+  // A connection's failure, as the watchdog reports it, when it concerns a kernel. A
+  // sending end that failed has lost a step. A receiving end matters only while a queued
+  // kernel still expects steps it has not received (a peer that finished and closed fails
+  // the receives posted ahead of its last message, which no kernel needs). Once a launch
+  // was captured, steps are not counted: a receiving end's failure is then reported when a
+  // kernel is in flight (`inFlight`) and has consumed all it received, for 2 s.
+  // nullopt: nothing to report.
   std::optional<Error> failure(bool inFlight);
 
  private:
@@ -97,6 +108,7 @@ class DeviceNet {
   std::mutex mu_;  // ends_ and their connections: connect (a launching thread) vs failure (the watchdog)
   std::vector<std::unique_ptr<End>> ends_;
   std::vector<Listening> listening_;  // phase 1 to 3
+  std::atomic<bool> captured_{false};
   Proxy proxy_;  // declared last: stopped before the connections go
 };
 

@@ -996,6 +996,8 @@ TEST(STAGED_SUITE, DeviceExecutorAcrossHosts) {
     EXPECT_GT(logs.count("through net/Socket"), 0) << logs.all();
     EXPECT_GT(logs.count("other hosts through net/Socket"), 0) << logs.all();
     EXPECT_EQ(logs.count("GPUDirect RDMA"), 0) << logs.all();  // the TCP backend takes host memory only
+    // Every step the kernels took from the network was counted at launch (DeviceNet::expect).
+    EXPECT_EQ(logs.count("the device executor counted"), 0) << logs.all();
   }
 }
 
@@ -1062,6 +1064,7 @@ TEST(STAGED_SUITE, DeviceExecutorAcrossHostsWithGpuDirectRdma) {
     EXPECT_EQ(countsOf("regMrDmaBuf"), gpuEnds);
     if (gpuEnds) EXPECT_GT(countsOf("iflush"), 0);  // every received batch is flushed
     else EXPECT_EQ(countsOf("iflush"), 0);
+    EXPECT_EQ(logs.count("the device executor counted"), 0) << all;
   }
   unlink(tmpl);
 #endif
@@ -1092,10 +1095,57 @@ TEST(STAGED_SUITE, DeviceExecutorAcrossHostsStopsWhenAPeerDies) {
         RANK_CHECK(async == ncclRemoteError || async == ncclSystemError, "async error %d after %.1f s: %s",
                    async, secs, ncclGetLastError(comm));
         RANK_CHECK(secs < 30, "the stream took %.1f s to go on", secs);
+        if (kernelLaunchesExpected(1, 1) > 0)  // the executor's watchdog stopped it, not the staged path
+          RANK_CHECK(strstr(ncclGetLastError(comm), "kernels of this communicator are stopped"), "%s",
+                     ncclGetLastError(comm));
         ncclCommAbort(comm);
         _exit(0);
       },
       60));
+}
+
+// A peer on another host that destroys its communicator and leaves while the others go on
+// is no failure: its connections close, which may fail the receives posted ahead on them
+// (Loom's TCP backend holds them; the test plugin fails them), but no kernel expects more
+// from it (DeviceNet counts what each launch takes). Here rank 0's next kernel waits 2.5 s
+// for rank 1 meanwhile; over the TCP backend, then the test plugin.
+std::string outliveALeaver(int rank, int, ncclComm_t comm) {
+  mem().makeCurrent(0);
+  auto s = static_cast<cudaStream_t>(mem().createStream());
+  const size_t k = 1 << 14;
+  int32_t* a = devInts(inputs(1, rank, k));
+  RANK_NCCL(ncclAllReduce(a, a, k, ncclInt32, ncclSum, comm, s));  // every pair connected
+  mem().syncStream(s);
+  if (rank == 2) {  // gone while the others' connections are made and their kernels wait
+    RANK_NCCL(ncclCommDestroy(comm));
+    _exit(0);
+  }
+  int32_t* p = devInts(rank == 1 ? inputs(2, 1, k) : std::vector<int32_t>(k, -1));
+  // Twice: the first connects, the second's kernel waits on the GPU for rank 1.
+  for (int round = 0; round < 2; ++round) {
+    if (rank == 1 && round == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    RANK_NCCL(ncclGroupStart());
+    if (rank == 1) RANK_NCCL(ncclSend(p, k, ncclInt32, 0, comm, s));
+    else RANK_NCCL(ncclRecv(p, k, ncclInt32, 1, comm, s));
+    RANK_NCCL(ncclGroupEnd());
+    mem().syncStream(s);
+  }
+  ncclResult_t async = ncclSuccess;
+  RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+  RANK_CHECK(async == ncclSuccess, "async error %d: %s", async, ncclGetLastError(comm));
+  if (rank == 0) RANK_TRY(expectInts("received after rank 2 left", hostInts(p, k), inputs(2, 1, k)));
+  return "";
+}
+
+TEST(STAGED_SUITE, DeviceExecutorAcrossHostsOutlivesAPeerThatLeaves) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  verdict(processesOnHosts(3, [](int r) { return r; }, outliveALeaver, 60));
+#ifdef LOOM_TEST_NET_PLUGIN
+  EnvGuard plugin("NCCL_NET_PLUGIN", LOOM_TEST_NET_PLUGIN);
+  EnvGuard net("NCCL_NET", "LoomTest");
+  verdict(processesOnHosts(3, [](int r) { return r; }, outliveALeaver, 60));
+#endif
 }
 
 // Ranks that share a CUDA context meet for each collective: an all-gather or broadcast

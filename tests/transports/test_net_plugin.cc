@@ -15,9 +15,11 @@
 //   setenv          init calls setenv() many times (as some plugins tune NCCL that way)
 //   dmabuf          its devices also take GPU memory through DMA-BUF (NCCL_PTR_CUDA |
 //                   NCCL_PTR_DMABUF): regMrDmaBuf maps the descriptor (the stand-in CUDA
-//                   driver's device memory is a memfd) and sends and receives reach that
-//                   memory through the mapping, as a NIC's DMA would; iflush completes at
-//                   once. It counts "regMrDmaBuf" and "iflush" (below)
+//                   driver's device memory is a memfd) and sends reach that memory through
+//                   the mapping, as a NIC's DMA would; a receive into it lands in a buffer
+//                   of the plugin's own and reaches the memory only when a flush (iflush,
+//                   done when tested) covers it, so that a reader who does not flush first
+//                   sees stale bytes. It counts "regMrDmaBuf" and "iflush" (below)
 // LOOM_TEST_NET_DEVICES=N (default 1) gives it N devices, "rails" of a fabric without
 // cross-rail links: a connect on another device than its listener's is refused (unless
 // LOOM_TEST_NET_CROSS_RAIL=1 links the rails). It counts
@@ -41,6 +43,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "transports/net/plugin_abi.h"
 
@@ -78,6 +81,13 @@ struct Req {
   size_t size = 0;  // send: bytes; receive: capacity
   uint64_t len = 0;  // the message's length (from the header on receive)
   size_t moved = 0;  // header + payload bytes moved so far
+  char* shadow = nullptr;  // dmabuf mode: a receive's own buffer (data), for ...
+  char* target = nullptr;  // ... this place in the registered memory, at the next flush
+};
+struct Unflushed {
+  char* shadow;
+  char* target;
+  size_t len;
 };
 struct Comm {
   int fd = -1;
@@ -88,6 +98,7 @@ struct Comm {
   int received = 0;  // receives completed
   bool failed = false;
   Req flush;  // dmabuf mode: the flush in flight
+  std::vector<Unflushed> unflushed;  // receives complete, not yet in the registered memory
 };
 struct Listen {
   int fd = -1;
@@ -148,6 +159,8 @@ Result progress(Comm* c) {
       return kSystemError;
     }
     r.done = true;
+    if (r.shadow) c->unflushed.push_back({r.shadow, r.target, static_cast<size_t>(r.len)});
+    r.shadow = nullptr;
     c->head = (c->head + 1) % kMaxRequests;
     --c->count;
   }
@@ -378,7 +391,18 @@ Result isendImpl(void* comm, void* data, size_t size, void* mh, void** request) 
 }
 Result irecvImpl(void* comm, int n, void** data, size_t size, void* mh, void** request) {
   if (n != 1) return kInternalError;  // maxRecvs is 1
-  return post(static_cast<Comm*>(comm), reach(mh, data[0]), size, request);
+  auto* m = static_cast<DmaBufMr*>(mh);
+  if (!m || m->magic != kDmaBufMagic) return post(static_cast<Comm*>(comm), data[0], size, request);
+  char* shadow = static_cast<char*>(malloc(size ? size : 1));
+  Result rc = post(static_cast<Comm*>(comm), shadow, size, request);
+  if (!*request) {
+    free(shadow);
+    return rc;
+  }
+  auto* r = static_cast<Req*>(*request);
+  r->shadow = shadow;
+  r->target = static_cast<char*>(reach(mh, data[0]));
+  return rc;
 }
 // dmabuf mode: the receives' bytes are in the memory already (no NIC caches them): a
 // request that is done, one at a time.
@@ -398,6 +422,13 @@ Result iflush(void* comm, int n, void**, int*, void** mhandles, void** request) 
 Result test(void* request, int* done, int* sizes) {
   auto* r = static_cast<Req*>(request);
   *done = 0;
+  if (r == &r->comm->flush) {  // the receives completed so far reach the registered memory
+    for (const Unflushed& u : r->comm->unflushed) {
+      memcpy(u.target, u.shadow, u.len);
+      free(u.shadow);
+    }
+    r->comm->unflushed.clear();
+  }
   // A request that completed before the connection broke still reports done.
   Result rc = r->done ? kOk : progress(r->comm);
   if (!r->done) return rc;
@@ -409,6 +440,8 @@ Result test(void* request, int* done, int* sizes) {
 }
 Result closeComm(void* comm) {
   auto* c = static_cast<Comm*>(comm);
+  for (const Unflushed& u : c->unflushed) free(u.shadow);
+  for (Req& r : c->reqs) free(r.shadow);
   close(c->fd);
   delete c;
   return kOk;

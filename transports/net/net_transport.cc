@@ -312,38 +312,41 @@ bool NetConnection::pumpSend() {
 }
 
 // A receive is posted into every slot the executor has released (s < head + depth);
-// completed steps are published in order.
+// completed steps are published in order (into GPU memory: once flushed).
 bool NetConnection::pumpRecv() {
   bool any = false;
   int depth = fifo_.depth;
-  uint64_t head = HostAtomics::load(fifo_.ctrl->head);
-  while (posted_ < head + depth) {
-    NetRequest* r = recv_->irecv(fifo_.slot(posted_), fifo_.slotBytes, tagOf(posted_), mr_.get());
-    if (!r) break;
-    reqs_[posted_ % depth] = r;
-    ++posted_;
-    any = true;
-  }
   const uint64_t before = HostAtomics::load(fifo_.ctrl->tail);
-  size_t bytes;
-  try {
-    while (done_ < posted_ && recv_->test(reqs_[done_ % depth], &bytes)) {
-      FifoSlotInfo& info = fifo_.ctrl->info[done_ % depth];
-      info.bytes = bytes;
-      info.remote = 0;
-      ++done_;
+  if (!recvError_) {
+    try {
+      uint64_t head = HostAtomics::load(fifo_.ctrl->head);
+      while (posted_ < head + depth) {
+        NetRequest* r = recv_->irecv(fifo_.slot(posted_), fifo_.slotBytes, tagOf(posted_), mr_.get());
+        if (!r) break;
+        reqs_[posted_ % depth] = r;
+        ++posted_;
+        any = true;
+      }
+      size_t bytes;
+      while (done_ < posted_ && recv_->test(reqs_[done_ % depth], &bytes)) {
+        FifoSlotInfo& info = fifo_.ctrl->info[done_ % depth];
+        info.bytes = bytes;
+        info.remote = 0;
+        ++done_;
+      }
+    } catch (const Error& e) {
+      // A sender that finished and closed fails the receives posted ahead of its last
+      // message: the steps that arrived before are still the executor's, once published
+      // (flushed, in GPU memory), and only then does the error stand.
+      recvError_.emplace(e);
     }
-  } catch (const Error&) {
-    // A sender that finished and closed fails the receives posted ahead of its last
-    // message: the steps that arrived (and were flushed) before are still the executor's.
-    HostAtomics::store(fifo_.ctrl->tail, memory_.type == NetMemType::kCuda ? flushed_ : done_);
-    throw;
   }
   const uint64_t tail = flushed(done_);
   if (tail != before) {
     HostAtomics::store(fifo_.ctrl->tail, tail);
     any = true;
   }
+  if (recvError_ && tail == done_) throw *recvError_;
   return any || flushReq_ != nullptr;
 }
 

@@ -88,6 +88,7 @@ class NetConnection : public Connection {
   NetRequest* flushReq_ = nullptr;  // kCuda receiver: the flush in flight ...
   uint64_t flushing_ = 0;           // ... of the steps below this
   uint64_t flushed_ = 0;            // steps received and flushed
+  std::optional<Error> recvError_;  // a receive failed: raised once what came before is published
   NetRequest* reqs_[kMaxFifoDepth] = {};
   uint64_t posted_ = 0;  // steps handed to the backend
   uint64_t done_ = 0;    // steps the backend completed (published to the FIFO)
