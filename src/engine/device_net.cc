@@ -136,14 +136,15 @@ DeviceNet::End& DeviceNet::make(int peer, int conn, bool send, int dev) {
   r.memory.slots = static_cast<char*>(r.host) + kSlotsAt;
   cuda::CuDevicePtr kernelSlots = r.hostDev + kSlotsAt;
   if (onGpu) {
-    // Whole pages: a DMA-BUF covers page-aligned ranges.
-    const size_t bytes = (slots + 65535) / 65536 * 65536;
+    // A DMA-BUF covers a page-aligned range: whole 2 MiB, which cuMemAlloc aligns so.
+    const size_t bytes = (slots + (2u << 20) - 1) / (2u << 20) * (2u << 20);
     check(drv_.api.memAlloc(&r.gpuSlots, bytes), "cuMemAlloc (network FIFO slots)");
     r.memory.slots = reinterpret_cast<char*>(r.gpuSlots);
     r.memory.type = NetMemType::kCuda;
     kernelSlots = r.gpuSlots;
     int fd = -1;
     if ((backend_->properties(dev).ptrSupport & kNetPtrDmaBuf) && drv_.kernel.memGetHandleForAddressRange &&
+        r.gpuSlots % 4096 == 0 &&
         drv_.kernel.memGetHandleForAddressRange(&fd, r.gpuSlots, bytes, cuda::kMemRangeHandleTypeDmaBufFd, 0) ==
             cuda::kCudaSuccess &&
         fd >= 0) {
@@ -166,6 +167,7 @@ DeviceNet::End& DeviceNet::make(int peer, int conn, bool send, int dev) {
 
 // The receiver's blob: the backend's handle, then the rail (as the host engine's).
 std::vector<loomCudaFifo> DeviceNet::listen(const std::vector<ConnKey>& recvs, int tagOffset) {
+  listening_.clear();  // a failed connect's, never to be accepted
   std::vector<loomCudaFifo> out;
   for (auto [peer, conn] : recvs) {
     const int32_t rail = netRail(localRank_, localRanks_, conn, backend_->devices());
