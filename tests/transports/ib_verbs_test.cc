@@ -6,6 +6,8 @@
 // (ctest -L rxe); elsewhere they skip, except the checks that need no device.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -230,14 +232,56 @@ TEST_F(IbVerbs, RegistrationFailureNamesTheLockedMemoryLimit) {
   EXPECT_TRUE(transfer(4096)) << "the comm is still usable after a failed registration";
 }
 
-TEST_F(IbVerbs, CudaMemoryIsRefusedNamingWhy) {
+// Receives into GPU memory are flushed by an RDMA READ on a queue pair connected to itself
+// (as NCCL's). The VM has no GPU: host memory registered as GPU memory (rxe registers any
+// memory) runs the flush for real; memory registered as host memory needs none; a flush
+// whose post fails is an error naming it.
+TEST_F(IbVerbs, GpuMemoryIsFlushedByRdmaRead) {
+  make(true);
+  ASSERT_NO_THROW(connect());
+  std::vector<uint8_t> out(4096), in(4096, 0), host(64);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto sm = send_->regMr(out.data(), out.size(), loom::NetMemType::kHost);
+  auto rm = recv_->regMr(in.data(), in.size(), loom::NetMemType::kCuda);
+  auto hm = recv_->regMr(host.data(), host.size(), loom::NetMemType::kHost);
+  EXPECT_EQ(recv_->iflush(host.data(), host.size(), hm.get()), nullptr);
+  NetRequest* r = recv_->irecv(in.data(), in.size(), 0, rm.get());
+  NetRequest* s = nullptr;
+  NetRequest* f = nullptr;
+  bool sent = false, got = false, flushed = false;
+  size_t b;
+  auto end = Clock::now() + std::chrono::seconds(15);
+  while (!(sent && flushed) && Clock::now() < end) {
+    if (!s) s = send_->isend(out.data(), out.size(), 0, sm.get());
+    if (s && !sent) sent = send_->test(s, &b);
+    if (!got && (got = recv_->test(r, &b))) {
+      f = recv_->iflush(in.data(), b, rm.get());
+      ASSERT_NE(f, nullptr) << "memory registered as GPU memory was not flushed";
+    }
+    if (f && !flushed) flushed = recv_->test(f, &b);
+  }
+  ASSERT_TRUE(sent && got && flushed);
+  EXPECT_EQ(in, out);
+  gF.postSendErr = ENOMEM;
+  Code c{};
+  std::string e = errorOf([&] { recv_->iflush(in.data(), 1, rm.get()); }, &c);
+  EXPECT_EQ(c, Code::kSystemError) << e;
+  EXPECT_TRUE(has(e, "flush (RDMA READ)")) << e;
+}
+
+// A DMA-BUF the driver will not take (a memfd is none) is an error naming the call.
+TEST_F(IbVerbs, DmaBufRegistrationFailureNamesTheCall) {
   make();
   ASSERT_NO_THROW(connect());
-  char b[64];
+  int fd = memfd_create("loom-not-a-dmabuf", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  std::vector<uint8_t> b(4096);
   Code c{};
-  std::string e = errorOf([&] { send_->regMr(b, sizeof(b), loom::NetMemType::kCuda); }, &c);
-  EXPECT_EQ(c, Code::kInvalidUsage);
-  EXPECT_TRUE(has(e, "GPUDirect RDMA")) << e;
+  std::string e = errorOf([&] { recv_->regMrDmaBuf(b.data(), b.size(), fd, 0); }, &c);
+  close(fd);
+  EXPECT_TRUE(c == Code::kSystemError || c == Code::kInvalidUsage) << e;
+  EXPECT_TRUE(has(e, "ibv_reg_dmabuf_mr")) << e;
 }
 
 // A post that fails is this side's error (kSystemError), not the peer's.

@@ -174,7 +174,7 @@ class IbBackend : public BootstrapIfaceBackend {
     char real[PATH_MAX];
     std::string sys = "/sys/class/infiniband/" + d->name + "/device";
     if (realpath(sys.c_str(), real)) p.pciPath = real;
-    p.ptrSupport = kNetPtrHost;
+    p.ptrSupport = d->ptrSupport;
     p.speedMbps = laneGbps(d->attr.active_speed) * lanes(d->attr.active_width) * 1000;
     p.latencyUs = 0;
     p.maxRecvs = 1;

@@ -4,7 +4,10 @@
 // receive buffer with RDMA WRITE WITH IMMEDIATE, split across the connection's QPs, the
 // immediate carrying the message's size. Each QP's receive completion says its part is
 // in (RC delivers a QP's writes in order). The control stream beside the QPs carries the
-// sender's goodbye and tells either side when the other's process is gone.
+// sender's goodbye and tells either side when the other's process is gone. Receives into
+// GPU memory (registered through the peer-memory module or a DMA-BUF) are flushed as
+// NCCL flushes them: an RDMA READ of one byte of it, on a queue pair connected to itself,
+// completes only after every earlier write of the NIC into that memory is visible.
 #include "transports/net/ib_verbs.h"
 
 #ifdef LOOM_VERBS_HEADERS
@@ -20,12 +23,13 @@ namespace loom::ibnet {
 namespace {
 
 constexpr double kCloseSec = 2;  // a closing sender waits this long for its writes
-enum : uint64_t { kWrData = 1, kWrCts = 2, kWrRecv = 3 };
+enum : uint64_t { kWrData = 1, kWrCts = 2, kWrRecv = 3, kWrFlush = 4 };
 
 uint64_t wrId(uint64_t kind, size_t slot) { return kind << 32 | slot; }
 
 const char* kindName(uint64_t kind) {
-  return kind == kWrData ? "message write" : kind == kWrCts ? "clear-to-send write" : "receive";
+  return kind == kWrData ? "message write" : kind == kWrCts ? "clear-to-send write"
+         : kind == kWrFlush ? "flush (RDMA READ)" : "receive";
 }
 
 struct IbRequest : NetRequest {
@@ -33,6 +37,7 @@ struct IbRequest : NetRequest {
   int left = 0;          // completions still due: the sender's writes, the receiver's receives
   bool ctsLeft = false;  // the receiver's clear-to-send write
   bool oversized = false;
+  bool flush = false;    // a receiver's flush: one RDMA READ on the flush QP
   uint64_t seq = 0;
   size_t bytes = 0;  // sent; for a receive its capacity, then what arrived
 };
@@ -67,12 +72,12 @@ class IbComm : protected PeerControl {
     broken_ = std::move(why);
   }
 
-  // Takes every completion the CQ holds. The first that failed breaks the comm for good
-  // (those after it are the QP's flushed work).
-  void poll() {
+  // Takes every completion the CQ (the connection's; else `cq`) holds. The first that failed
+  // breaks the comm for good (those after it are the QP's flushed work).
+  void poll(ibv_cq* cq = nullptr) {
     ibv_wc wc[16];
     for (;;) {
-      int n = api_.pollCq(qps_->cq(), 16, wc);
+      int n = api_.pollCq(cq ? cq : qps_->cq(), 16, wc);
       if (n < 0) {
         breakWith(Code::kSystemError, who_ + ": ibv_poll_cq failed");
         failIfBroken();
@@ -92,11 +97,9 @@ class IbComm : protected PeerControl {
     }
   }
 
-  // Host memory only until the CUDA executor exists.
-  std::unique_ptr<NetMr> registerHost(void* data, size_t bytes, NetMemType type) {
-    if (type != NetMemType::kHost)
-      LOOM_THROW(kInvalidUsage, "%s: CUDA memory over verbs (GPUDirect RDMA) needs the CUDA "
-                 "executor, not built yet", who_.c_str());
+  // Host memory, or GPU memory as a device pointer (the peer-memory module resolves it).
+  std::unique_ptr<NetMr> registerAny(void* data, size_t bytes, NetMemType type) {
+    if (type == NetMemType::kCuda) return registerGpuMr(qps_->dev(), data, bytes, -1, 0, who_);
     return registerMr(qps_->dev(), data, bytes, who_);
   }
 
@@ -129,7 +132,7 @@ class IbComm : protected PeerControl {
                                  : ""));
       failIfBroken();
     }
-    if (i >= kMaxRequests || kind < kWrData || kind > kWrRecv) {
+    if (i >= kMaxRequests || kind < kWrData || kind > kWrFlush) {
       breakWith(Code::kInternalError, who_ + ": a completion for no request of this comm");
       failIfBroken();
     }
@@ -160,7 +163,10 @@ class IbSendComm : public NetSendComm, IbComm {
   }
 
   std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
-    return registerHost(data, bytes, type);
+    return registerAny(data, bytes, type);
+  }
+  std::unique_ptr<NetMr> regMrDmaBuf(void* data, size_t bytes, int fd, uint64_t offset) override {
+    return registerGpuMr(qps_->dev(), data, bytes, fd, offset, who_);
   }
 
   NetRequest* isend(const void* data, size_t bytes, int, NetMr* mr) override {
@@ -256,7 +262,10 @@ class IbRecvComm : public NetRecvComm, IbComm {
         ctsMr_(registerMr(qps_->dev(), cts_.get(), sizeof(Cts) * kMaxRequests, who_)) {}
 
   std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
-    return registerHost(data, bytes, type);
+    return registerAny(data, bytes, type);
+  }
+  std::unique_ptr<NetMr> regMrDmaBuf(void* data, size_t bytes, int fd, uint64_t offset) override {
+    return registerGpuMr(qps_->dev(), data, bytes, fd, offset, who_);
   }
 
   // Receives after a failure are handed out (a pump keeps several posted); testing one
@@ -311,11 +320,58 @@ class IbRecvComm : public NetRecvComm, IbComm {
     return r;
   }
 
-  // Host memory the NIC wrote: nothing to flush.
-  NetRequest* iflush(void*, size_t, NetMr*) override { return nullptr; }
+  // Host memory the NIC wrote: nothing to flush. GPU memory: an RDMA READ of its first byte
+  // into host memory, on the flush QP (made at the first flush), completes once every
+  // earlier write of the NIC there is visible to the GPU.
+  NetRequest* iflush(void* data, size_t bytes, NetMr* mr) override {
+    auto* m = static_cast<IbMr*>(mr);
+    if (!m || !m->gpu || !m->mr || bytes == 0) return nullptr;
+    if (!m->covers(data, 1))
+      LOOM_THROW(kInvalidUsage, "%s: a flush at %p is not inside memory registered with this comm", who_.c_str(),
+                 data);
+    failIfBroken();
+    IbRequest* r = slot();
+    if (!r)
+      LOOM_THROW(kInternalError, "%s: a flush with %d requests in flight", who_.c_str(), kMaxRequests);
+    if (!flushQps_) {
+      auto qps = std::make_unique<IbQps>(qps_->dev(), 1, who_ + " (flush)");
+      IbConnInfo self{};
+      qps->describe(&self);
+      qps->connect(self, IbOptions::fromKnobs());
+      flushMr_ = registerMr(qps_->dev(), &flushBuf_, sizeof(flushBuf_), who_ + " (flush)");
+      flushQps_ = std::move(qps);
+    }
+    ibv_sge sge{reinterpret_cast<uintptr_t>(&flushBuf_), 1, flushMr_->mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wrId(kWrFlush, index(r));
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(data);
+    wr.wr.rdma.rkey = m->mr->rkey;
+    ibv_send_wr* bad = nullptr;
+    if (int rc = api_.postSend(flushQps_->qp(0), &wr, &bad); rc != 0)
+      LOOM_THROW(kSystemError, "%s: ibv_post_send of a flush (RDMA READ) failed: %s", who_.c_str(),
+                 strerror(rc > 0 ? rc : errno));
+    r->busy = true;
+    r->flush = true;
+    r->left = 1;
+    r->ctsLeft = false;
+    r->bytes = 0;
+    return r;
+  }
 
   bool test(NetRequest* req, size_t* bytes) override {
     IbRequest* r = check(req);
+    if (r->flush) {
+      failIfBroken();
+      if (r->left) poll(flushQps_->cq());
+      if (r->left) return false;
+      r->busy = r->flush = false;
+      *bytes = 0;
+      return true;
+    }
     // A receive posted after the comm failed has nothing in flight: it fails too.
     failIfBroken();
     if (r->left || r->ctsLeft) poll();
@@ -333,7 +389,9 @@ class IbRecvComm : public NetRecvComm, IbComm {
 
  private:
   void completed(uint64_t kind, IbRequest& r, const ibv_wc& wc) override {
-    if (kind == kWrCts) {
+    if (kind == kWrFlush && r.left > 0) {
+      --r.left;
+    } else if (kind == kWrCts) {
       r.ctsLeft = false;
     } else if (kind == kWrRecv && r.left > 0) {
       uint32_t size = ntohl(wc.imm_data);
@@ -345,6 +403,9 @@ class IbRecvComm : public NetRecvComm, IbComm {
 
   std::unique_ptr<Cts[]> cts_;  // what the clear-to-send writes send, one per request
   std::unique_ptr<IbMr> ctsMr_;
+  std::unique_ptr<IbQps> flushQps_;  // connected to itself; made at the first flush
+  uint64_t flushBuf_ = 0;            // where a flush's byte lands
+  std::unique_ptr<IbMr> flushMr_;
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "transports/net/ib_verbs.h"
 
 #ifdef LOOM_VERBS_HEADERS
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -148,8 +150,22 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
     api.closeDevice(ctx);
     throw;
   }
-  LOOM_INFO(kLogNet | kLogInit, "NET/IB: %s opened (%s, GID index %d, MTU %d)", label().c_str(),
-            roce() ? "RoCE" : "InfiniBand", gidIndex, 128 << attr.active_mtu);
+  // GPU memory: the peer-memory module (as NCCL looks for it), DMA-BUF as the driver
+  // answers a registration of no descriptor (EBADF: it would take one).
+  for (const char* f : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+                        "/sys/module/nvidia_peermem/version"})
+    if (access(f, F_OK) == 0) ptrSupport |= kNetPtrCuda;
+  if (api.regDmabufMr) {
+    errno = 0;
+    ibv_mr* probe = api.regDmabufMr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
+    if (probe) api.deregMr(probe);
+    else if (errno == EBADF) ptrSupport |= kNetPtrDmaBuf;
+  }
+  LOOM_INFO(kLogNet | kLogInit, "NET/IB: %s opened (%s, GID index %d, MTU %d; GPU memory: %s)", label().c_str(),
+            roce() ? "RoCE" : "InfiniBand", gidIndex, 128 << attr.active_mtu,
+            ptrSupport == kNetPtrHost ? "no (no peer-memory module, no DMA-BUF)"
+            : ptrSupport & kNetPtrDmaBuf ? (ptrSupport & kNetPtrCuda ? "peer memory, DMA-BUF" : "DMA-BUF")
+                                         : "peer memory");
 }
 
 IbDevice::~IbDevice() {
@@ -177,6 +193,32 @@ std::unique_ptr<IbMr> registerMr(const std::shared_ptr<IbDevice>& dev, void* dat
                     ? " (the locked-memory limit? ulimit -l must be unlimited for RDMA)"
                     : "");
   }
+  return m;
+}
+
+std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes, int fd,
+                                    uint64_t offset, const std::string& who) {
+  auto m = std::make_unique<IbMr>();
+  m->dev = dev;
+  m->base = static_cast<const char*>(data);
+  m->bytes = bytes;
+  m->gpu = true;
+  if (bytes == 0) return m;
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  if (fd >= 0) {
+    if (!dev->api.regDmabufMr)
+      LOOM_THROW(kInvalidUsage, "%s: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later "
+                 "registers GPU memory by DMA-BUF)", who.c_str());
+    m->mr = dev->api.regDmabufMr(dev->pd, offset, bytes, reinterpret_cast<uintptr_t>(data), fd, access);
+    if (!m->mr)
+      verbsFailed(who, strprintf("ibv_reg_dmabuf_mr(%zu bytes of GPU memory)", bytes).c_str(), errno,
+                  " (does the NIC's driver take DMA-BUF, and the GPU driver export it?)");
+    return m;
+  }
+  m->mr = dev->api.regMr(dev->pd, data, bytes, access);
+  if (!m->mr)
+    verbsFailed(who, strprintf("ibv_reg_mr(%zu bytes of GPU memory)", bytes).c_str(), errno,
+                " (GPU memory over verbs needs the peer-memory module: modprobe nvidia-peermem)");
   return m;
 }
 

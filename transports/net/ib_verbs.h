@@ -47,6 +47,10 @@ struct IbDevice {
   IbDevice& operator=(const IbDevice&) = delete;
   bool roce() const { return attr.link_layer == IBV_LINK_LAYER_ETHERNET; }
   std::string label() const { return name + ":" + std::to_string(port); }
+  // NCCL_PTR_* this port takes: host memory; CUDA memory where the peer-memory module is
+  // loaded (nvidia-peermem: ibv_reg_mr of a device pointer); DMA-BUF where libibverbs has
+  // ibv_reg_dmabuf_mr and the kernel driver takes it.
+  int ptrSupport = kNetPtrHost;
 
   const IbvApi& api;
   std::string name;
@@ -69,9 +73,14 @@ struct IbMr : NetMr {
   ibv_mr* mr = nullptr;
   const char* base = nullptr;
   size_t bytes = 0;
+  bool gpu = false;  // GPU memory: what the NIC writes there is flushed before it is read
 };
 std::unique_ptr<IbMr> registerMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes,
                                  const std::string& who);
+// GPU memory: by its DMA-BUF (`fd` >= 0, `offset` into it) or, fd -1, as a device pointer
+// the peer-memory module resolves. Throws kSystemError naming the call and what to check.
+std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes, int fd,
+                                    uint64_t offset, const std::string& who);
 
 // What each side sends the other at set-up (the sender's FIFO for clear-to-send records
 // that the receiver writes with RDMA WRITE).

@@ -45,6 +45,7 @@ const IbvApi* ibvApi(std::string* why) {
               lib.bind(t->createQp, "ibv_create_qp") && lib.bind(t->modifyQp, "ibv_modify_qp") &&
               lib.bind(t->destroyQp, "ibv_destroy_qp") &&
               lib.bind(t->wcStatusStr, "ibv_wc_status_str");
+    if (ok) lib.bind(t->regDmabufMr, "ibv_reg_dmabuf_mr");
     if (!ok) {
       absence = new std::string(lib.path() + " lacks a verbs call Loom needs");
       delete t;

@@ -42,6 +42,8 @@ struct IbvApi {
   int (*postRecv)(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) = nullptr;
   int (*pollCq)(ibv_cq*, int, ibv_wc*) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
+  // Optional (rdma-core 34 and later): GPU memory by its DMA-BUF.
+  ibv_mr* (*regDmabufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access) = nullptr;
 };
 
 // The process's table (loaded once); null with `*why` set when libibverbs is not there.
