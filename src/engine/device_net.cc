@@ -77,6 +77,17 @@ DeviceNet::DeviceNet(Bootstrap& bs, const cuda::Driver& drv, const std::vector<P
   const topo::System sys = topo::loadLocalSystem();
   for (int g = 0; g < sys.gpuCount(); ++g)
     if (sys.gpu(g).dev == device_) gpuNode_ = g;
+  if (gpuNode_ >= 0 && sys.railOf(gpuNode_) >= 0) {
+    const std::string nic = sys.net(sys.railOf(gpuNode_)).netName;
+    for (int d = 0; d < backend_->devices(); ++d)
+      if (backend_->properties(d).name == nic) gpuRail_ = d;
+  }
+}
+
+int DeviceNet::rail(int conn) const {
+  const int devices = backend_->devices();
+  if (gpuRail_ < 0 || devices < 2) return netRail(localRank_, localRanks_, conn, devices);
+  return (gpuRail_ + conn * localRanks_) % devices;
 }
 
 DeviceNet::~DeviceNet() {
@@ -170,7 +181,7 @@ std::vector<loomCudaFifo> DeviceNet::listen(const std::vector<ConnKey>& recvs, i
   listening_.clear();  // a failed connect's, never to be accepted
   std::vector<loomCudaFifo> out;
   for (auto [peer, conn] : recvs) {
-    const int32_t rail = netRail(localRank_, localRanks_, conn, backend_->devices());
+    const int32_t rail = this->rail(conn);
     End& e = make(peer, conn, false, rail);
     uint8_t blob[kNetHandleBytes + sizeof(rail)];
     NetHandle h;

@@ -16,7 +16,12 @@
 // backend's device has NCCL_PTR_DMABUF and the driver gives one, else as CUDA memory.
 //
 // The backend: NCCL_NET's, else the first net plugin that starts, else verbs where an RDMA
-// port is active (as the host engine chooses), else Loom's TCP backend ("Socket"). One
+// port is active (as the host engine chooses), else Loom's TCP backend ("Socket").
+// Rails: a receiving end's first connection is on the NIC closest to this rank's GPU (the
+// topology's rail, matched to the backend's devices by name), further ones step by the
+// host's rank count; where the topology does not place the GPU or its NIC among the
+// backend's devices, the local rank stands in for the GPU (as on the host engine). The
+// sender uses the receiver's device index (rail-aligned, NCCL_CROSS_NIC's default). One
 // instance per communicator; connections live as long as it, and go only once the device is
 // idle (the owner synchronizes it).
 #pragma once
@@ -92,6 +97,7 @@ class DeviceNet {
   struct Listening;
   End& make(int peer, int conn, bool send, int dev);
   bool gdr(int dev, bool send) const;
+  int rail(int conn) const;
   void check(cuda::CuResult r, const char* what) const;
 
   Bootstrap& bs_;
@@ -103,6 +109,7 @@ class DeviceNet {
   int gdrLevel_;     // NCCL_NET_GDR_LEVEL, as a topo::PathType
   bool gdrRead_;     // NCCL_NET_GDR_READ
   int gpuNode_ = -1;  // this rank's GPU in the local topology (-1: not found)
+  int gpuRail_ = -1;  // the backend device of its closest NIC (-1: not known)
   std::string name_;
   std::shared_ptr<NetBackend> backend_;
   std::mutex mu_;  // ends_ and their connections: connect (a launching thread) vs failure (the watchdog)

@@ -1070,6 +1070,45 @@ TEST(STAGED_SUITE, DeviceExecutorAcrossHostsWithGpuDirectRdma) {
 #endif
 }
 
+// Rails by GPU affinity: on a host whose topology (NCCL_TOPO_FILE) puts GPU 0 and the
+// plugin's second NIC (loomtest-lo1) under one PCIe switch, and the first NIC under another,
+// rank processes on GPU 0 receive their first connection on loomtest-lo1 (the GPU's rail;
+// the local rank alone would pick loomtest-lo) and a second on the other NIC; and since
+// that NIC is PIX from the GPU, within NCCL_NET_GDR_LEVEL's default (PXB), the receiving
+// ends' slots are in GPU memory without any knob.
+TEST(STAGED_SUITE, DeviceExecutorAcrossHostsTakesItsGpusRail) {
+#if !defined(LOOM_TEST_NET_PLUGIN) || !defined(LOOM_TOPO_FIXTURES)
+  GTEST_SKIP() << "built without Loom's test net plugin";
+#else
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  EnvGuard plugin("NCCL_NET_PLUGIN", LOOM_TEST_NET_PLUGIN);
+  EnvGuard net("NCCL_NET", "LoomTest");
+  EnvGuard mode("LOOM_TEST_NET_MODE", "dmabuf");
+  EnvGuard nics("LOOM_TEST_NET_DEVICES", "2");
+  EnvGuard topo("NCCL_TOPO_FILE", LOOM_TOPO_FIXTURES "/rails_2gpu_2nic.xml");
+  CollLogs logs;
+  EnvGuard subsys("NCCL_DEBUG_SUBSYS", "COLL,INIT");
+  verdict(processesOnHosts(2, [](int r) { return r; }, everyCollective));
+  if (::testing::Test::IsSkipped() || kernelLaunchesExpected(1, 1) <= 0) return;
+  expectKernelLaunches(logs, 7, 2);
+  const std::string all = logs.all();
+  int first = 0, second = 0, other = 0;
+  std::istringstream in(all);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("device FIFO from rank") == std::string::npos || line.find("net/LoomTest") == std::string::npos)
+      continue;
+    const bool gpu = line.find("slots in GPU memory (GPUDirect RDMA, DMA-BUF)") != std::string::npos;
+    if (line.find("(#0) through net/LoomTest on loomtest-lo1,") != std::string::npos && gpu) ++first;
+    else if (line.find("(#1) through net/LoomTest on loomtest-lo,") != std::string::npos && gpu) ++second;
+    else ++other;
+  }
+  EXPECT_EQ(first, 2) << all;  // each rank's connection #0 from the other
+  EXPECT_EQ(other, 0) << all;   // a connection #1, where plans use one, on the other NIC
+  (void)second;
+#endif
+}
+
 // A rank on another host that exits while a rank's kernel waits for it: its connection
 // fails in the proxy, and the watchdog stops the kernel (after the grace a receiving end
 // gets), so the stream goes on and ncclCommGetAsyncError says what failed.
