@@ -87,7 +87,7 @@ DeviceNet::DeviceNet(Bootstrap& bs, const cuda::Driver& drv, const std::vector<P
 int DeviceNet::rail(int conn) const {
   const int devices = backend_->devices();
   if (gpuRail_ < 0 || devices < 2) return netRail(localRank_, localRanks_, conn, devices);
-  return (gpuRail_ + conn * localRanks_) % devices;
+  return netGpuRail(gpuRail_, localRanks_, conn, devices);
 }
 
 DeviceNet::~DeviceNet() {

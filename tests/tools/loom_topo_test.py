@@ -142,6 +142,13 @@ def case_net_rails():
     js = json.loads(run("--nodes", "2", "--json", *topo("dgx_h100.xml"))[0])
     expect([r["channel_nics"][0] for r in js["net_rails"]] == list(range(8)),
            f"net_rails: {js['net_rails']}")
+    # The device executor starts each rank at its GPU's rail: GPU 0 beside NIC "loomtest-lo1"
+    # (the topology's second NIC) starts there, where local rank 0 starts on the first.
+    out, _ = run("--nodes", "2", *topo("rails_2gpu_2nic.xml"))
+    m = re.search(r"^    GPU0: channel 0 -> NIC(\d+) (\S+?)(?:,|$)", out, re.M)
+    expect(m and m.group(2) == "loomtest-lo1", f"GPU0 should start on loomtest-lo1:\n{out}")
+    m = re.search(r"^    local rank 0: channel 0 -> NIC(\d+) (\S+?)(?:,|$)", out, re.M)
+    expect(m and m.group(2) != "loomtest-lo1", f"local rank 0 should not start on GPU0's NIC:\n{out}")
     # Host memory, two ranks per host, two NICs: one each.
     out, _ = run("--nodes", "2", "--nranks", "4", "--host-memory", *topo("cpu_only.xml"))
     for o in range(2):

@@ -97,6 +97,22 @@ void printNetRails(FILE* out, const Report& r) {
     }
     fprintf(out, "\n");
   }
+  // The device executor starts each rank at its GPU's rail (netGpuRail).
+  bool any = false;
+  for (int g = 0; g < sys.gpuCount(); ++g) {
+    const int rail = sys.railOf(g);
+    if (rail < 0) continue;
+    if (!any)
+      fprintf(out, "  device executor rails (channel c of the rank on GPU g on NIC (rail(g) + c x %d) mod %d):\n",
+              r.model.localRanks, nics);
+    any = true;
+    fprintf(out, "    GPU%d:", g);
+    for (int c = 0; c < channelsUsed(r); ++c) {
+      int n = netGpuRail(rail, r.model.localRanks, c, nics);
+      fprintf(out, "%s channel %d -> NIC%d %s", c ? "," : "", c, n, sys.net(n).netName.c_str());
+    }
+    fprintf(out, "\n");
+  }
 }
 
 }  // namespace

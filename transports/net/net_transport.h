@@ -110,5 +110,10 @@ double netConnectTimeoutSec();
 inline int netRail(int localRank, int localRanks, int connIndex, int devices) {
   return devices > 1 ? (localRank + connIndex * localRanks) % devices : 0;
 }
+// The device executor's rails (engine/device_net.h): the same, starting from the NIC closest
+// to the rank's GPU (`gpuRail`, the topology's) instead of the local rank.
+inline int netGpuRail(int gpuRail, int localRanks, int connIndex, int devices) {
+  return devices > 1 ? (gpuRail + connIndex * localRanks) % devices : 0;
+}
 
 }  // namespace loom
