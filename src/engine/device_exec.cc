@@ -33,8 +33,9 @@ SizeKnob kDeviceLLBytes("LOOM_DEVICE_LL_BYTES", "", "64K",
                         "the LL protocol (flagged 8-byte lines; lower latency), larger ones with Simple; "
                         "0: Simple always. NCCL_PROTO without LL also means Simple. Every rank must use the same");
 
-constexpr int kMaxRanks = 8;  // a direct plan's channel uses 14 FIFO ends; a block keeps 32
+constexpr int kMaxRanks = 16;  // a direct plan's channel uses 2 (n - 1) = 30 FIFO ends; a block keeps 32
 constexpr size_t kPinnedChunk = 256 << 10;  // pinned() allocates this much at a time
+constexpr double kPeerGoneGraceSec = 2.0;     // watch(): a local peer process that exited
 
 bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
   return a.hostHash == b.hostHash && a.pidNs == b.pidNs && a.pid == b.pid;
@@ -713,18 +714,31 @@ void DeviceExec::watch() {
       }
     }
     if (tick % 10 != 9) continue;
-    for (size_t r = 0; r < peers_.size(); ++r) {
+    // A peer process of this host that exited: a failure only while a kernel of ours stays
+    // in flight for kPeerGoneGraceSec (a peer that finished its work and left is gone before
+    // our last kernels, which no longer need it, end: 16 rank processes on 2 CPUs showed
+    // it). A kernel that waits on it never ends, and is stopped.
+    size_t gone = peers_.size();
+    for (size_t r = 0; r < peers_.size() && gone == peers_.size(); ++r) {
       const PeerInfo& p = peers_[r];
       const PeerInfo& me = peers_[rank_];
-      if (static_cast<int>(r) == rank_ || p.hostHash != me.hostHash || p.pidNs != me.pidNs || p.pid == me.pid ||
-          p.pid <= 0 || !processGone(p.pid))
-        continue;
-      // Reported before the kernels stop: a caller that sees its stream go on then finds
-      // the error in ncclCommGetAsyncError.
-      report(Code::kRemoteError, strprintf("rank %d: rank %zu (pid %d) exited; the device executor's kernels of "
-                                           "this communicator are stopped", rank_, r, p.pid));
-      stopKernels();
+      if (static_cast<int>(r) != rank_ && p.hostHash == me.hostHash && p.pidNs == me.pidNs && p.pid != me.pid &&
+          p.pid > 0 && processGone(p.pid))
+        gone = r;
     }
+    if (gone == peers_.size() || !inFlight()) {
+      peerGoneSince_.reset();
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!peerGoneSince_) peerGoneSince_ = now;
+    if (std::chrono::duration<double>(now - *peerGoneSince_).count() < kPeerGoneGraceSec) continue;
+    // Reported before the kernels stop: a caller that sees its stream go on then finds the
+    // error in ncclCommGetAsyncError.
+    report(Code::kRemoteError, strprintf("rank %d: rank %zu (pid %d) exited while a kernel of this communicator "
+                                         "waited; the device executor's kernels of this communicator are stopped",
+                                         rank_, gone, peers_[gone].pid));
+    stopKernels();
   }
 }
 

@@ -27,7 +27,8 @@
 // the call's arguments, alike on every rank).
 //
 // Failures: a watchdog thread of the executor sets the kernels' abort word (host memory the
-// kernel polls) on ncclCommAbort / ncclCommRevoke and when a peer process exits, and reports
+// kernel polls) on ncclCommAbort / ncclCommRevoke and when a peer process has exited while a
+// kernel stayed in flight for 2 s (a peer that finished and left is no failure), and reports
 // a kernel's failed status (mismatched calls) and a dead peer to the communicator
 // (ncclCommGetAsyncError); the stream then runs on, with the collective's output undefined.
 // A failed status stays: the rank's later kernels return at once. At destroy the device is
@@ -41,9 +42,11 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -206,6 +209,7 @@ class DeviceExec {
   std::condition_variable watchCv_;
   bool stop_ = false;
   bool reported_ = false;
+  std::optional<std::chrono::steady_clock::time_point> peerGoneSince_;  // watch()
   bool detached_ = false;
   std::thread watchdog_;
 };

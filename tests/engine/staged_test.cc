@@ -978,6 +978,23 @@ std::vector<std::string> processesOnHosts(int n, int (*hostOf)(int), const RankF
       opt);
 }
 
+// Sixteen ranks, the most the executor serves: two hosts of eight (a pair of 8-GPU servers;
+// here every rank a process on device 0), then one host of sixteen (direct plans of 30 FIFO
+// ends a channel, of the 32 a block keeps): every collective.
+TEST(STAGED_SUITE, DeviceExecutorAcrossHostsOfEightRanks) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  for (int perHost : {8, 16}) {
+    SCOPED_TRACE(perHost);
+    CollLogs logs;
+    static int hostSize;
+    hostSize = perHost;
+    verdict(processesOnHosts(16, [](int r) { return r / hostSize; }, everyCollective, 180));
+    if (::testing::Test::IsSkipped()) return;  // no device here
+    expectKernelLaunches(logs, 7, 16);
+  }
+}
+
 // Three ranks, two on one host and one on another: every collective, then every pattern of
 // sends and receives, each one kernel; the network ends say what carries them.
 TEST(STAGED_SUITE, DeviceExecutorAcrossHosts) {
