@@ -216,8 +216,10 @@ void NetConnection::attach() {
                 : recv_->regMr(fifo_.slots, slots, memory_.type);
 }
 
+// Without mu_, which a pump holds across backend calls (a slow connect): error_ is written
+// once, before failed_.
 std::optional<Error> NetConnection::failure() const {
-  std::lock_guard<std::mutex> g(mu_);
+  if (!failed_.load(std::memory_order_acquire)) return std::nullopt;
   return error_;
 }
 
@@ -257,6 +259,7 @@ bool NetConnection::progress() {
     return send_ ? pumpSend() : pumpRecv();
   } catch (const Error& e) {
     error_.emplace(e.code(), strprintf("%s: %s", describe().c_str(), e.what()));
+    failed_.store(true, std::memory_order_release);
     return false;
   }
 }

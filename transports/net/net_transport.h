@@ -8,6 +8,7 @@
 // otherwise inert (the built-in socket transport carries those pairs).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -93,6 +94,7 @@ class NetConnection : public Connection {
   uint64_t posted_ = 0;  // steps handed to the backend
   uint64_t done_ = 0;    // steps the backend completed (published to the FIFO)
   std::optional<Error> error_;
+  std::atomic<bool> failed_{false};  // error_ is set (failure() reads it without mu_)
   mutable std::mutex mu_;  // progress() vs close() / checkPeer()
 };
 
