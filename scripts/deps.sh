@@ -14,7 +14,7 @@ install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq ${opts[@]+"${opts[@]}"} \
     "${need[@]}" >/dev/null
 }
-install -- cmake g++ make libgtest-dev libbenchmark-dev python3 iproute2 binutils libucx-dev \
+install -- cmake ninja-build g++ make libgtest-dev libbenchmark-dev python3 iproute2 binutils libucx-dev \
   libibverbs-dev
 # The rxe VM (scripts/rxe_vm.sh, CTest label rxe): QEMU, a static busybox, rdma-core's
 # user space and perftest; installed here so that no test runs apt-get.

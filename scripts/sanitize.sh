@@ -45,9 +45,16 @@ summary() { echo "sanitize: $name: $1 ($(($(date +%s) - start)) s; logs in $logs
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+generator=()  # Ninja for a new build directory where installed, as scripts/build.sh
+if [ -n "${LOOM_CMAKE_GENERATOR:-}" ]; then
+  generator=(-G "$LOOM_CMAKE_GENERATOR")
+elif [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null; then
+  generator=(-G Ninja)
+fi
 mkdir -p "$build"
 # -O1 -g1: line-accurate reports at a fraction of -O2 -g's compile time (CI budget).
-cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE="$flags" \
+cmake -S "$repo" -B "$build" ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DLOOM_SANITIZE="$flags" \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="${LOOM_SANITIZE_OPT:--O1 -g1 -DNDEBUG}" \
   -DLOOM_BUILD_BENCH=OFF -DLOOM_BUILD_FUZZERS=OFF -DLOOM_CUDA=OFF "${launcher[@]}" \
   >"$build/sanitize-configure.log" 2>&1 || { tail -20 "$build/sanitize-configure.log"; summary "FAILED (configure)"; exit 1; }
