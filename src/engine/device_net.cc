@@ -74,13 +74,20 @@ DeviceNet::DeviceNet(Bootstrap& bs, const cuda::Driver& drv, const std::vector<P
   if (!n.backend) n = {findNetBackend("Socket").make(ctx), "Socket"};
   name_ = "net/" + n.name;
   backend_ = std::shared_ptr<NetBackend>(std::move(n.backend));
+  // The topology once: this GPU's path to each of the backend's devices (by name; SYS where
+  // it places either not), and its rail.
   const topo::System sys = topo::loadLocalSystem();
+  int gpu = -1;
   for (int g = 0; g < sys.gpuCount(); ++g)
-    if (sys.gpu(g).dev == device_) gpuNode_ = g;
-  if (gpuNode_ >= 0 && sys.railOf(gpuNode_) >= 0) {
-    const std::string nic = sys.net(sys.railOf(gpuNode_)).netName;
-    for (int d = 0; d < backend_->devices(); ++d)
-      if (backend_->properties(d).name == nic) gpuRail_ = d;
+    if (sys.gpu(g).dev == device_) gpu = g;
+  distance_.assign(static_cast<size_t>(backend_->devices()), static_cast<int>(topo::PathType::kSys));
+  for (int d = 0; d < backend_->devices() && gpu >= 0; ++d) {
+    const std::string name = backend_->properties(d).name;
+    for (int i = 0; i < sys.netCount(); ++i) {
+      if (sys.net(i).netName != name) continue;
+      distance_[static_cast<size_t>(d)] = static_cast<int>(sys.gpuToNet(gpu, i).type);
+      if (i == sys.railOf(gpu)) gpuRail_ = d;
+    }
   }
 }
 
@@ -110,15 +117,8 @@ void DeviceNet::check(cuda::CuResult r, const char* what) const {
 // Whether the NIC `dev` reaches this GPU's memory for this end (GPUDirect RDMA).
 bool DeviceNet::gdr(int dev, bool send) const {
   if (send && !gdrRead_) return false;
-  const NetProperties p = backend_->properties(dev);
-  if (!(p.ptrSupport & (kNetPtrCuda | kNetPtrDmaBuf))) return false;
-  int distance = static_cast<int>(topo::PathType::kSys);
-  if (gpuNode_ >= 0) {
-    const topo::System sys = topo::loadLocalSystem();
-    for (int i = 0; i < sys.netCount(); ++i)
-      if (sys.net(i).netName == p.name) distance = static_cast<int>(sys.gpuToNet(gpuNode_, i).type);
-  }
-  return distance <= gdrLevel_;
+  if (!(backend_->properties(dev).ptrSupport & (kNetPtrCuda | kNetPtrDmaBuf))) return false;
+  return distance_[static_cast<size_t>(dev)] <= gdrLevel_;
 }
 
 DeviceNet::End& DeviceNet::make(int peer, int conn, bool send, int dev) {

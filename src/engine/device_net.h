@@ -108,8 +108,8 @@ class DeviceNet {
   int localRank_ = 0, localRanks_ = 1;
   int gdrLevel_;     // NCCL_NET_GDR_LEVEL, as a topo::PathType
   bool gdrRead_;     // NCCL_NET_GDR_READ
-  int gpuNode_ = -1;  // this rank's GPU in the local topology (-1: not found)
-  int gpuRail_ = -1;  // the backend device of its closest NIC (-1: not known)
+  std::vector<int> distance_;  // per backend device: its path from this rank's GPU (topo::PathType)
+  int gpuRail_ = -1;           // the backend device of the GPU's closest NIC (-1: not known)
   std::string name_;
   std::shared_ptr<NetBackend> backend_;
   std::mutex mu_;  // ends_ and their connections: connect (a launching thread) vs failure (the watchdog)
