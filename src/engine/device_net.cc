@@ -2,13 +2,11 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "base/config.h"
 #include "base/log.h"
-#include "base/time.h"
 #include "bootstrap/bootstrap.h"
 #include "topo/load.h"
 #include "transports/net/net_transport.h"
@@ -227,19 +225,9 @@ std::vector<loomCudaFifo> DeviceNet::connectSends(const std::vector<ConnKey>& se
 void DeviceNet::accept() {
   std::vector<Listening> pending;
   pending.swap(listening_);
-  const double limit = netConnectTimeoutSec();
   for (Listening& l : pending) {
-    const Deadline deadline = Deadline::in(limit);
-    std::unique_ptr<NetStage> stage;
-    std::unique_ptr<NetRecvComm> comm;
-    for (unsigned us = 10; !(comm = l.listen->accept(stage)); us = us < 1000 ? us * 2 : 1000) {
-      bs_.checkPeer(l.peer, "network accept (device executor)");
-      if (deadline.expired())
-        LOOM_THROW(kRemoteError, "rank %d: network accept (device executor) with rank %d timed out after %.0f s "
-                   "(LOOM_NET_CONNECT_TIMEOUT)", rank_, l.peer, limit);
-      usleep(us);
-    }
-    auto c = std::make_unique<NetConnection>(l.peer, peers_[l.peer], shape_, name_, nullptr, std::move(comm),
+    auto c = std::make_unique<NetConnection>(l.peer, peers_[l.peer], shape_, name_, nullptr,
+                                             netAccept(bs_, l.peer, "network accept (device executor)", *l.listen),
                                              peers_[l.peer].hostname, &l.end->memory);
     proxy_.add(c.get());
     std::lock_guard<std::mutex> lock(mu_);

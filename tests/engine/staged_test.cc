@@ -109,11 +109,15 @@ std::vector<std::string> threadsOnDevice0(int n, const RankFn& fn) { return thre
 std::vector<std::string> threadsOnOwnDevices(int n, const RankFn& fn) { return threadsOnDevices(n, fn, true); }
 
 // `n` ranks as forked processes, each with device 0 current once it has device memory; a
-// rank whose process has none reports "skip: why" instead of running `fn`.
-std::vector<std::string> processesOnDevice0(int n, const RankFn& fn, int timeoutSec = 120) {
+// rank whose process has none reports "skip: why" instead of running `fn`. With `hostOf`,
+// rank r poses as host hostOf(r) (LOOM_HOSTID): across hosts (engine/device_net.h), ranks of
+// one host reach each other through CUDA IPC, ranks of others through a network backend
+// (NCCL_NET's; unset, Loom's TCP backend), pumped by the executor's proxy thread.
+std::vector<std::string> processesOnHosts(int n, int (*hostOf)(int), const RankFn& fn, int timeoutSec = 120) {
   RankOptions opt;
   opt.timeoutSec = timeoutSec;
-  opt.beforeInit = [](int) {
+  opt.beforeInit = [hostOf](int rank) {
+    if (hostOf) setenv("LOOM_HOSTID", ("devhost" + std::to_string(hostOf(rank))).c_str(), 1);
     if (mem().unavailable().empty()) mem().makeCurrent(0);
   };
   return runRanks(
@@ -123,6 +127,9 @@ std::vector<std::string> processesOnDevice0(int n, const RankFn& fn, int timeout
         return fn(rank, nranks, comm);
       },
       opt);
+}
+std::vector<std::string> processesOnDevice0(int n, const RankFn& fn, int timeoutSec = 120) {
+  return processesOnHosts(n, nullptr, fn, timeoutSec);
 }
 
 // An int32 device buffer holding `host`, on the rank's device.
@@ -898,34 +905,40 @@ TEST(STAGED_SUITE, DeviceExecutorRefusesAGroupPartlyCaptured) {
   verdict(processesOnDevice0(2, partlyCaptured));
 }
 
+// Rank 1 exits without a word after an all-reduce; rank 0's next all-reduce must let its
+// stream go on within 30 s with ncclRemoteError or ncclSystemError, saying (`executorMessage`,
+// where the executor serves) that its watchdog stopped the kernels.
+std::string peerDiesMidAllReduce(int rank, ncclComm_t comm, bool executorMessage) {
+  mem().makeCurrent(0);
+  void* stream = mem().createStream();
+  auto s = static_cast<cudaStream_t>(stream);
+  int32_t* a = devInts(inputs(1, rank, 1 << 14));
+  RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));  // connected
+  mem().syncStream(stream);
+  if (rank == 1) _exit(0);  // dies without a word
+  auto t0 = std::chrono::steady_clock::now();
+  RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));
+  mem().syncStream(stream);  // returns: the kernel was stopped (or the staged path failed)
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ncclResult_t async = ncclSuccess;
+  RANK_NCCL(ncclCommGetAsyncError(comm, &async));
+  RANK_CHECK(async == ncclRemoteError || async == ncclSystemError, "async error %d after %.1f s: %s", async, secs,
+             ncclGetLastError(comm));
+  RANK_CHECK(secs < 30, "the stream took %.1f s to go on", secs);
+  if (executorMessage && kernelLaunchesExpected(1, 1) > 0)  // the executor's watchdog stopped it
+    RANK_CHECK(strstr(ncclGetLastError(comm), "kernels of this communicator are stopped"), "%s",
+               ncclGetLastError(comm));
+  ncclCommAbort(comm);
+  _exit(0);  // the harness would destroy the aborted communicator again
+}
+
 // A peer process that exits while a rank's kernel waits for it: the executor's watchdog
 // stops the kernel, the stream goes on, and ncclCommGetAsyncError says the peer exited.
 TEST(STAGED_SUITE, DeviceExecutorStopsWhenAPeerDies) {
   ASSERT_TRUE(kEnvSet);
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
   verdict(processesOnDevice0(
-      2,
-      [](int rank, int, ncclComm_t comm) -> std::string {
-        mem().makeCurrent(0);
-        void* stream = mem().createStream();
-        auto s = static_cast<cudaStream_t>(stream);
-        int32_t* a = devInts(inputs(1, rank, 1 << 14));
-        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));  // connected
-        mem().syncStream(stream);
-        if (rank == 1) _exit(0);  // dies without a word
-        auto t0 = std::chrono::steady_clock::now();
-        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));
-        mem().syncStream(stream);  // returns: the kernel was stopped
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ncclResult_t async = ncclSuccess;
-        RANK_NCCL(ncclCommGetAsyncError(comm, &async));
-        RANK_CHECK(async == ncclRemoteError || async == ncclSystemError, "async error %d after %.1f s: %s",
-                   async, secs, ncclGetLastError(comm));
-        RANK_CHECK(secs < 30, "the stream took %.1f s to go on", secs);
-        ncclCommAbort(comm);
-        _exit(0);  // the harness would destroy the aborted communicator again
-      },
-      60));
+      2, [](int rank, int, ncclComm_t comm) { return peerDiesMidAllReduce(rank, comm, false); }, 60));
 }
 
 // ncclCommAbort lets a stream go whose kernel waits for a silent peer.
@@ -956,26 +969,6 @@ TEST(STAGED_SUITE, DeviceExecutorAbortReleasesAWaitingStream) {
         _exit(0);
       },
       60));
-}
-
-// Across hosts (engine/device_net.h): ranks posing as hosts of their own (LOOM_HOSTID) in
-// processes on device 0, rank r on host hostOf(r). Ranks of one host reach each other
-// through CUDA IPC, ranks of others through a network backend (NCCL_NET's; unset, Loom's
-// TCP backend), pumped by the executor's proxy thread.
-std::vector<std::string> processesOnHosts(int n, int (*hostOf)(int), const RankFn& fn, int timeoutSec = 120) {
-  RankOptions opt;
-  opt.timeoutSec = timeoutSec;
-  opt.beforeInit = [hostOf](int rank) {
-    setenv("LOOM_HOSTID", ("devhost" + std::to_string(hostOf(rank))).c_str(), 1);
-    if (mem().unavailable().empty()) mem().makeCurrent(0);
-  };
-  return runRanks(
-      Mode::kProcesses, n,
-      [&fn](int rank, int nranks, ncclComm_t comm) -> std::string {
-        RANK_TRY(deviceOrSkip());
-        return fn(rank, nranks, comm);
-      },
-      opt);
 }
 
 // Sixteen ranks, the most the executor serves: two hosts of eight (a pair of 8-GPU servers;
@@ -1133,30 +1126,7 @@ TEST(STAGED_SUITE, DeviceExecutorAcrossHostsStopsWhenAPeerDies) {
   ASSERT_TRUE(kEnvSet);
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
   verdict(processesOnHosts(
-      2, [](int r) { return r; },
-      [](int rank, int, ncclComm_t comm) -> std::string {
-        mem().makeCurrent(0);
-        void* stream = mem().createStream();
-        auto s = static_cast<cudaStream_t>(stream);
-        int32_t* a = devInts(inputs(1, rank, 1 << 14));
-        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));  // connected
-        mem().syncStream(stream);
-        if (rank == 1) _exit(0);  // dies without a word
-        auto t0 = std::chrono::steady_clock::now();
-        RANK_NCCL(ncclAllReduce(a, a, 1 << 14, ncclInt32, ncclSum, comm, s));
-        mem().syncStream(stream);  // returns: the kernel was stopped (or the staged path failed)
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ncclResult_t async = ncclSuccess;
-        RANK_NCCL(ncclCommGetAsyncError(comm, &async));
-        RANK_CHECK(async == ncclRemoteError || async == ncclSystemError, "async error %d after %.1f s: %s",
-                   async, secs, ncclGetLastError(comm));
-        RANK_CHECK(secs < 30, "the stream took %.1f s to go on", secs);
-        if (kernelLaunchesExpected(1, 1) > 0)  // the executor's watchdog stopped it, not the staged path
-          RANK_CHECK(strstr(ncclGetLastError(comm), "kernels of this communicator are stopped"), "%s",
-                     ncclGetLastError(comm));
-        ncclCommAbort(comm);
-        _exit(0);
-      },
+      2, [](int r) { return r; }, [](int rank, int, ncclComm_t comm) { return peerDiesMidAllReduce(rank, comm, true); },
       60));
 }
 

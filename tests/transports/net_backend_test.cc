@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -251,6 +252,25 @@ TEST_P(NetBackendConformance, HostMemoryNeedsNoFlush) {
     size_t b;
     drive([&] { return c.recv->test(f, &b); }, 5, "flush");
   }
+}
+
+// A backend whose device does not offer NCCL_PTR_DMABUF refuses a DMA-BUF registration with
+// an error that says so (the device executor asks only where it is offered).
+TEST_P(NetBackendConformance, DmaBufOnlyWhereOffered) {
+  if (a_->properties(0).ptrSupport & loom::kNetPtrDmaBuf) GTEST_SKIP() << "this device offers DMA-BUF";
+  Conn c = connect(*a_, *b_);
+  ASSERT_TRUE(c.recv);
+  char buf[64];
+  std::string e;
+  try {
+    c.recv->regMrDmaBuf(buf, sizeof(buf), -1, 0);
+  } catch (const loom::Error& x) {
+    e = x.what();
+  }
+  std::string lower;
+  for (char ch : e) lower += static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+  EXPECT_TRUE(lower.find("dmabuf") != std::string::npos || lower.find("dma-buf") != std::string::npos)
+      << "no error naming DMA-BUF: '" << e << "'";
 }
 
 // A message larger than its receive is an error, and nothing is written past the receive.

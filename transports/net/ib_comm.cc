@@ -103,6 +103,13 @@ class IbComm : protected PeerControl {
     return registerMr(qps_->dev(), data, bytes, who_);
   }
 
+  // GPU memory by its DMA-BUF (a descriptor is required: -1 would mean peer memory below).
+  std::unique_ptr<NetMr> registerDmaBuf(void* data, size_t bytes, int fd, uint64_t offset) {
+    if (fd < 0)
+      LOOM_THROW(kInvalidArgument, "%s: regMrDmaBuf with descriptor %d, which is no DMA-BUF", who_.c_str(), fd);
+    return registerGpuMr(qps_->dev(), data, bytes, fd, offset, who_);
+  }
+
   virtual void completed(uint64_t kind, IbRequest& r, const ibv_wc& wc) = 0;
 
   std::unique_ptr<IbQps> qps_;
@@ -166,7 +173,7 @@ class IbSendComm : public NetSendComm, IbComm {
     return registerAny(data, bytes, type);
   }
   std::unique_ptr<NetMr> regMrDmaBuf(void* data, size_t bytes, int fd, uint64_t offset) override {
-    return registerGpuMr(qps_->dev(), data, bytes, fd, offset, who_);
+    return registerDmaBuf(data, bytes, fd, offset);
   }
 
   NetRequest* isend(const void* data, size_t bytes, int, NetMr* mr) override {
@@ -265,7 +272,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
     return registerAny(data, bytes, type);
   }
   std::unique_ptr<NetMr> regMrDmaBuf(void* data, size_t bytes, int fd, uint64_t offset) override {
-    return registerGpuMr(qps_->dev(), data, bytes, fd, offset, who_);
+    return registerDmaBuf(data, bytes, fd, offset);
   }
 
   // Receives after a failure are handed out (a pump keeps several posted); testing one

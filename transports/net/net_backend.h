@@ -65,7 +65,9 @@ class NetRequest {
 
 enum class NetMemType { kHost, kCuda };
 
-// Where a backend's regMrDmaBuf is not implemented: throws kInternalError naming `what`.
+// regMrDmaBuf of a backend whose devices do not offer kNetPtrDmaBuf (TCP, UCX; verbs and
+// plugins override it): throws kInternalError naming `what`. DeviceNet registers a DMA-BUF
+// only with a device that offers it, so this answers a caller that did not ask.
 [[noreturn]] void netNoDmaBuf(const char* what);
 
 class NetSendComm {

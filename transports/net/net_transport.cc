@@ -136,12 +136,8 @@ class NetTransport : public Transport {
 
   std::unique_ptr<Connection> accept(int peer, const PeerInfo& info, const std::string& where,
                                      NetListenComm& listen) {
-    std::unique_ptr<NetStage> stage;
-    auto comm = pollUntil<NetRecvComm>(
-        bs_, peer, "network accept", [&] { return listen.accept(stage); },
-        [&] { return listen.mayStillArrive(); });
-    return std::make_unique<NetConnection>(peer, info, shape_, name_, nullptr, std::move(comm),
-                                           where);
+    return std::make_unique<NetConnection>(peer, info, shape_, name_, nullptr,
+                                           netAccept(bs_, peer, "network accept", listen), where);
   }
 
  private:
@@ -371,6 +367,12 @@ uint64_t NetConnection::flushed(uint64_t received) {
     if (!flushReq_) flushed_ = received;  // nothing to flush (a NIC that writes in order)
   }
   return flushed_;
+}
+
+std::unique_ptr<NetRecvComm> netAccept(Bootstrap& bs, int peer, const char* what, NetListenComm& listen) {
+  std::unique_ptr<NetStage> stage;
+  return pollUntil<NetRecvComm>(
+      bs, peer, what, [&] { return listen.accept(stage); }, [&] { return listen.mayStillArrive(); });
 }
 
 std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx) {

@@ -102,6 +102,9 @@ std::unique_ptr<Transport> makeNetTransport(const TransportContext& ctx);
 
 // LOOM_NET_CONNECT_TIMEOUT: seconds a backend may take to connect or accept a connection.
 double netConnectTimeoutSec();
+// The connection `listen` accepts from `peer`, polled until it comes: throws when the peer is
+// gone (unless its connection may still be on its way) or after LOOM_NET_CONNECT_TIMEOUT.
+std::unique_ptr<NetRecvComm> netAccept(Bootstrap& bs, int peer, const char* what, NetListenComm& listen);
 
 // Rails: the device (NIC) of a connection among a backend's `devices`, picked by the
 // receiver; the sender uses the same index (rail-aligned: both ends on NIC i), folded into
