@@ -67,7 +67,6 @@ void checkRoot(ncclComm_t comm, int root, const char* what, const char* fn) {
 ncclResult_t submit(OpArgs a, MemKind mem, cudaStream_t stream, const char* fn) {
   a.mem = mem;
   a.stream = stream;
-  loom::api::CallScope scope(a.comm);
   loom::ScopedLogRank lr(a.comm->rank);
   if (a.count == 0) return ncclSuccess;  // a valid no-op (every rank drops it alike)
   loom::api::submit(a);

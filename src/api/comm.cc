@@ -19,6 +19,16 @@ struct Registry {
   // Advances whenever a communicator leaves the registry: a thread's memo of the last
   // communicator it found live holds while this stays the same.
   std::atomic<uint64_t> removals{0};
+  // Threads between finding a communicator live and counting themselves in its calls
+  // (enterCall), spread over slots so that rank threads do not share one cache line. A
+  // destroy sees each slot empty once after unregistering, so a call either sees the
+  // communicator gone or is counted before it is freed.
+  struct alignas(64) Slot {
+    std::atomic<int> n{0};
+  };
+  static constexpr int kSlots = 64;
+  Slot entering[kSlots];
+  std::atomic<int> nextSlot{0};
 };
 struct LiveMemo {
   ncclComm_t comm = nullptr;
@@ -40,19 +50,55 @@ void registerComm(ncclComm_t comm) {
 void unregisterComm(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(registry().mu);
   registry().live.erase(comm);
-  registry().removals.fetch_add(1, std::memory_order_release);
+  registry().removals.fetch_add(1);  // seq_cst: ordered against enterCall's (Dekker)
 }
 
 // Every call checks its communicator: a training loop calls with the same one again and
 // again, so a thread remembers the last one it found live until any is destroyed.
 bool isLiveComm(ncclComm_t comm) {
   Registry& r = registry();
-  const uint64_t removals = r.removals.load(std::memory_order_acquire);
+  const uint64_t removals = r.removals.load();  // seq_cst, for enterCall
   if (comm != nullptr && comm == tlsLive.comm && removals == tlsLive.removals) return true;
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.live.count(comm) == 0) return false;
   tlsLive = {comm, r.removals.load(std::memory_order_relaxed)};
   return true;
+}
+
+// Sequentially consistent, with unregisterComm then destroyComm's look at each slot: either
+// this thread's look at `removals` comes before the removal, and the destroy then sees it
+// in its slot and waits for it to be counted, or it comes after and finds comm gone.
+bool enterCall(ncclComm_t comm) {
+  if (!comm) return false;
+  Registry& r = registry();
+  thread_local int slot = r.nextSlot.fetch_add(1) % Registry::kSlots;
+  std::atomic<int>& entering = r.entering[slot].n;
+  entering.fetch_add(1);
+  const bool live = isLiveComm(comm);
+  if (live) comm->activeCalls.fetch_add(1);
+  entering.fetch_sub(1);
+  return live;
+}
+
+void leaveCall(ncclComm_t comm) { comm->activeCalls.fetch_sub(1); }
+
+CallScope::CallScope(ncclComm_t c) : c_(c) {
+  if (!enterCall(c))
+    LOOM_THROW(kInvalidArgument,
+               "comm %p is not a live communicator (destroyed or aborted on another thread)",
+               static_cast<void*>(c));
+}
+
+CallScope::~CallScope() { leaveCall(c_); }
+
+// Under the registry's lock: a destroy on another thread unregisters the communicator
+// under the same lock before it frees it, so the write lands before that or not at all.
+void setCommLastError(ncclComm_t comm, const std::string& msg) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.live.count(comm) == 0) return;
+  std::lock_guard<std::mutex> errLock(comm->errMu);
+  comm->lastError = msg;
 }
 
 void checkComm(ncclComm_t comm, const char* fn) {
@@ -95,6 +141,9 @@ void checkCommForManagement(ncclComm_t comm, const char* fn) {
 
 void destroyComm(ncclComm_t comm) {
   unregisterComm(comm);
+  // A call entering now has seen it live or will see it gone: wait until it knows which.
+  for (Registry::Slot& slot : registry().entering)
+    while (slot.n.load() != 0) std::this_thread::yield();
   if (comm->initThread.joinable()) comm->initThread.join();
   // Another thread may still be inside a call that noticed the abort: let it leave.
   while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));

@@ -74,6 +74,8 @@ namespace loom::api {
 void registerComm(ncclComm_t comm);
 void unregisterComm(ncclComm_t comm);
 bool isLiveComm(ncclComm_t comm);
+// Records comm's last error if comm is still live; safe against a concurrent destroy.
+void setCommLastError(ncclComm_t comm, const std::string& msg);
 
 // Validates `comm` for an operation: live, initialized (waits for a non-blocking init),
 // not aborted or failed. Throws with a message naming `fn`.
@@ -82,11 +84,13 @@ void checkComm(ncclComm_t comm, const char* fn);
 // communicator: live, initialized and not aborted.
 void checkCommForManagement(ncclComm_t comm, const char* fn);
 
-// Holds comm->activeCalls for the duration of a call.
+// Holds comm->activeCalls for the duration of a call, so that a destroy or abort on
+// another thread frees comm only after it; throws kInvalidArgument if comm is not live.
+// (Every guard() with a live comm holds one already: see enterCall in guard.h.)
 class CallScope {
  public:
-  explicit CallScope(ncclComm_t c) : c_(c) { c_->activeCalls.fetch_add(1); }
-  ~CallScope() { c_->activeCalls.fetch_sub(1); }
+  explicit CallScope(ncclComm_t c);
+  ~CallScope();
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;
 

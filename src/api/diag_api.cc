@@ -13,8 +13,8 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t loomDumpState(ncc
                                                                             const char* dir) {
   return loom::api::guard("loomDumpState", nullptr, [&] {
     LOOM_CHECK_ARG(comm != nullptr, "loomDumpState: comm is NULL");
+    loom::api::CallScope hold(comm);  // before its first look: an abort may be freeing it
     loom::api::checkCommForManagement(comm, "loomDumpState");
-    loom::api::CallScope hold(comm);
     std::string where = dir ? dir : loom::FlightRecorder::dumpDir();
     LOOM_CHECK_ARG(!where.empty(),
                    "loomDumpState: no directory (dir is NULL and LOOM_DUMP_DIR is unset)");

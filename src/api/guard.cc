@@ -13,10 +13,8 @@ thread_local std::string tlsLastError;
 
 void recordError(ncclComm_t comm, ncclResult_t code, const std::string& msg) {
   tlsLastError = msg;
-  if (comm && isLiveComm(comm)) {
-    std::lock_guard<std::mutex> lock(comm->errMu);
-    comm->lastError = msg;
-  }
+  // An abort on another thread may be freeing comm as its stuck call returns here.
+  if (comm) setCommLastError(comm, msg);
 }
 
 void clearThreadError() { tlsLastError.clear(); }

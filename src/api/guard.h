@@ -21,8 +21,21 @@ const char* threadLastError();
 
 ncclResult_t handleException(const char* fn, ncclComm_t comm);
 
+// Counts the calling thread in comm's calls if comm is live (api/comm.cc), so that an
+// abort or destroy on another thread frees comm only after the call has left.
+bool enterCall(ncclComm_t comm);
+void leaveCall(ncclComm_t comm);
+
+// The whole call, its error recording included, is one of comm's calls: from the first
+// check of comm to the last write of its error, comm cannot be freed under it.
 template <typename Fn>
 ncclResult_t guard(const char* fn, ncclComm_t comm, Fn&& body) noexcept {
+  struct Hold {
+    ncclComm_t c;
+    ~Hold() {
+      if (c) leaveCall(c);
+    }
+  } hold{enterCall(comm) ? comm : nullptr};
   try {
     return std::forward<Fn>(body)();
   } catch (...) {

@@ -227,7 +227,6 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
                      "outside the group, from each rank's own thread");
     LOOM_CHECK_ARG(color >= 0 || color == NCCL_SPLIT_NOCOLOR,
                    "ncclCommSplit: color=%d must be non-negative or NCCL_SPLIT_NOCOLOR", color);
-    loom::api::CallScope scope(comm);
     loom::Bootstrap& bs = comm->core->bootstrap();
     struct Entry { int color, key, rank; };
     std::vector<Entry> all(comm->nranks);
@@ -296,7 +295,6 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
     LOOM_CHECK_USAGE(!excluded[comm->rank], "%s: rank %d excludes itself", fn, comm->rank);
     // NCCL_SHRINK_ABORT: operations still running on other threads stop first.
     if (shrinkFlags == NCCL_SHRINK_ABORT) comm->revoked.store(true);
-    loom::api::CallScope scope(comm);
     std::vector<int> survivors;
     for (int r = 0; r < comm->nranks; ++r)
       if (!excluded[r]) survivors.push_back(r);
@@ -331,7 +329,6 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
 LOOM_NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guard("ncclCommFinalize", comm, [&] {
     loom::api::checkComm(comm, "ncclCommFinalize");
-    loom::api::CallScope scope(comm);  // an abort from another thread waits for it
     // Host operations complete before their call returns: what is left to flush are the
     // staged device calls (their streams must reach them) and the calls stock NCCL serves.
     comm->core->drainStaged();
@@ -406,7 +403,6 @@ LOOM_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm),
                    "ncclCommGetAsyncError: comm %p is not a live communicator",
                    static_cast<void*>(comm));
-    loom::api::CallScope scope(comm);
     // A kernel's failed status reaches the error now (init over: core is set).
     if (comm->asyncError.load() != ncclInProgress && comm->core && comm->core->deviceExec())
       comm->core->deviceExec()->poll();

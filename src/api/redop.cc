@@ -35,7 +35,6 @@ LOOM_NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scala
                        "serves (%s)",
                        fn, comm->deviceServer.c_str());
     }
-    loom::api::CallScope scope(comm);  // the shadow stays while its twin op is made
     std::lock_guard<std::mutex> lock(comm->opsMu);
     size_t idx = 0;
     while (idx < comm->userOps.size() && comm->userOps[idx].live) ++idx;
@@ -65,7 +64,6 @@ LOOM_NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
     LOOM_CHECK_ARG(op >= ncclNumOps, "%s: op %d is a built-in operator", fn, static_cast<int>(op));
-    loom::api::CallScope scope(comm);
     std::lock_guard<std::mutex> lock(comm->opsMu);
     size_t idx = static_cast<size_t>(op - ncclNumOps);
     LOOM_CHECK_ARG(idx < comm->userOps.size() && comm->userOps[idx].live,
