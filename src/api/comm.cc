@@ -28,7 +28,7 @@ struct Registry {
   };
   static constexpr int kSlots = 64;
   Slot entering[kSlots];
-  std::atomic<int> nextSlot{0};
+  std::atomic<unsigned> nextSlot{0};
 };
 struct LiveMemo {
   ncclComm_t comm = nullptr;
@@ -71,7 +71,7 @@ bool isLiveComm(ncclComm_t comm) {
 bool enterCall(ncclComm_t comm) {
   if (!comm) return false;
   Registry& r = registry();
-  thread_local int slot = r.nextSlot.fetch_add(1) % Registry::kSlots;
+  thread_local unsigned slot = r.nextSlot.fetch_add(1) % Registry::kSlots;
   std::atomic<int>& entering = r.entering[slot].n;
   entering.fetch_add(1);
   const bool live = isLiveComm(comm);
@@ -109,6 +109,9 @@ void checkComm(ncclComm_t comm, const char* fn) {
                fn, static_cast<void*>(comm));
   comm->waitInit();
   int err = comm->asyncError.load();
+  if (err == ncclInProgress)  // the wait was ended by an abort or a destroy
+    LOOM_THROW(kInvalidUsage, "%s: communicator (rank %d) was %s before its init finished", fn,
+               comm->rank, comm->abortFlag.load() ? "aborted" : "destroyed");
   if (err != ncclSuccess) {
     std::string last;
     {
@@ -144,9 +147,16 @@ void destroyComm(ncclComm_t comm) {
   // A call entering now has seen it live or will see it gone: wait until it knows which.
   for (Registry::Slot& slot : registry().entering)
     while (slot.n.load() != 0) std::this_thread::yield();
-  if (comm->initThread.joinable()) comm->initThread.join();
-  // Another thread may still be inside a call that noticed the abort: let it leave.
+  // A thread waiting for an init that will not run (a group's, not yet ended) gives up.
+  {
+    std::lock_guard<std::mutex> lock(comm->initMu);
+    comm->destroying = true;
+  }
+  comm->initCv.notify_all();
+  // Another thread may still be inside a call that noticed the abort: let it leave. The
+  // init's publisher is one until its init thread is set, so the join below sees it.
   while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (comm->initThread.joinable()) comm->initThread.join();
   // Stock NCCL's abort for an aborted communicator; its destroy (with the object) otherwise.
   if (comm->shadow && comm->abortFlag.load()) comm->shadow->abort();
   if (comm->core && comm->abortFlag.load()) comm->core->recorder().dumpOnEvent("abort");
@@ -221,5 +231,7 @@ void ncclComm::runInit() noexcept {
 void ncclComm::waitInit() {
   if (asyncError.load() != ncclInProgress) return;  // every call after init: no lock
   std::unique_lock<std::mutex> lock(initMu);
-  initCv.wait(lock, [&] { return asyncError.load() != ncclInProgress || abortFlag.load(); });
+  initCv.wait(lock, [&] {
+    return asyncError.load() != ncclInProgress || abortFlag.load() || destroying;
+  });
 }

@@ -37,6 +37,7 @@ struct ncclComm {
   std::thread initThread;                    // non-blocking / grouped init
   std::mutex initMu;
   std::condition_variable initCv;
+  bool destroying = false;  // under initMu: destroyComm wakes the init's waiters
 
   std::atomic<int> activeCalls{0};  // API calls running on this comm (abort waits for them)
   // Set by the one call that frees the comm (destroy, abort, or a blocking init that
@@ -90,6 +91,9 @@ void checkCommForManagement(ncclComm_t comm, const char* fn);
 class CallScope {
  public:
   explicit CallScope(ncclComm_t c);
+  // Takes over a count that enterCall(c) returned true for.
+  enum Adopt { kEntered };
+  CallScope(Adopt, ncclComm_t c) : c_(c) {}
   ~CallScope();
   CallScope(const CallScope&) = delete;
   CallScope& operator=(const CallScope&) = delete;

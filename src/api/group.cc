@@ -129,18 +129,26 @@ void launchOne(const OpArgs& a) {
   enqueue({&op, 1}, Completion::kBeforeReturn);
 }
 
+// Counts the group's end as a call of each of its communicators before anything reads
+// them: one may have been aborted on another thread since its calls were recorded.
+std::vector<std::unique_ptr<CallScope>> enterEach(const std::vector<OpArgs>& args) {
+  std::vector<ncclComm_t> comms;
+  for (const OpArgs& a : args)
+    if (std::find(comms.begin(), comms.end(), a.comm) == comms.end()) comms.push_back(a.comm);
+  std::vector<std::unique_ptr<CallScope>> scopes;
+  for (ncclComm_t comm : comms) scopes.push_back(std::make_unique<CallScope>(comm));
+  return scopes;
+}
+
 void launch(const std::vector<OpArgs>& args) {
+  const auto scopes = enterEach(args);
   std::vector<Op> ops;
   ops.reserve(args.size());
   std::vector<const OpArgs*> stock;
-  std::vector<ncclComm_t> comms;
   for (const OpArgs& a : args) {
     if (onStock(a)) stock.push_back(&a);
     else ops.push_back(toOp(a));
-    if (std::find(comms.begin(), comms.end(), a.comm) == comms.end()) comms.push_back(a.comm);
   }
-  std::vector<std::unique_ptr<CallScope>> scopes;
-  for (ncclComm_t comm : comms) scopes.push_back(std::make_unique<CallScope>(comm));
   // Stock calls are enqueued on the callers' streams and return soon. Loom's part runs
   // even when they fail, so that peers waiting in it are not left hanging.
   std::exception_ptr stockFailure;
@@ -155,21 +163,42 @@ void launch(const std::vector<OpArgs>& args) {
   if (stockFailure) std::rethrow_exception(stockFailure);
 }
 
-void runDeferredInits(std::vector<ncclComm_t> inits) {
-  std::vector<std::thread> threads;
+// Each init runs as a call of its communicator: an abort of a published handle on another
+// thread frees it only after its init thread is set (non-blocking) or has returned.
+// A communicator aborted before the group ended is left to its abort. True if an init
+// goes on in the background (a non-blocking communicator's).
+bool runDeferredInits(std::vector<ncclComm_t> inits) {
+  std::vector<std::unique_ptr<CallScope>> scopes;
+  std::vector<ncclComm_t> live;
   for (ncclComm_t c : inits) {
+    if (!enterCall(c)) continue;
+    live.push_back(c);
+    scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, c));
+  }
+  std::vector<std::thread> threads;
+  bool background = false;
+  for (ncclComm_t c : live) {
     if (c->blocking) threads.emplace_back([c] { c->runInit(); });
     else c->initThread = std::thread([c] { c->runInit(); });
+    background |= !c->blocking;
   }
   for (auto& t : threads) t.join();
-  for (ncclComm_t c : inits)
-    if (c->blocking && c->asyncError.load() != ncclSuccess)
+  for (ncclComm_t c : live)
+    if (c->blocking && c->asyncError.load() != ncclSuccess) {
+      std::lock_guard<std::mutex> lock(c->errMu);
       throw Error(static_cast<Code>(c->asyncError.load()), c->lastError);
+    }
+  LOOM_CHECK_USAGE(live.size() == inits.size(),
+                   "ncclGroupEnd: %zu of the group's %zu communicator inits were aborted or "
+                   "destroyed before the group ended",
+                   inits.size() - live.size(), inits.size());
+  return background;
 }
 
 }  // namespace
 
 double estimateGroupMicros(const std::vector<OpArgs>& ops) {
+  const auto scopes = enterEach(ops);
   // Each communicator runs its operations one after another; communicators run side by
   // side, so the group takes as long as its slowest communicator.
   std::vector<std::pair<ncclComm_t, std::vector<CollRequest>>> perComm;
@@ -224,12 +253,10 @@ ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   std::vector<OpArgs> ops = std::move(g.ops);
   g.inits.clear();
   g.ops.clear();
-  if (!inits.empty()) runDeferredInits(inits);
+  const bool background = !inits.empty() && runDeferredInits(inits);
   if (sim) sim->estimatedTime = static_cast<float>(estimateGroupMicros(ops));
   else if (!ops.empty()) launch(ops);
-  for (ncclComm_t c : inits)
-    if (!c->blocking) return ncclInProgress;
-  return ncclSuccess;
+  return background ? ncclInProgress : ncclSuccess;
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -68,31 +71,32 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int 
   comm->asyncError.store(ncclInProgress);
   ncclComm_t c = comm.release();
   loom::api::registerComm(c);
+  // From here on this is a call of c: once the handle is published, another thread may
+  // ncclCommAbort it, and the abort frees c only after this thread is done with it (for a
+  // non-blocking init, once the init thread is set, which the abort then joins).
+  std::optional<loom::api::CallScope> scope;
+  scope.emplace(c);
+  const bool blocking = c->blocking;
   // Atomically: another thread may watch *out for the handle, to abort a blocking init.
   std::atomic_ref<ncclComm_t>(*out).store(c, std::memory_order_release);
   if (loom::api::inGroup()) {
     loom::api::deferInit(c);
     return ncclSuccess;
   }
-  if (!c->blocking) {
+  if (!blocking) {
     c->initThread = std::thread([c] { c->runInit(); });
     return ncclInProgress;
   }
-  // The handle is published: another thread may ncclCommAbort it while this one waits in
-  // the init. The scope keeps the comm alive until this thread is done with it.
-  ncclResult_t rc;
+  c->runInit();
+  const auto rc = static_cast<ncclResult_t>(c->asyncError.load());
   std::string msg;
   bool mine = false;
-  {
-    loom::api::CallScope scope(c);
-    c->runInit();
-    rc = static_cast<ncclResult_t>(c->asyncError.load());
-    if (rc != ncclSuccess) {
-      std::lock_guard<std::mutex> lock(c->errMu);
-      msg = c->lastError;
-      mine = !c->teardown.exchange(true);  // else an abort is freeing it
-    }
+  if (rc != ncclSuccess) {
+    std::lock_guard<std::mutex> lock(c->errMu);
+    msg = c->lastError;
+    mine = !c->teardown.exchange(true);  // else an abort is freeing it
   }
+  scope.reset();
   if (rc != ncclSuccess) {
     if (mine) loom::api::destroyComm(c);
     std::atomic_ref<ncclComm_t>(*out).store(nullptr, std::memory_order_release);
@@ -444,9 +448,16 @@ LOOM_NCCL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) 
 }
 
 LOOM_NCCL_API const char* ncclGetLastError(ncclComm_t comm) {
-  if (comm && loom::api::isLiveComm(comm)) {
-    std::lock_guard<std::mutex> lock(comm->errMu);
-    return comm->lastError.c_str();
+  // A copy of this thread's: the communicator's text may be rewritten (a staged failure)
+  // or freed (an abort on another thread) once this returns.
+  thread_local std::string copy;
+  if (comm && loom::api::enterCall(comm)) {
+    {
+      std::lock_guard<std::mutex> lock(comm->errMu);
+      copy = comm->lastError;
+    }
+    loom::api::leaveCall(comm);
+    return copy.c_str();
   }
   return loom::api::threadLastError();
 }

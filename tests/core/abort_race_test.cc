@@ -1,6 +1,7 @@
-// A call entering while another thread aborts its communicator: the registry's check and
+// Calls entering while another thread aborts their communicator: the registry's check and
 // the count of active calls (api/comm.cc) must leave no moment when a destroy can free the
-// communicator under a call that found it live.
+// communicator under a call that found it live: collectives, ncclGetLastError and the
+// watchdog's polls, a group's end, and an init whose handle is aborted once published.
 #include <gtest/gtest.h>
 #include <nccl.h>
 
@@ -37,15 +38,24 @@ std::string callsRacingAnAbort(int trials) {
       return msg.find("live communicator") != std::string::npos ||
              msg.find("aborted") != std::string::npos;
     };
+    // Generous: only a machine that starves the aborting thread for a minute reaches it.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     std::thread trainer([&] {
       std::vector<float> in(64, 3.0f), out(64, 0.0f);
       ready.fetch_add(1);
-      for (long i = 0; i < 10000000; ++i) {
+      for (long i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
         const bool badOp = i % 2 == 1;
         ncclResult_t rc = ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat,
                                         badOp ? static_cast<ncclRedOp_t>(77) : ncclSum, comm,
                                         nullptr);
+        // The communicator's text (the failure recorded on it) while it may be going.
+        const std::string onComm = ncclGetLastError(comm);
         const std::string msg = ncclGetLastError(nullptr);
+        if (badOp && rc == ncclInvalidArgument && !gone(msg) && onComm != msg) {
+          errs[0] = "the communicator's last error is \"" + onComm + "\", the call's \"" + msg +
+                    "\"";
+          return;
+        }
         if (rc == ncclSuccess && !badOp) {
           if (out[0] != 3.0f || out[63] != 3.0f) {
             errs[0] = "a one-rank all-reduce gave " + std::to_string(out[0]);
@@ -67,7 +77,7 @@ std::string callsRacingAnAbort(int trials) {
     });
     std::thread watchdog([&] {
       ready.fetch_add(1);
-      for (long i = 0; i < 10000000; ++i) {
+      while (std::chrono::steady_clock::now() < deadline) {
         ncclResult_t async = ncclInternalError;
         ncclResult_t rc = ncclCommGetAsyncError(comm, &async);
         if (rc == ncclSuccess) {
@@ -100,6 +110,82 @@ std::string callsRacingAnAbort(int trials) {
 TEST(CoreRegression, CallsRacingAnAbortOnAnotherThread) {
   const char* env = getenv("LOOM_ABORT_RACE_TRIALS");
   EXPECT_EQ(callsRacingAnAbort(env ? atoi(env) : 200), "");
+}
+
+// A group's calls are recorded, then another thread aborts their communicator before the
+// group ends: the end (and a simulated end) fails naming the communicator as gone instead
+// of reading it.
+TEST(CoreRegression, GroupEndAfterAnAbortOfItsCommunicator) {
+  for (bool simulate : {false, true}) {
+    SCOPED_TRACE(simulate ? "ncclGroupSimulateEnd" : "ncclGroupEnd");
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclComm_t comm = nullptr;
+    ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+    std::vector<float> in(16, 2.0f), out(16, 0.0f);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr),
+              ncclSuccess);
+    std::thread([comm] { ncclCommAbort(comm); }).join();
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    ncclResult_t rc = simulate ? ncclGroupSimulateEnd(&sim) : ncclGroupEnd();
+    EXPECT_EQ(rc, ncclInvalidArgument);
+    const std::string msg = ncclGetLastError(nullptr);
+    EXPECT_NE(msg.find("not a live communicator"), std::string::npos) << msg;
+    EXPECT_EQ(out[0], 0.0f) << "the aborted communicator's all-reduce ran";
+  }
+}
+
+// Another thread aborts an init's handle as soon as it is published (as NCCL allows, to
+// end an init that waits for missing ranks): blocking, non-blocking and grouped inits of
+// one rank. The init either finishes or fails, the abort frees the communicator once the
+// init no longer uses it, and nothing is touched after (ASan and TSan run this).
+std::string initsRacingAnAbort(int trials) {
+  std::mt19937 rng(777);
+  for (int t = 0; t < trials; ++t) {
+    const int kind = t % 3;  // 0 blocking, 1 non-blocking, 2 grouped blocking
+    ncclUniqueId id;
+    RANK_NCCL(ncclGetUniqueId(&id));
+    ncclComm_t comm = nullptr;
+    std::atomic<int> rc{-1};
+    std::thread init([&] {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = kind == 1 ? 0 : 1;
+      if (kind == 2) ncclGroupStart();
+      ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+      if (kind == 2) {
+        ncclResult_t e = ncclGroupEnd();
+        if (r == ncclSuccess) r = e;
+      }
+      rc = r;
+    });
+    ncclComm_t handle = nullptr;
+    while (!(handle = std::atomic_ref<ncclComm_t>(comm).load()) && rc.load() == -1) {
+    }
+    if (!handle) handle = std::atomic_ref<ncclComm_t>(comm).load();  // done between the looks
+    if (handle) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 300);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      RANK_CHECK(ncclCommAbort(handle) == ncclSuccess, "trial %d: the abort failed: %s", t,
+                 ncclGetLastError(nullptr));
+    }
+    init.join();
+    const ncclResult_t r = static_cast<ncclResult_t>(rc.load());
+    // A failed init takes its handle back (the abort it lost to frees the communicator).
+    RANK_CHECK(handle != nullptr || r != ncclSuccess,
+               "trial %d: the init succeeded but left no handle", t);
+    RANK_CHECK(r == ncclSuccess || r == ncclInProgress || r == ncclInvalidUsage ||
+                   r == ncclInvalidArgument || r == ncclSystemError || r == ncclRemoteError,
+               "trial %d (kind %d): the init returned %d: %s", t, kind, r,
+               ncclGetLastError(nullptr));
+  }
+  return "";
+}
+
+TEST(CoreRegression, InitsRacingAnAbortOfTheirHandle) {
+  const char* env = getenv("LOOM_ABORT_RACE_TRIALS");
+  EXPECT_EQ(initsRacingAnAbort(env ? atoi(env) : 150), "");
 }
 
 }  // namespace
