@@ -4,7 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "api/guard.h"
 #include "base/log.h"
@@ -15,7 +15,8 @@ namespace {
 
 struct Registry {
   std::mutex mu;
-  std::unordered_set<ncclComm_t> live;
+  std::unordered_map<ncclComm_t, uint64_t> live;  // each communicator's serial
+  uint64_t nextSerial = 0;
   // Advances whenever a communicator leaves the registry: a thread's memo of the last
   // communicator it found live holds while this stays the same.
   std::atomic<uint64_t> removals{0};
@@ -32,6 +33,7 @@ struct Registry {
 };
 struct LiveMemo {
   ncclComm_t comm = nullptr;
+  uint64_t serial = 0;
   uint64_t removals = 0;
 };
 thread_local LiveMemo tlsLive;
@@ -44,7 +46,8 @@ Registry& registry() {
 
 void registerComm(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(registry().mu);
-  registry().live.insert(comm);
+  comm->serial = ++registry().nextSerial;
+  registry().live[comm] = comm->serial;
 }
 
 void unregisterComm(ncclComm_t comm) {
@@ -55,26 +58,28 @@ void unregisterComm(ncclComm_t comm) {
 
 // Every call checks its communicator: a training loop calls with the same one again and
 // again, so a thread remembers the last one it found live until any is destroyed.
-bool isLiveComm(ncclComm_t comm) {
+bool isLiveComm(ncclComm_t comm, uint64_t serial) {
   Registry& r = registry();
   const uint64_t removals = r.removals.load();  // seq_cst, for enterCall
-  if (comm != nullptr && comm == tlsLive.comm && removals == tlsLive.removals) return true;
+  if (comm != nullptr && comm == tlsLive.comm && removals == tlsLive.removals)
+    return serial == 0 || serial == tlsLive.serial;
   std::lock_guard<std::mutex> lock(r.mu);
-  if (r.live.count(comm) == 0) return false;
-  tlsLive = {comm, r.removals.load(std::memory_order_relaxed)};
-  return true;
+  auto it = r.live.find(comm);
+  if (it == r.live.end()) return false;
+  tlsLive = {comm, it->second, r.removals.load(std::memory_order_relaxed)};
+  return serial == 0 || serial == it->second;
 }
 
 // Sequentially consistent, with unregisterComm then destroyComm's look at each slot: either
 // this thread's look at `removals` comes before the removal, and the destroy then sees it
 // in its slot and waits for it to be counted, or it comes after and finds comm gone.
-bool enterCall(ncclComm_t comm) {
+bool enterCall(ncclComm_t comm, uint64_t serial) {
   if (!comm) return false;
   Registry& r = registry();
   thread_local unsigned slot = r.nextSlot.fetch_add(1) % Registry::kSlots;
   std::atomic<int>& entering = r.entering[slot].n;
   entering.fetch_add(1);
-  const bool live = isLiveComm(comm);
+  const bool live = isLiveComm(comm, serial);
   if (live) comm->activeCalls.fetch_add(1);
   entering.fetch_sub(1);
   return live;
@@ -82,8 +87,8 @@ bool enterCall(ncclComm_t comm) {
 
 void leaveCall(ncclComm_t comm) { comm->activeCalls.fetch_sub(1); }
 
-CallScope::CallScope(ncclComm_t c) : c_(c) {
-  if (!enterCall(c))
+CallScope::CallScope(ncclComm_t c, uint64_t serial) : c_(c) {
+  if (!enterCall(c, serial))
     LOOM_THROW(kInvalidArgument,
                "comm %p is not a live communicator (destroyed or aborted on another thread)",
                static_cast<void*>(c));
@@ -101,17 +106,21 @@ void setCommLastError(ncclComm_t comm, const std::string& msg) {
   comm->lastError = msg;
 }
 
+void waitInitOrThrow(ncclComm_t comm, const char* fn) {
+  comm->waitInit();
+  if (comm->asyncError.load() == ncclInProgress)  // ended by an abort or a destroy
+    LOOM_THROW(kInvalidUsage, "%s: communicator (rank %d) was %s before its init finished", fn,
+               comm->rank, comm->abortFlag.load() ? "aborted" : "destroyed");
+}
+
 void checkComm(ncclComm_t comm, const char* fn) {
   if (!comm) LOOM_THROW(kInvalidArgument, "%s: comm is NULL", fn);
   if (!isLiveComm(comm))
     LOOM_THROW(kInvalidArgument,
                "%s: comm %p is not a live communicator (already destroyed, or never created)",
                fn, static_cast<void*>(comm));
-  comm->waitInit();
+  waitInitOrThrow(comm, fn);
   int err = comm->asyncError.load();
-  if (err == ncclInProgress)  // the wait was ended by an abort or a destroy
-    LOOM_THROW(kInvalidUsage, "%s: communicator (rank %d) was %s before its init finished", fn,
-               comm->rank, comm->abortFlag.load() ? "aborted" : "destroyed");
   if (err != ncclSuccess) {
     std::string last;
     {
@@ -135,7 +144,7 @@ void checkCommForManagement(ncclComm_t comm, const char* fn) {
   if (!isLiveComm(comm))
     LOOM_THROW(kInvalidArgument, "%s: comm %p is not a live communicator", fn,
                static_cast<void*>(comm));
-  comm->waitInit();
+  waitInitOrThrow(comm, fn);
   LOOM_CHECK_USAGE(comm->core != nullptr, "%s: the communicator (rank %d) never initialized", fn,
                    comm->rank);
   LOOM_CHECK_USAGE(!comm->abortFlag.load(), "%s: communicator (rank %d) has been aborted", fn,

@@ -31,6 +31,7 @@ struct ncclComm {
   std::unique_ptr<loom::dispatch::Shadow> shadow;
   std::string deviceServer;
   bool staged = false;  // no shadow: Loom's staged path serves device memory (engine/staged.h)
+  uint64_t serial = 0;  // set by registerComm: which communicator lives at this address
   std::atomic<bool> abortFlag{false};
   std::atomic<bool> revoked{false};
   std::atomic<int> asyncError{ncclSuccess};  // ncclInProgress while initializing
@@ -74,9 +75,15 @@ namespace loom::api {
 // without touching freed memory.
 void registerComm(ncclComm_t comm);
 void unregisterComm(ncclComm_t comm);
-bool isLiveComm(ncclComm_t comm);
+// With a serial (ncclComm::serial), also that it is the same communicator, not one made
+// since at the address of a freed one.
+bool isLiveComm(ncclComm_t comm, uint64_t serial = 0);
 // Records comm's last error if comm is still live; safe against a concurrent destroy.
 void setCommLastError(ncclComm_t comm, const std::string& msg);
+
+// Waits for comm's init; throws if an abort or destroy ended the wait before the init did.
+// Only then may comm->core be read.
+void waitInitOrThrow(ncclComm_t comm, const char* fn);
 
 // Validates `comm` for an operation: live, initialized (waits for a non-blocking init),
 // not aborted or failed. Throws with a message naming `fn`.
@@ -90,7 +97,7 @@ void checkCommForManagement(ncclComm_t comm, const char* fn);
 // (Every guard() with a live comm holds one already: see enterCall in guard.h.)
 class CallScope {
  public:
-  explicit CallScope(ncclComm_t c);
+  explicit CallScope(ncclComm_t c, uint64_t serial = 0);
   // Takes over a count that enterCall(c) returned true for.
   enum Adopt { kEntered };
   CallScope(Adopt, ncclComm_t c) : c_(c) {}

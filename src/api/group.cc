@@ -17,10 +17,14 @@
 namespace loom::api {
 namespace {
 
+struct DeferredInit {
+  ncclComm_t comm;
+  uint64_t serial;  // as OpArgs::serial
+};
 struct GroupState {
   int depth = 0;
   std::vector<OpArgs> ops;
-  std::vector<ncclComm_t> inits;
+  std::vector<DeferredInit> inits;
 };
 thread_local GroupState tlsGroup;
 
@@ -136,7 +140,10 @@ std::vector<std::unique_ptr<CallScope>> enterEach(const std::vector<OpArgs>& arg
   for (const OpArgs& a : args)
     if (std::find(comms.begin(), comms.end(), a.comm) == comms.end()) comms.push_back(a.comm);
   std::vector<std::unique_ptr<CallScope>> scopes;
-  for (ncclComm_t comm : comms) scopes.push_back(std::make_unique<CallScope>(comm));
+  for (ncclComm_t comm : comms) {
+    const auto a = std::find_if(args.begin(), args.end(), [&](const OpArgs& x) { return x.comm == comm; });
+    scopes.push_back(std::make_unique<CallScope>(comm, a->serial));
+  }
   return scopes;
 }
 
@@ -167,13 +174,13 @@ void launch(const std::vector<OpArgs>& args) {
 // thread frees it only after its init thread is set (non-blocking) or has returned.
 // A communicator aborted before the group ended is left to its abort. True if an init
 // goes on in the background (a non-blocking communicator's).
-bool runDeferredInits(std::vector<ncclComm_t> inits) {
+bool runDeferredInits(const std::vector<DeferredInit>& inits) {
   std::vector<std::unique_ptr<CallScope>> scopes;
   std::vector<ncclComm_t> live;
-  for (ncclComm_t c : inits) {
-    if (!enterCall(c)) continue;
-    live.push_back(c);
-    scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, c));
+  for (const DeferredInit& d : inits) {
+    if (!enterCall(d.comm, d.serial)) continue;
+    live.push_back(d.comm);
+    scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, d.comm));
   }
   std::vector<std::thread> threads;
   bool background = false;
@@ -209,7 +216,7 @@ double estimateGroupMicros(const std::vector<OpArgs>& ops) {
   }
   double slowest = 0;
   for (auto& [comm, reqs] : perComm) {
-    comm->waitInit();
+    waitInitOrThrow(comm, "ncclGroupSimulateEnd");
     LOOM_CHECK_USAGE(comm->core != nullptr,
                      "ncclGroupSimulateEnd: communicator %p failed to initialize", static_cast<void*>(comm));
     slowest = std::max(slowest, estimateMicros(reqs, comm->core->planContext()));
@@ -222,12 +229,13 @@ bool inGroup() { return tlsGroup.depth > 0; }
 void submit(const OpArgs& op) {
   if (inGroup()) {
     tlsGroup.ops.push_back(op);
+    tlsGroup.ops.back().serial = op.comm->serial;  // the recording call is counted in it
     return;
   }
   launchOne(op);
 }
 
-void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back(comm); }
+void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back({comm, comm->serial}); }
 
 }  // namespace loom::api
 
@@ -249,7 +257,7 @@ ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   auto& g = tlsGroup;
   LOOM_CHECK_USAGE(g.depth > 0, "%s: no matching ncclGroupStart", fn);
   if (--g.depth > 0) return ncclSuccess;
-  std::vector<ncclComm_t> inits = std::move(g.inits);
+  std::vector<DeferredInit> inits = std::move(g.inits);
   std::vector<OpArgs> ops = std::move(g.ops);
   g.inits.clear();
   g.ops.clear();

@@ -25,6 +25,9 @@ struct OpArgs {
   ncclComm_t comm;
   MemKind mem = MemKind::kHost;  // of the buffers, classified by the entry point
   cudaStream_t stream = nullptr;
+  // comm's registration serial, noted when a group records the call: the group's end
+  // enters that communicator, not one made since at a freed one's address.
+  uint64_t serial = 0;
 };
 
 bool inGroup();

@@ -7,6 +7,7 @@
 
 #include <nccl.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -23,7 +24,7 @@ ncclResult_t handleException(const char* fn, ncclComm_t comm);
 
 // Counts the calling thread in comm's calls if comm is live (api/comm.cc), so that an
 // abort or destroy on another thread frees comm only after the call has left.
-bool enterCall(ncclComm_t comm);
+bool enterCall(ncclComm_t comm, uint64_t serial = 0);
 void leaveCall(ncclComm_t comm);
 
 // The whole call, its error recording included, is one of comm's calls: from the first

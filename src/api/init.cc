@@ -285,7 +285,7 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
     LOOM_CHECK_ARG(shrinkFlags == NCCL_SHRINK_DEFAULT || shrinkFlags == NCCL_SHRINK_ABORT,
                    "%s: shrinkFlags=%d (expected NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)", fn,
                    shrinkFlags);
-    comm->waitInit();
+    loom::api::waitInitOrThrow(comm, fn);
     LOOM_CHECK_USAGE(comm->core != nullptr, "%s: the communicator never finished initializing",
                      fn);
     std::vector<bool> excluded(comm->nranks, false);

@@ -3,8 +3,10 @@
 // communicator under a call that found it live: collectives, ncclGetLastError and the
 // watchdog's polls, a group's end, and an init whose handle is aborted once published.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -134,6 +136,68 @@ TEST(CoreRegression, GroupEndAfterAnAbortOfItsCommunicator) {
     EXPECT_NE(msg.find("not a live communicator"), std::string::npos) << msg;
     EXPECT_EQ(out[0], 0.0f) << "the aborted communicator's all-reduce ran";
   }
+}
+
+// As above, but the aborting thread then makes a new communicator, which the allocator
+// tends to place at the freed one's address (as a watchdog that replaces a communicator
+// may): the group's end must not take it for the one its calls were recorded on, for a
+// recorded collective and for a recorded (deferred) init alike.
+TEST(CoreRegression, GroupEndAfterItsCommunicatorWasReplacedAtItsAddress) {
+  auto makeComm = [](ncclComm_t* out) {
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) return ncclInternalError;
+    return ncclCommInitRank(out, 1, id, 0);
+  };
+  // One malloc arena for every thread, so that a block one thread frees is the next one
+  // another gets (glibc gives threads arenas of their own otherwise).
+  mallopt(M_ARENA_MAX, 1);
+  int sameAddress[2] = {0, 0};
+  for (int attempt = 0; attempt < 40 && (!sameAddress[0] || !sameAddress[1]); ++attempt)
+  for (bool deferredInit : {false, true}) {
+    SCOPED_TRACE(std::string(deferredInit ? "a recorded init" : "a recorded all-reduce") +
+                 ", attempt " + std::to_string(attempt));
+    std::vector<float> in(16, 2.0f), out(16, 0.0f);
+    ncclComm_t a = nullptr;
+    if (!deferredInit) ASSERT_EQ(makeComm(&a), ncclSuccess);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    if (deferredInit) {
+      ASSERT_EQ(makeComm(&a), ncclSuccess);  // deferred to the group's end; the handle is out
+    } else {
+      ASSERT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, a, nullptr),
+                ncclSuccess);
+    }
+    ncclComm_t b = nullptr;
+    ncclResult_t brc = ncclInternalError;
+    std::thread([&] {
+      ncclCommAbort(a);
+      brc = makeComm(&b);
+    }).join();
+    ASSERT_EQ(brc, ncclSuccess);
+    sameAddress[deferredInit] += a == b;
+    ncclResult_t rc = ncclGroupEnd();
+    const std::string msg = ncclGetLastError(nullptr);
+    if (deferredInit) {
+      EXPECT_EQ(rc, ncclInvalidUsage) << msg;
+      EXPECT_NE(msg.find("aborted or destroyed before the group ended"), std::string::npos) << msg;
+    } else {
+      EXPECT_EQ(rc, ncclInvalidArgument) << msg;
+      EXPECT_NE(msg.find("not a live communicator"), std::string::npos) << msg;
+      EXPECT_EQ(out[0], 0.0f) << "the recorded all-reduce ran on the new communicator";
+    }
+    // The new communicator is whole and serves its own calls.
+    std::fill(out.begin(), out.end(), 0.0f);
+    EXPECT_EQ(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, b, nullptr),
+              ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(out[15], 2.0f);
+    EXPECT_EQ(ncclCommDestroy(b), ncclSuccess);
+  }
+  RecordProperty("reused_address_collective", sameAddress[0]);
+  RecordProperty("reused_address_init", sameAddress[1]);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // their allocators hold freed blocks back
+  EXPECT_TRUE(sameAddress[0] && sameAddress[1])
+      << "in 40 attempts no new communicator was placed at the old one's address (collective "
+      << sameAddress[0] << ", init " << sameAddress[1] << "): the test did not test its case";
+#endif
 }
 
 // Another thread aborts an init's handle as soon as it is published (as NCCL allows, to
