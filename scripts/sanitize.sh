@@ -71,7 +71,7 @@ export LOOM_TIMEOUT="${LOOM_TIMEOUT:-60}"
 if [ "$kind" = address ]; then
   export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:print_stacktrace=1:strict_string_checks=1:detect_stack_use_after_return=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-  report_re="ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer)|Sanitizer CHECK failed"
+  report_re="ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY: (AddressSanitizer|UndefinedBehaviorSanitizer)|Sanitizer:? CHECK failed"
   # Every multi-rank test (ranks as threads and as forked processes, shm and TCP, 1-8
   # ranks, every collective and algorithm, errors, bootstrap, transports), then kill, abort,
   # revoke, shrink, hostile connections and chaos.
@@ -101,7 +101,7 @@ else
   # TSan follows threads, not fork(): ranks run as threads of one process. Reports go to
   # the log and the test goes on (halt_on_error=0) so one run lists every race.
   export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:history_size=4${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
-  report_re="WARNING: ThreadSanitizer|ERROR: ThreadSanitizer|runtime error:|Sanitizer CHECK failed"
+  report_re="WARNING: ThreadSanitizer|ERROR: ThreadSanitizer|runtime error:|Sanitizer:? CHECK failed"
   # Eight rank threads over sockets are the slowest under TSan and add no thread pattern
   # that 2-5 over sockets and 8 over shm lack (the CI budget; "full" runs them).
   core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrorsUsage.*:-*threads_8_socket'
