@@ -137,12 +137,11 @@ void launchOne(const OpArgs& a) {
 // them: one may have been aborted on another thread since its calls were recorded.
 std::vector<std::unique_ptr<CallScope>> enterEach(const std::vector<OpArgs>& args) {
   std::vector<ncclComm_t> comms;
-  for (const OpArgs& a : args)
-    if (std::find(comms.begin(), comms.end(), a.comm) == comms.end()) comms.push_back(a.comm);
   std::vector<std::unique_ptr<CallScope>> scopes;
-  for (ncclComm_t comm : comms) {
-    const auto a = std::find_if(args.begin(), args.end(), [&](const OpArgs& x) { return x.comm == comm; });
-    scopes.push_back(std::make_unique<CallScope>(comm, a->serial));
+  for (const OpArgs& a : args) {
+    if (std::find(comms.begin(), comms.end(), a.comm) != comms.end()) continue;
+    comms.push_back(a.comm);
+    scopes.push_back(std::make_unique<CallScope>(a.comm, a.serial));
   }
   return scopes;
 }
