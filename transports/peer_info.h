@@ -60,6 +60,9 @@ struct PeerInfo {
   // Names of the registered transports, in order: sections are indexed by that order, so
   // every rank must have the same list.
   uint64_t transportSet;
+  // Digest of the knobs every rank must set alike (filled by the engine:
+  // engine/knob_agreement.h).
+  uint64_t jobKnobs;
   char hostname[64];
   PeerSection sections[kMaxTransports];
 };

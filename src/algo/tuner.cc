@@ -14,9 +14,11 @@ namespace {
 
 StringKnob kAlgo("LOOM_ALGO", "NCCL_ALGO", "",
                  "Restrict algorithms (NCCL syntax: ring,tree | ^tree | allreduce:tree;broadcast:ring); "
-                 "Loom: ring, tree, halvingdoubling, direct, hierarchical");
+                 "Loom: ring, tree, halvingdoubling, direct, hierarchical",
+                 KnobScope::kJob);
 StringKnob kProto("LOOM_PROTO", "NCCL_PROTO", "",
-                  "Restrict protocols (NCCL syntax: LL,Simple | ^LL128 | allreduce:LL;broadcast:Simple)");
+                  "Restrict protocols (NCCL syntax: LL,Simple | ^LL128 | allreduce:LL;broadcast:Simple)",
+                  KnobScope::kJob);
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));

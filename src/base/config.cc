@@ -22,8 +22,9 @@ std::string origin(const KnobBase& k) {
 }  // namespace
 
 KnobBase::KnobBase(const char* name, const char* alias, KnobType type, std::string def,
-                   const char* help)
-    : name_(name), alias_(alias ? alias : ""), type_(type), def_(std::move(def)), help_(help) {
+                   const char* help, KnobScope scope)
+    : name_(name), alias_(alias ? alias : ""), type_(type), def_(std::move(def)), help_(help),
+      scope_(scope) {
   registry().push_back(this);
 }
 
@@ -59,8 +60,27 @@ bool KnobBase::isSet() const {
   return lookup(&from) != nullptr;
 }
 
-IntKnob::IntKnob(const char* name, const char* alias, int64_t def, const char* help)
-    : KnobBase(name, alias, KnobType::kInt, std::to_string(def), help) {}
+std::string KnobBase::canonical() const {
+  try {
+    switch (type_) {
+      case KnobType::kInt: return std::to_string(static_cast<const IntKnob*>(this)->get());
+      case KnobType::kSize: return std::to_string(static_cast<const SizeKnob*>(this)->get());
+      case KnobType::kBool: return static_cast<const BoolKnob*>(this)->get() ? "1" : "0";
+      case KnobType::kString: break;
+    }
+  } catch (const Error&) {
+    return raw();  // malformed: its own rank reports it; as a value it differs from any good one
+  }
+  std::string s = raw();
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  s = b == std::string::npos ? "" : s.substr(b, e - b + 1);
+  std::transform(s.begin(), s.end(), s.begin(), ::tolower);
+  return s;
+}
+
+IntKnob::IntKnob(const char* name, const char* alias, int64_t def, const char* help,
+                 KnobScope scope)
+    : KnobBase(name, alias, KnobType::kInt, std::to_string(def), help, scope) {}
 
 int64_t IntKnob::get() const {
   std::string s = raw();

@@ -12,10 +12,16 @@ namespace loom {
 
 enum class KnobType { kInt, kBool, kString, kSize };
 
+// kJob: a knob that decides what plan, protocol or FIFO shape a rank uses, so every rank of
+// a communicator must have the same value (ranks that differ would wait on each other or
+// misread each other's data). Each communicator's init compares them across its ranks
+// (engine/knob_agreement.h) and fails naming the knob. kRank: each rank's own business.
+enum class KnobScope { kRank, kJob };
+
 class KnobBase {
  public:
   KnobBase(const char* name, const char* ncclAlias, KnobType type, std::string def,
-           const char* help);
+           const char* help, KnobScope scope = KnobScope::kRank);
   KnobBase(const KnobBase&) = delete;
   KnobBase& operator=(const KnobBase&) = delete;
 
@@ -24,11 +30,15 @@ class KnobBase {
   KnobType type() const { return type_; }
   const std::string& defaultValue() const { return def_; }
   const char* help() const { return help_; }
+  KnobScope scope() const { return scope_; }
 
   // The raw string in force and its source ("default", "env LOOM_X", "env NCCL_X").
   std::string raw() const;
   std::string source() const;
   bool isSet() const;
+  // The value in force as ranks compare it: numbers, sizes and booleans parsed, strings
+  // trimmed and lower-cased; the raw string where it does not parse.
+  std::string canonical() const;
 
  private:
   const char* lookup(const char** from) const;
@@ -37,33 +47,38 @@ class KnobBase {
   KnobType type_;
   std::string def_;
   const char* help_;
+  KnobScope scope_;
 };
 
 class IntKnob : public KnobBase {
  public:
-  IntKnob(const char* name, const char* alias, int64_t def, const char* help);
+  IntKnob(const char* name, const char* alias, int64_t def, const char* help,
+          KnobScope scope = KnobScope::kRank);
   int64_t get() const;  // throws kInvalidArgument naming the variable on a malformed value
 };
 
 class BoolKnob : public KnobBase {
  public:
-  BoolKnob(const char* name, const char* alias, bool def, const char* help)
-      : KnobBase(name, alias, KnobType::kBool, def ? "1" : "0", help) {}
+  BoolKnob(const char* name, const char* alias, bool def, const char* help,
+           KnobScope scope = KnobScope::kRank)
+      : KnobBase(name, alias, KnobType::kBool, def ? "1" : "0", help, scope) {}
   bool get() const;
 };
 
 class StringKnob : public KnobBase {
  public:
-  StringKnob(const char* name, const char* alias, const char* def, const char* help)
-      : KnobBase(name, alias, KnobType::kString, def, help) {}
+  StringKnob(const char* name, const char* alias, const char* def, const char* help,
+             KnobScope scope = KnobScope::kRank)
+      : KnobBase(name, alias, KnobType::kString, def, help, scope) {}
   std::string get() const { return raw(); }
 };
 
 // Byte sizes accept K/M/G suffixes (powers of two).
 class SizeKnob : public KnobBase {
  public:
-  SizeKnob(const char* name, const char* alias, const char* def, const char* help)
-      : KnobBase(name, alias, KnobType::kSize, def, help) {}
+  SizeKnob(const char* name, const char* alias, const char* def, const char* help,
+           KnobScope scope = KnobScope::kRank)
+      : KnobBase(name, alias, KnobType::kSize, def, help, scope) {}
   uint64_t get() const;
 };
 

@@ -16,6 +16,7 @@
 #include "engine/direct_moves.h"
 #include "engine/interp_executor.h"
 #include "engine/job_status.h"
+#include "engine/knob_agreement.h"
 #include "engine/metrics.h"
 #include "kernels/ll.h"
 #include "topo/load.h"
@@ -24,8 +25,9 @@ namespace loom {
 namespace {
 
 SizeKnob kSlotBytes("LOOM_SLOT_BYTES", "", "256K",
-                    "Bytes per connection FIFO slot (one pipeline step)");
-IntKnob kDepth("LOOM_FIFO_DEPTH", "", 8, "Slots per connection FIFO (pipeline depth)");
+                    "Bytes per connection FIFO slot (one pipeline step)", KnobScope::kJob);
+IntKnob kDepth("LOOM_FIFO_DEPTH", "", 8, "Slots per connection FIFO (pipeline depth)",
+               KnobScope::kJob);
 
 FifoShape fifoShape() {
   uint64_t slot = kSlotBytes.get();
@@ -103,11 +105,13 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   transports_ = std::make_unique<TransportManager>(*bootstrap_, shape, commHash_);
   peers_.resize(nranks);
   peers_[rank] = transports_->localInfo();
+  peers_[rank].jobKnobs = jobKnobDigest();
   bootstrap_->allGather(peers_.data(), sizeof(PeerInfo));
   for (int r = 0; r < nranks; ++r)
     if (peers_[r].rank != r)
       LOOM_THROW(kInternalError, "rank %d: peer exchange returned rank %d in slot %d", rank,
                  peers_[r].rank, r);
+  checkJobKnobs(*bootstrap_, peers_);  // NCCL_ALGO, the FIFO shape, ... alike on every rank
   transports_->setPeers(peers_);
   // Out-of-band waits on a local peer that has died end at once instead of timing out.
   pidfds_.assign(nranks, -1);

@@ -31,7 +31,8 @@ StringKnob kDeviceExecutor("LOOM_DEVICE_EXECUTOR", "", "staged",
 SizeKnob kDeviceLLBytes("LOOM_DEVICE_LL_BYTES", "", "64K",
                         "The device executor runs collectives of at most this many bytes per rank with "
                         "the LL protocol (flagged 8-byte lines; lower latency), larger ones with Simple; "
-                        "0: Simple always. NCCL_PROTO without LL also means Simple. Every rank must use the same");
+                        "0: Simple always. NCCL_PROTO without LL also means Simple. Every rank must use the same",
+                        KnobScope::kJob);
 
 constexpr int kMaxRanks = 16;  // a direct plan's channel uses 2 (n - 1) = 30 FIFO ends; a block keeps 32
 constexpr size_t kPinnedChunk = 256 << 10;  // pinned() allocates this much at a time

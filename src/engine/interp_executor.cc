@@ -26,11 +26,13 @@ StringKnob kExecutor("LOOM_EXECUTOR", "", "cpu",
                      "What runs host-memory plans of communicators created from then on: cpu "
                      "(the CPU executor) or interp (the device executor's plan interpreter on "
                      "host threads, one per channel as a GPU runs one block per channel; for "
-                     "tests: slower, several threads per rank)");
+                     "tests: slower, several threads per rank)",
+                     KnobScope::kJob);
 StringKnob kInterpProto("LOOM_INTERP_PROTO", "", "simple",
                         "Protocol of the plan interpreter (LOOM_EXECUTOR=interp): simple, or ll "
                         "(flagged 8-byte lines, half a slot per piece, on connections whose slots "
-                        "both ends share). Every rank of a job must use the same");
+                        "both ends share). Every rank of a job must use the same",
+                        KnobScope::kJob);
 
 // A channel's FIFOs, as a kernel would find them in its connection table.
 struct HostEnv {
@@ -252,13 +254,14 @@ void checkStalled(Queue& q, double idleSec, double timeoutSec) {
 }  // namespace
 
 uint8_t interpExecutorSelected() {
-  const std::string v = kExecutor.get();
+  const std::string v = kExecutor.canonical();
   if (v == "cpu" || v.empty()) return Task::kCpu;
-  if (v != "interp") LOOM_THROW(kInvalidArgument, "LOOM_EXECUTOR=%s: expected cpu or interp", v.c_str());
-  const std::string p = kInterpProto.get();
+  if (v != "interp")
+    LOOM_THROW(kInvalidArgument, "LOOM_EXECUTOR=%s: expected cpu or interp", kExecutor.get().c_str());
+  const std::string p = kInterpProto.canonical();  // as NCCL_PROTO: any case
   if (p == "simple" || p.empty()) return Task::kInterpSimple;
-  if (p == "ll" || p == "LL") return Task::kInterpLL;
-  LOOM_THROW(kInvalidArgument, "LOOM_INTERP_PROTO=%s: expected simple or ll", p.c_str());
+  if (p == "ll") return Task::kInterpLL;
+  LOOM_THROW(kInvalidArgument, "LOOM_INTERP_PROTO=%s: expected simple or ll", kInterpProto.get().c_str());
 }
 
 void runTasksInterp(std::span<Task* const> tasks) {

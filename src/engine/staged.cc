@@ -59,7 +59,8 @@ namespace {
 BoolKnob kStagedPath("LOOM_STAGED_PATH", "", true,
                      "serve device buffers that stock NCCL does not (LOOM_NCCL_FALLBACK) by "
                      "copying them through pinned host memory on the caller's stream; 0: "
-                     "refuse them (ncclInvalidUsage)");
+                     "refuse them (ncclInvalidUsage)",
+                     KnobScope::kJob);
 }  // namespace
 
 std::string stagedUnavailableReason() {

@@ -139,5 +139,23 @@ TEST(Config, SizeSuffixes) {
   EXPECT_NE(msg.find("NCCL_TEST_SIZE=lots"), std::string::npos) << msg;
 }
 
+// What ranks compare for job-wide knobs: the value, not its spelling.
+TEST(Config, CanonicalValues) {
+  ScopedEnv l("LOOM_TEST_SIZE", nullptr), n("NCCL_TEST_SIZE", "1M");
+  EXPECT_EQ(kTestSize.canonical(), "1048576");
+  {
+    ScopedEnv v("LOOM_TEST_SIZE", "1048576");
+    EXPECT_EQ(kTestSize.canonical(), "1048576");
+  }
+  ScopedEnv i("LOOM_TEST_INT", "0x10"), b("LOOM_TEST_BOOL", "Yes"), s("LOOM_TEST_STR", " Ring,Tree ");
+  EXPECT_EQ(kTestInt.canonical(), "16");
+  EXPECT_EQ(kTestBool.canonical(), "1");
+  EXPECT_EQ(kTestStr.canonical(), "ring,tree");
+  // A malformed value compares as written (its own rank reports it when it reads it).
+  ScopedEnv bad("LOOM_TEST_INT", "seven");
+  EXPECT_EQ(kTestInt.canonical(), "seven");
+  EXPECT_EQ(kTestInt.scope(), KnobScope::kRank);
+}
+
 }  // namespace
 }  // namespace loom

@@ -165,7 +165,9 @@ TEST(CoreRegression, GroupEndAfterItsCommunicatorWasReplacedAtItsAddress) {
                  ", attempt " + std::to_string(attempt));
     std::vector<float> in(16, 2.0f), out(16, 0.0f);
     ncclComm_t a = nullptr;
-    if (!deferredInit) ASSERT_EQ(makeComm(&a), ncclSuccess);
+    if (!deferredInit) {
+      ASSERT_EQ(makeComm(&a), ncclSuccess);
+    }
     ASSERT_EQ(ncclGroupStart(), ncclSuccess);
     if (deferredInit) {
       ASSERT_EQ(makeComm(&a), ncclSuccess);  // deferred to the group's end; the handle is out

@@ -153,6 +153,7 @@ KnobInfo describe(const KnobBase& k) {
   out.value = k.raw();
   out.source = k.source();
   out.help = k.help();
+  out.jobWide = k.scope() == KnobScope::kJob;
   validate(k, &out);
   return out;
 }

@@ -22,6 +22,7 @@ struct KnobInfo {
   std::string name, alias, type, def, value, source, help;
   bool valid = true;
   std::string error;  // why `value` does not parse, when !valid
+  bool jobWide = false;  // every rank of a communicator must have the same value (KnobScope::kJob)
 };
 
 struct InterfaceInfo {

@@ -79,6 +79,7 @@ void printKnobTable(FILE* out, const std::vector<KnobInfo>& knobs) {
             static_cast<int>(wAlias), k.alias.empty() ? "-" : k.alias.c_str(),
             static_cast<int>(wValue), shownValue(k).c_str(), source.c_str());
     fprintf(out, "    %s\n", k.help.c_str());
+    if (k.jobWide) fprintf(out, "    job-wide: every rank must have the same value (the init checks)\n");
     if (!k.valid) fprintf(out, "    error: %s\n", k.error.c_str());
   }
 }
@@ -111,7 +112,8 @@ const char* b(bool v) { return v ? "true" : "false"; }
 std::string knobJson(const KnobInfo& k) {
   std::string s = "{\"name\": " + q(k.name) + ", \"alias\": " + q(k.alias) + ", \"type\": " +
                   q(k.type) + ", \"default\": " + q(k.def) + ", \"value\": " + q(k.value) +
-                  ", \"source\": " + q(k.source) + ", \"valid\": " + b(k.valid);
+                  ", \"source\": " + q(k.source) + ", \"valid\": " + b(k.valid) +
+                  ", \"jobWide\": " + b(k.jobWide);
   if (!k.valid) s += ", \"error\": " + q(k.error);
   return s + ", \"help\": " + q(k.help) + "}";
 }

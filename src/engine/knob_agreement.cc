@@ -1,0 +1,113 @@
+#include "engine/knob_agreement.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "base/config.h"
+#include "base/error.h"
+
+namespace loom {
+namespace {
+
+constexpr int kMaxJobKnobs = 16;
+
+uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return (h ^ 0xff) * 1099511628211ull;  // ends the string: "ab"+"c" differs from "a"+"bc"
+}
+
+// The job-wide knobs in name order, the same list on every rank of one build.
+std::vector<const KnobBase*> jobKnobs() {
+  std::vector<const KnobBase*> out;
+  for (const KnobBase* k : allKnobs())
+    if (k->scope() == KnobScope::kJob) out.push_back(k);
+  std::sort(out.begin(), out.end(),
+            [](const KnobBase* a, const KnobBase* b) { return strcmp(a->name(), b->name()) < 0; });
+  if (out.size() > kMaxJobKnobs)
+    LOOM_THROW(kInternalError, "%zu job-wide knobs; the init compares at most %d", out.size(),
+               kMaxJobKnobs);
+  return out;
+}
+
+// One rank's values, all-gathered only when the digests differ.
+struct KnobValues {
+  uint32_t count;
+  struct {
+    char name[32];    // LOOM_*
+    char shown[56];   // the raw value, cut short
+    char source[32];  // "default", "env NCCL_ALGO"
+    uint64_t value;   // fnv1a of the canonical value
+  } k[kMaxJobKnobs];
+};
+
+template <size_t N>
+std::string field(const char (&f)[N]) {
+  return std::string(f, strnlen(f, N));
+}
+
+}  // namespace
+
+uint64_t jobKnobDigest() {
+  uint64_t h = 1469598103934665603ull;
+  for (const KnobBase* k : jobKnobs()) h = fnv1a(k->canonical(), fnv1a(k->name(), h));
+  return h;
+}
+
+void checkJobKnobs(Bootstrap& bs, const std::vector<PeerInfo>& peers) {
+  int differing = 0;
+  for (const PeerInfo& p : peers) differing += p.jobKnobs != peers[0].jobKnobs;
+  if (differing == 0) return;
+
+  const std::vector<const KnobBase*> knobs = jobKnobs();
+  std::vector<KnobValues> all(peers.size());
+  KnobValues& mine = all[bs.rank()];
+  memset(&mine, 0, sizeof(mine));
+  mine.count = static_cast<uint32_t>(knobs.size());
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    snprintf(mine.k[i].name, sizeof(mine.k[i].name), "%s", knobs[i]->name());
+    mine.k[i].value = fnv1a(knobs[i]->canonical());
+    snprintf(mine.k[i].shown, sizeof(mine.k[i].shown), "%s", knobs[i]->raw().c_str());
+    snprintf(mine.k[i].source, sizeof(mine.k[i].source), "%s", knobs[i]->source().c_str());
+  }
+  bs.allGather(all.data(), sizeof(KnobValues));
+
+  const std::string tail = strprintf(
+      "; %d of %zu ranks differ from rank 0. Set it alike on every rank: ranks with different "
+      "values run different plans or FIFO shapes and would wait on each other",
+      differing, peers.size());
+  const KnobValues& first = all[0];
+  for (size_t r = 1; r < all.size(); ++r) {
+    const KnobValues& other = all[r];
+    if (peers[r].jobKnobs == peers[0].jobKnobs) continue;
+    bool sameList = other.count == first.count && first.count <= kMaxJobKnobs;
+    for (uint32_t i = 0; sameList && i < first.count; ++i)
+      sameList = field(other.k[i].name) == field(first.k[i].name);
+    if (!sameList)
+      LOOM_THROW(kInvalidUsage,
+                 "rank %zu's Loom compares other job-wide settings than rank 0's: the ranks run "
+                 "different Loom builds%s", r, tail.c_str());
+    for (uint32_t i = 0; i < first.count; ++i) {
+      if (other.k[i].value == first.k[i].value) continue;
+      auto side = [&](const KnobValues& v, size_t rank) {
+        return strprintf("rank %zu has \"%s\" (%s)", rank, field(v.k[i].shown).c_str(),
+                         field(v.k[i].source).c_str());
+      };
+      // The variable a user set (rank 0's, else the other's); the knob's name if neither did.
+      std::string name = field(first.k[i].name);
+      for (const std::string& src : {field(first.k[i].source), field(other.k[i].source)})
+        if (src.rfind("env ", 0) == 0) {
+          name = src.substr(4);
+          break;
+        }
+      LOOM_THROW(kInvalidUsage, "%s differs between ranks: %s, %s%s", name.c_str(),
+                 side(first, 0).c_str(), side(other, r).c_str(), tail.c_str());
+    }
+  }
+  // Digests differ but no value does: the per-knob hashes collided.
+  LOOM_THROW(kInvalidUsage, "the ranks' job-wide settings differ, but no single one could be "
+             "named%s", tail.c_str());
+}
+
+}  // namespace loom
