@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <string>
@@ -19,10 +20,15 @@ constexpr uint32_t kTagAck = 0x20000000u;
 
 // The receiver's answer to "how do I reach your end": which transport it chose and that
 // transport's blob. Fixed size, so the bootstrap's length check covers it.
+// kSetupFailed in SetupMsg::transport: the receiver's setup() threw; `len` is its code,
+// `error` its message, which the sender then fails with (instead of "connection closed").
+constexpr uint32_t kSetupFailed = 0xffffffffu;
+
 struct SetupMsg {
   uint32_t transport;  // index in registry order (the same on every rank: transportSet)
   uint32_t len;
   uint8_t blob[kMaxConnBlobBytes];
+  char error[384];
 };
 
 std::string names(const std::vector<TransportSpec>& specs) {
@@ -157,7 +163,20 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
   for (ConnKey k : recvs) {
     int p = k.first, t = transportIndex(p);
     Blob blob;
-    pending[k] = transports_[t]->setup(request(k, t), &blob);
+    try {
+      pending[k] = transports_[t]->setup(request(k, t), &blob);
+    } catch (const Error& e) {
+      SetupMsg msg{};
+      msg.transport = kSetupFailed;
+      msg.len = static_cast<uint32_t>(e.code());
+      snprintf(msg.error, sizeof(msg.error), "%s", e.what());
+      try {
+        bootstrap_.send(p, kTagInfo + k.second, &msg, sizeof(msg));
+      } catch (const Error&) {
+        // The sender is gone too: this rank's own error is the one to report.
+      }
+      throw;
+    }
     if (blob.size() > kMaxConnBlobBytes)
       LOOM_THROW(kInternalError,
                  "rank %d: transport '%s' made a %zu-byte setup blob for rank %d; a connection "
@@ -174,6 +193,15 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
     int p = k.first;
     SetupMsg msg;
     bootstrap_.recv(p, kTagInfo + k.second, &msg, sizeof(msg));
+    if (msg.transport == kSetupFailed) {
+      const bool known = msg.len >= static_cast<uint32_t>(Code::kSystemError) &&
+                         msg.len <= static_cast<uint32_t>(Code::kRemoteError);
+      throw Error(known ? static_cast<Code>(msg.len) : Code::kRemoteError,
+                  strprintf("rank %d: rank %d failed to set up its end of connection #%d from "
+                            "this rank: %.*s",
+                            me, p, k.second, static_cast<int>(strnlen(msg.error, sizeof(msg.error))),
+                            msg.error));
+    }
     if (msg.transport >= transports_.size() || msg.len > kMaxConnBlobBytes)
       LOOM_THROW(kRemoteError, "rank %d: rank %d sent a corrupt connection setup (transport %u, %u bytes)",
                  me, p, msg.transport, msg.len);

@@ -3,8 +3,8 @@
     import loom_torch  # registers the backend "loom"
     torch.distributed.init_process_group("loom", ...)
 
-CPU tensors (Loom's host path); CUDA tensors need Loom's CUDA executor, which is not
-built yet. The unique id of each process group travels through the store torch passes in
+CPU tensors (Loom's host path). For CUDA tensors use torch's own backend "nccl" with
+Loom's libnccl.so.2 preloaded (LD_PRELOAD), which hands them to Loom's device paths. The unique id of each process group travels through the store torch passes in
 (env://, TCPStore, FileStore ...).
 """
 import torch  # noqa: F401  (the extension needs torch's libraries loaded first)

@@ -161,18 +161,46 @@ TEST_F(NetTransport, UnknownBackendIsInvalidArgumentNamingWhatExists) {
   }
 }
 
-// One rank without NCCL_NET: its peer picks the network for the pair, and it says that the
-// ranks disagree rather than failing obscurely or hanging.
+// Ranks on two hosts that picked different networks: every rank's init fails saying so,
+// naming both (before: "malformed TCP net handle" on one rank, "connection closed" on the
+// other). The receiver of a pair finds it, and its sender fails with the receiver's words.
 TEST_F(NetTransport, RanksDisagreeingAboutNcclNetAreTold) {
-  auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); },
-                    processRanks([](int rank) {
-                      setenv("LOOM_HOSTID", ("h" + std::to_string(rank)).c_str(), 1);
-                      if (rank == 0) setenv("NCCL_NET", "Socket", 1);
-                      else unsetenv("NCCL_NET");
-                    }));
-  ASSERT_FALSE(f.empty()) << "ranks with different NCCL_NET connected";
-  EXPECT_NE(joinFailures(f).find("every rank must set the same NCCL_NET"), std::string::npos)
-      << joinFailures(f);
+  struct Case {
+    const char* net1;  // rank 1's NCCL_NET (rank 0's is Socket); nullptr: unset
+    const char* says;  // what rank 0, receiving from rank 1, finds
+  };
+  std::vector<Case> cases = {
+      {nullptr, "rank 1 started none (NCCL_NET unset there and no net plugin started)"}};
+  if (loom::ucxBuiltIn()) cases.push_back({"UCX", "rank 1 uses UCX"});
+  EnvGuard tls("UCX_TLS", "tcp");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.net1 ? c.net1 : "unset");
+    auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); },
+                      processRanks([&](int rank) {
+                        setenv("LOOM_HOSTID", ("h" + std::to_string(rank)).c_str(), 1);
+                        setenv("NCCL_NET_PLUGIN", "none", 1);
+                        if (rank == 0) setenv("NCCL_NET", "Socket", 1);
+                        else if (c.net1) setenv("NCCL_NET", c.net1, 1);
+                        else unsetenv("NCCL_NET");
+                      }));
+    ASSERT_EQ(f.size(), 2u) << "a rank connected over a network its peer did not pick: "
+                            << joinFailures(f);
+    for (const std::string& e : f) {
+      EXPECT_NE(e.find("invalid usage"), std::string::npos) << e;
+      EXPECT_NE(e.find("every rank must pick the same network"), std::string::npos) << e;
+    }
+    const std::string all = joinFailures(f);
+    EXPECT_NE(all.find("rank 0 receives from rank 1 ("), std::string::npos) << all;
+    EXPECT_NE(all.find("through the network backend Socket, but " + std::string(c.says)),
+              std::string::npos) << all;
+    if (c.net1) {  // rank 1 receives from rank 0 over UCX and finds Socket
+      EXPECT_NE(all.find("through the network backend UCX, but rank 0 uses Socket"),
+                std::string::npos) << all;
+    } else {  // rank 1 has no network: shm-less TCP for its own receive; as a sender it hears
+      EXPECT_NE(all.find("rank 0 failed to set up its end of connection #0 from this rank: "
+                         "rank 0 receives from rank 1"), std::string::npos) << all;
+    }
+  }
 }
 
 TEST_F(NetTransport, KilledPeerFailsTheOthersPromptly) {

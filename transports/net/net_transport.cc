@@ -1,5 +1,6 @@
 #include "transports/net/net_transport.h"
 
+#include <strings.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -85,7 +86,17 @@ class NetTransport : public Transport {
     StartedNet n = startNetBackend(NetContext{bs_.job(), bs_.rank(), bs_.nranks(), bs_.iface()});
     if (!n.backend) return;
     name_ = "net/" + n.name;
+    LOOM_INFO(kLogNet | kLogInit, "rank %d: NET: ranks on other hosts are reached through %s",
+              bs_.rank(), n.name.c_str());
     backend_ = std::shared_ptr<NetBackend>(std::move(n.backend));
+  }
+
+  // The backend this rank started ("" for none), so that a receiver can tell a sender that
+  // picked another one (a handle it cannot read) before it connects.
+  Blob localInfo() override {
+    std::string n = backend_ ? name_.substr(4) : "";
+    n.resize(std::min(n.size(), kPeerSectionBytes));
+    return Blob(n.begin(), n.end());
   }
 
   // Every pair that shm left over, when NCCL_NET names a backend or a plugin started.
@@ -93,6 +104,16 @@ class NetTransport : public Transport {
 
   // The receiver's blob: the backend's handle, then the rail (a 4-byte device index).
   std::unique_ptr<PendingRecv> setup(const ConnRequest& req, Blob* blob) override {
+    const std::string mine = name_.substr(4);
+    const std::string theirs(req.peerSection.begin(), req.peerSection.end());
+    if (strcasecmp(mine.c_str(), theirs.c_str()) != 0)
+      LOOM_THROW(kInvalidUsage,
+                 "rank %d receives from rank %d (%s) through the network backend %s, but rank %d "
+                 "%s: every rank must pick the same network (NCCL_NET, NCCL_NET_PLUGIN; with "
+                 "NCCL_DEBUG=INFO each rank logs the one it picks)",
+                 bs_.rank(), req.peer, req.peerInfo.hostname, mine.c_str(), req.peer,
+                 theirs.empty() ? "started none (NCCL_NET unset there and no net plugin started)"
+                                : ("uses " + theirs).c_str());
     NetHandle h;
     int32_t rail = netRail(req.localRank, req.localRanks, req.index, backend_->devices());
     auto listen = backend_->listen(rail, &h);

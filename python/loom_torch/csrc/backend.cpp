@@ -49,7 +49,8 @@ Buf buf(const at::Tensor& c) {
 
 void checkTensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "loom: ", what, ": a ", t.device(), " tensor; the loom ",
-              "backend moves CPU tensors (CUDA tensors need Loom's CUDA executor, not built yet)");
+              "backend moves CPU tensors (for CUDA tensors use backend \"nccl\" with Loom's ",
+              "libnccl.so.2 preloaded: LD_PRELOAD=<prefix>/lib/nccl/libnccl.so.2)");
   TORCH_CHECK(!t.is_sparse(), "loom: ", what, ": sparse tensors are not supported");
   (void)ncclTypeOf(t);
 }

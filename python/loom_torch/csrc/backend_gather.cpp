@@ -12,7 +12,8 @@ using c10d::OpType;
 
 void checkCpu(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "loom: ", what, ": a ", t.device(), " tensor; the loom ",
-              "backend moves CPU tensors (CUDA tensors need Loom's CUDA executor, not built yet)");
+              "backend moves CPU tensors (for CUDA tensors use backend \"nccl\" with Loom's ",
+              "libnccl.so.2 preloaded: LD_PRELOAD=<prefix>/lib/nccl/libnccl.so.2)");
 }
 
 // Tensors as bytes: block moves need no element type, so every dtype (complex, bool,
