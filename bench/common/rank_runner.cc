@@ -25,14 +25,17 @@ HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
 
 HostBuffer::~HostBuffer() { free(data_); }
 
-RankRunner::RankRunner(BenchProcess& proc, int thread, ncclComm_t comm)
+RankRunner::RankRunner(BenchProcess& proc, int thread, ncclComm_t comm, ncclComm_t ctl)
     : proc_(proc),
       o_(proc.opts()),
       coll_(proc.coll()),
       thread_(thread),
-      rank_(proc.rankOf(thread)),
-      nranks_(proc.nranks()),
-      comm_(comm) {
+      worldRank_(proc.rankOf(thread)),
+      worldRanks_(proc.nranks()),
+      comm_(comm),
+      ctl_(ctl) {
+  BENCH_NCCL(ncclCommUserRank(comm_, &rank_), comm_);
+  BENCH_NCCL(ncclCommCount(comm_, &nranks_), comm_);
   // nccl-tests pads by the widest element so -u can shift any type.
   bufBytes_ = proc_.maxBytes() + 8 * static_cast<size_t>(o_.unalign);
   if (const CudaDriver* cuda = proc_.cuda()) {
@@ -107,32 +110,32 @@ void RankRunner::deregisterBuffers() {
 void RankRunner::barrier() {
   Watchdog::Busy busy(proc_.watchdog(), thread_);
   int32_t one = 1, all = 0;
-  BENCH_NCCL(ncclAllReduce(&one, &all, 1, ncclInt32, ncclSum, comm_, nullptr), comm_);
-  if (all != nranks_)
+  BENCH_NCCL(ncclAllReduce(&one, &all, 1, ncclInt32, ncclSum, ctl_, nullptr), ctl_);
+  if (all != worldRanks_)
     benchFail(Status::kInternalError, "barrier all-reduce returned %d instead of %d ranks", all,
-              nranks_);
+              worldRanks_);
 }
 
 double RankRunner::reduceScalar(double v, int mode) {
   Watchdog::Busy busy(proc_.watchdog(), thread_);
-  double in = mode == 0 ? (rank_ == 0 ? v : 0.0) : v, out = 0;
+  double in = mode == 0 ? (worldRank_ == 0 ? v : 0.0) : v, out = 0;
   ncclRedOp_t op = mode == 2 ? ncclMin : mode == 3 ? ncclMax : ncclSum;
-  BENCH_NCCL(ncclAllReduce(&in, &out, 1, ncclFloat64, op, comm_, nullptr), comm_);
-  return mode == 1 ? out / nranks_ : out;
+  BENCH_NCCL(ncclAllReduce(&in, &out, 1, ncclFloat64, op, ctl_, nullptr), ctl_);
+  return mode == 1 ? out / worldRanks_ : out;
 }
 
 int64_t RankRunner::sumAll(int64_t v) {
   Watchdog::Busy busy(proc_.watchdog(), thread_);
   int64_t out = 0;
-  BENCH_NCCL(ncclAllReduce(&v, &out, 1, ncclInt64, ncclSum, comm_, nullptr), comm_);
+  BENCH_NCCL(ncclAllReduce(&v, &out, 1, ncclInt64, ncclSum, ctl_, nullptr), ctl_);
   return out;
 }
 
 void RankRunner::maxAll(std::vector<double>& v) {
   Watchdog::Busy busy(proc_.watchdog(), thread_);
   std::vector<double> in = v;
-  BENCH_NCCL(ncclAllReduce(in.data(), v.data(), v.size(), ncclFloat64, ncclMax, comm_, nullptr),
-             comm_);
+  BENCH_NCCL(ncclAllReduce(in.data(), v.data(), v.size(), ncclFloat64, ncclMax, ctl_, nullptr),
+             ctl_);
 }
 
 void RankRunner::run() {
@@ -245,7 +248,7 @@ void RankRunner::injectWrong(const DataContext& c) const {
   const char* spec = getenv("LOOM_BENCH_INJECT_WRONG");
   int rank = -1;
   long n = 0;
-  if (!spec || sscanf(spec, "%d:%ld", &rank, &n) != 2 || rank != rank_ || n <= 0) return;
+  if (!spec || sscanf(spec, "%d:%ld", &rank, &n) != 2 || rank != worldRank_ || n <= 0) return;
   size_t elts = std::min<size_t>(n, counts_.recvCount);
   if (!coll_.checksInPlace() && c.inPlace) return;
   for (size_t i = 0; i < elts * type_->size; ++i) c.result()[i] ^= 0x5a;

@@ -30,7 +30,9 @@ class HostBuffer {
 
 class RankRunner {
  public:
-  RankRunner(BenchProcess& proc, int thread, ncclComm_t comm);
+  // `comm` runs the test; `ctl` (the whole job's, the same without NCCL_TESTS_SPLIT) the
+  // control traffic between timed calls.
+  RankRunner(BenchProcess& proc, int thread, ncclComm_t comm, ncclComm_t ctl);
   ~RankRunner();
   void run();  // the whole sweep
 
@@ -38,7 +40,7 @@ class RankRunner {
   double bwSum() const { return bwSum_; }
   int bwCount() const { return bwCount_; }
 
-  // Control traffic between the timed calls, over the communicator under test.
+  // Control traffic between the timed calls, over the whole job's communicator.
   void barrier();
   double reduceScalar(double v, int mode);  // nccl-tests' -a: 0 rank 0, 1 avg, 2 min, 3 max
   int64_t sumAll(int64_t v);
@@ -68,9 +70,12 @@ class RankRunner {
   const Options& o_;
   const Collective& coll_;
   const int thread_;
-  const int rank_;
-  const int nranks_;
-  ncclComm_t comm_;
+  const int worldRank_;  // in the whole job
+  const int worldRanks_;
+  ncclComm_t comm_;      // the communicator under test (the job's, or a split group's)
+  ncclComm_t ctl_;       // the job's
+  int rank_ = 0;         // in comm_
+  int nranks_ = 1;
   std::unique_ptr<HostBuffer> sendBuf_, recvBuf_;  // host buffers
   std::unique_ptr<DeviceBuffer> sendDev_, recvDev_;  // or device buffers with host mirrors
   char* sendBase_ = nullptr;  // the host buffer or the mirror

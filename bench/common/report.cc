@@ -50,6 +50,7 @@ std::string formatHeader(const Options& o, const HeaderInfo& info) {
     s += "# Parallel Init Enabled: threads call into NcclInitRank concurrently \n";
   s += formatString("# Loom: %d ranks, %s, %s buffers\n", info.totalRanks, info.launcher.c_str(),
                     info.memory.c_str());
+  if (!info.split.empty()) s += "# Loom: " + info.split + "\n";
   s += "#\n";
   return s;
 }

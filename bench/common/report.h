@@ -21,6 +21,7 @@ struct HeaderInfo {
   std::string launcher;  // Loom's own line: how ranks were started
   std::string memory;
   int totalRanks = 0;
+  std::string split;  // NCCL_TESTS_SPLIT's line, "" without one
 };
 std::string formatHeader(const Options& o, const HeaderInfo& info);
 // "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s"

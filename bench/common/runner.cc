@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <future>
 
 #include "bench/common/rank_runner.h"
@@ -183,10 +185,6 @@ void BenchProcess::applyPlatformNotes() {
   if (o.memoryReport && !cuda_)
     notes_.push_back(
         "# -M 1: host buffers; the memory report counts the benchmark's host buffers\n");
-  if (getenv("NCCL_TESTS_SPLIT") || getenv("NCCL_TESTS_SPLIT_MASK"))
-    notes_.push_back(
-        "# NCCL_TESTS_SPLIT/NCCL_TESTS_SPLIT_MASK: splitting ranks into groups is not supported "
-        "by Loom's benchmarks yet; running one group\n");
 }
 
 void BenchProcess::limitToMemory() {
@@ -213,6 +211,8 @@ std::string BenchProcess::deviceDescription(int thread) const {
 
 void BenchProcess::abortAll() {
   std::call_once(abortOnce_, [this] {
+    for (ncclComm_t c : groups_)
+      if (c) ncclCommAbort(c);
     for (ncclComm_t c : comms_)
       if (c) ncclCommAbort(c);
   });
@@ -233,6 +233,7 @@ void BenchProcess::initComms() {
   const Options& o = in_.opts;
   const int n = nThreads();
   comms_.assign(n, nullptr);
+  groups_.assign(n, nullptr);
   if (nProcs() == 1 && !o.parallelInit && o.ctaPolicy < 0) {
     Watchdog::Busy busy(*watchdog_, 0);
     std::vector<int> devs;
@@ -312,11 +313,17 @@ double BenchProcess::minBusBw() {
 
 void BenchProcess::rankMain(int t) {
   try {
-    RankRunner runner(*this, t, comms_[t]);
+    // NCCL_TESTS_SPLIT: the test runs on this rank's group; the job's communicator keeps the
+    // control traffic (barriers, times), so the groups run side by side and report as one.
+    if (in_.split.active()) {
+      Watchdog::Busy busy(*watchdog_, t);
+      BENCH_NCCL(ncclCommSplit(comms_[t], color(), rankOf(t), &groups_[t], nullptr), comms_[t]);
+    }
+    RankRunner runner(*this, t, groups_[t] ? groups_[t] : comms_[t], comms_[t]);
     // Gather every rank's device line: each writes its slot, a byte-wise sum joins them.
     std::vector<uint8_t> lines(kDeviceLineBytes * nranks(), 0), all(lines.size(), 0);
     std::string mine =
-        formatDeviceLine(rankOf(t), 0, static_cast<int>(getpid()), hostName(),
+        formatDeviceLine(rankOf(t), color(), static_cast<int>(getpid()), hostName(),
                          cuda_ ? deviceOf(t) : -1, cuda_ ? "cuda" : "host", deviceDescription(t));
     memcpy(lines.data() + kDeviceLineBytes * rankOf(t), mine.data(),
            std::min(mine.size(), kDeviceLineBytes - 1));
@@ -337,6 +344,13 @@ void BenchProcess::rankMain(int t) {
   } catch (const std::exception& e) {
     fatal(t, Status::kInternalError, e.what());
   }
+  if (groups_[t]) {
+    if (ncclResult_t res = ncclCommDestroy(groups_[t]); res != ncclSuccess)
+      fatal(t, Status::kNcclError,
+            formatString("ncclCommDestroy (NCCL_TESTS_SPLIT group) failed: %s",
+                         ncclGetErrorString(res)));
+    groups_[t] = nullptr;
+  }
   if (ncclResult_t res = ncclCommDestroy(comms_[t]); res != ncclSuccess)
     fatal(t, Status::kNcclError,
           formatString("ncclCommDestroy failed: %s", ncclGetErrorString(res)));
@@ -346,7 +360,7 @@ void BenchProcess::rankMain(int t) {
 void BenchProcess::printHeader(const std::vector<uint8_t>& deviceLines) {
   const Options& o = in_.opts;
   HeaderInfo info{in_.programName, version_, in_.placement.launcher, cuda_ ? "device" : "host",
-                  nranks()};
+                  nranks(), splitLine()};
   std::string header = formatHeader(o, info) + "# Using devices\n";
   std::vector<DeviceRecord> records;
   for (int r = 0; r < nranks(); ++r) {
@@ -367,6 +381,18 @@ void BenchProcess::printHeader(const std::vector<uint8_t>& deviceLines) {
   json_.devices(records);
   print(0, formatColumnHeader(o));
   json_.beginResults();
+}
+
+std::string BenchProcess::splitLine() const {
+  if (!in_.split.active()) return "";
+  std::string sizes;
+  const std::vector<int> groups = in_.split.groupSizes(nProcs());
+  for (int n : groups) sizes += (sizes.empty() ? "" : ", ") + std::to_string(n * nThreads());
+  return formatString("%s: %zu group%s of %s ranks (color = process %c %ld), each running the "
+                      "test on a communicator of its own, side by side; times are averaged over "
+                      "every rank, bandwidths are those of rank 0's group",
+                      in_.split.spec.c_str(), groups.size(), groups.size() == 1 ? "" : "s",
+                      sizes.c_str(), in_.split.op, in_.split.value);
 }
 
 void BenchProcess::printFooter(int t) {
@@ -409,6 +435,7 @@ int benchMain(int argc, char** argv, const Collective& collective) {
                 in.opts.deviceImpl);
     if (in.opts.nranks == 0)
       if (const char* n = getenv("LOOM_BENCH_NRANKS"); n && *n) in.opts.nranks = atoi(n);
+    in.split = parseTestSplit();
     in.placement = detectPlacement(processEnv());
     if (in.opts.nranks > 1 && in.placement.kind != LaunchKind::kForkChild) {
       if (in.placement.nProcs > 1)
@@ -418,6 +445,14 @@ int benchMain(int argc, char** argv, const Collective& collective) {
                   in.opts.nranks, in.placement.launcher.c_str(), in.placement.nProcs);
       if (std::optional<int> parentExit = forkRanks(in.opts.nranks)) return *parentExit;
       in.placement = detectPlacement(processEnv());
+    }
+    if (in.split.active() && in.opts.root == -1) {
+      std::vector<int> sizes = in.split.groupSizes(in.placement.nProcs);
+      if (std::adjacent_find(sizes.begin(), sizes.end(), std::not_equal_to<>()) != sizes.end())
+        benchFail(Status::kInvalidUsage,
+                  "-r -1 (every root) with %s: its groups differ in size, so they would run "
+                  "different numbers of roots; give one root or a split into equal groups",
+                  in.split.spec.c_str());
     }
     BenchProcess process(in);
     return process.run();

@@ -20,6 +20,7 @@
 #include "bench/common/json_report.h"
 #include "bench/common/launcher.h"
 #include "bench/common/options.h"
+#include "bench/common/split.h"
 
 namespace loom::bench {
 
@@ -30,6 +31,7 @@ struct RunInputs {
   std::string programName;
   int argc = 0;
   const char* const* argv = nullptr;
+  TestSplit split;  // NCCL_TESTS_SPLIT(_MASK)
 };
 
 // -T: a rank stuck in one call for longer than the timeout aborts the process's
@@ -91,6 +93,8 @@ class BenchProcess {
     return (in_.placement.localRank * nThreads() + thread) % cuda_->deviceCount();
   }
   bool isPrinter(int thread) const { return proc() == 0 && thread == 0; }
+  // NCCL_TESTS_SPLIT's group of this process (0 without a split).
+  int color() const { return in_.split.colorOf(proc()); }
   // Prints on stdout (flushed) when `thread` is the printing rank.
   void print(int thread, const std::string& text);
   JsonReport& json() { return json_; }
@@ -108,6 +112,7 @@ class BenchProcess {
   std::string deviceDescription(int thread) const;
   void rankMain(int thread);
   void printHeader(const std::vector<uint8_t>& deviceLines);
+  std::string splitLine() const;
   void printFooter(int thread);
   static double minBusBw();  // NCCL_TESTS_MIN_BW, -1 when unset
   void abortAll();
@@ -115,7 +120,8 @@ class BenchProcess {
   RunInputs in_;
   size_t maxBytes_;
   std::vector<std::string> notes_;
-  std::vector<ncclComm_t> comms_;
+  std::vector<ncclComm_t> comms_;   // per thread: the whole job's
+  std::vector<ncclComm_t> groups_;  // per thread: its NCCL_TESTS_SPLIT group's (null without)
   const CudaDriver* cuda_ = nullptr;
   int version_ = 0;               // ncclGetVersion
   std::vector<int> errorCounts_;  // per thread: checks with wrong elements, all ranks

@@ -56,7 +56,7 @@ TEST(BenchReport, HeaderBlock) {
   o.minBytes = 8;
   o.maxBytes = 128u << 20;
   o.stepFactor = 4;
-  HeaderInfo info{"all_reduce_perf", 22809, "mpirun (Open MPI)", "host", 2};
+  HeaderInfo info{"all_reduce_perf", 22809, "mpirun (Open MPI)", "host", 2, ""};
   std::string h = formatHeader(o, info);
   EXPECT_NE(h.find("# Collective test starting: all_reduce_perf\n"), std::string::npos);
   EXPECT_NE(h.find("# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup "

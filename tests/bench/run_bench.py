@@ -45,7 +45,7 @@ TYPE_SIZES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint6
               "half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1}
 
 # Launcher variables a CI machine may carry; the test sets its own.
-SCRUB_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "NCCL_COMM_ID", "LOOM_BENCH_", "TORCHELASTIC_")
+SCRUB_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "NCCL_COMM_ID", "NCCL_TESTS_SPLIT", "LOOM_BENCH_", "TORCHELASTIC_")
 SCRUB_NAMES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}
 
@@ -157,6 +157,10 @@ def expected_sizes(lo, hi, factor):
     return sizes
 
 
+def lines_of(out):
+    return out.splitlines()
+
+
 def parse_size(text):
     mult = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}
     if text[-1].upper() in mult:
@@ -164,9 +168,31 @@ def parse_size(text):
     return int(text)
 
 
+def split_color(spec, proc):
+    """nccl-tests' color of a process under NCCL_TESTS_SPLIT ("MOD 2") or a mask ("0x1")."""
+    if spec.startswith("MASK "):
+        return proc & int(spec.split()[1], 16)
+    op, value = spec.split()
+    value = int(value, 0)
+    return {"AND": proc & value, "OR": proc | value, "MOD": proc % value, "DIV": proc // value}[op.upper()]
+
+
 def check(args, out, code, err, nranks):
     tool = os.path.basename(args.tool)
-    factor, size_mult, checks_in_place, rooted = tool_facts(tool, nranks)
+    # With a split, rank 0's group runs the rows it prints: its size sets the columns.
+    group = nranks
+    if args.split:
+        colors = [split_color(args.split, p) for p in range(nranks)]  # fork mode: a rank a process
+        group = colors.count(colors[0])
+        line = [l for l in lines_of(out) if l.startswith("# Loom: NCCL_TESTS_SPLIT")]
+        if len(line) != 1:
+            fail("no '# Loom: NCCL_TESTS_SPLIT...' header line", out)
+        for l in lines_of(out):
+            if l.startswith("#  Rank "):
+                f = l.split()
+                if int(f[4]) != colors[int(f[2])]:
+                    fail("rank %s is in group %s, expected %d" % (f[2], f[4], colors[int(f[2])]), out)
+    factor, size_mult, checks_in_place, rooted = tool_facts(tool, group)
     lines = out.splitlines()
     want_code = 7 if args.expect_wrong else 0
     if code != want_code:
@@ -232,7 +258,7 @@ def check(args, out, code, err, nranks):
                 continue
             if args.expect_wrong:
                 # The injection corrupts the first elements of one rank's result.
-                result_elts = size // es // (nranks if tool in ("reduce_scatter_perf", "scatter_perf") else 1)
+                result_elts = size // es // (group if tool in ("reduce_scatter_perf", "scatter_perf") else 1)
                 if int(wrong) != min(args.expect_wrong, result_elts):
                     fail("#wrong %s, expected %d injected: %r" % (wrong, args.expect_wrong, row), out)
             elif int(wrong) != 0:
@@ -289,9 +315,19 @@ def main():
     ap.add_argument("--cuda-driver", default=None,
                     help="device buffers (-M device) through this CUDA driver library "
                          "(LOOM_CUDA_DRIVER_LIBRARY: the stand-in driver in CI)")
+    ap.add_argument("--split", default=None,
+                    help='NCCL_TESTS_SPLIT value ("MOD 2"), or "MASK 0x1" for NCCL_TESTS_SPLIT_MASK '
+                         "(fork mode: one rank a process)")
     ap.add_argument("extra", nargs="*", help="more tool arguments (after --)")
     args = ap.parse_args()
     args.env = {}
+    if args.split:
+        if args.mode != "fork":
+            fail("--split is checked in fork mode only")
+        if args.split.startswith("MASK "):
+            args.env["NCCL_TESTS_SPLIT_MASK"] = args.split.split()[1]
+        else:
+            args.env["NCCL_TESTS_SPLIT"] = args.split
     if args.cuda_driver:
         args.env["LOOM_CUDA_DRIVER_LIBRARY"] = args.cuda_driver
         args.env["LOOM_NCCL_FALLBACK"] = "off"  # Loom's staged path, not stock NCCL
