@@ -54,6 +54,9 @@ class Transport {
   // This rank's section of its PeerInfo (at most kPeerSectionBytes), all-gathered before
   // any connection is made.
   virtual Blob localInfo() { return {}; }
+  // Called once the peer infos are all-gathered (`slot`: this transport's section in each):
+  // throws where the ranks' sections say they cannot work together, alike on every rank.
+  virtual void checkPeers(const std::vector<PeerInfo>& /*peers*/, int /*slot*/) const {}
   // Whether this transport can join `me` and `peer`. The receiver's answer decides a pair
   // (the sender follows what the receiver chose).
   virtual bool canConnect(const PeerInfo& me, const PeerInfo& peer) const = 0;

@@ -28,7 +28,7 @@ struct SetupMsg {
   uint32_t transport;  // index in registry order (the same on every rank: transportSet)
   uint32_t len;
   uint8_t blob[kMaxConnBlobBytes];
-  char error[384];
+  char error[1024];
 };
 
 std::string names(const std::vector<TransportSpec>& specs) {
@@ -97,6 +97,7 @@ void TransportManager::setPeers(const std::vector<PeerInfo>& peers) {
                  "rank %d registers the transports [%s] but rank %d a different list: every "
                  "rank of a communicator must offer the same transports",
                  me, names(specs_).c_str(), p.rank);
+  for (size_t t = 0; t < transports_.size(); ++t) transports_[t]->checkPeers(peers, static_cast<int>(t));
   peers_ = peers;
   choice_.assign(peers.size(), -1);
   const PeerInfo& self = peers_[me];
@@ -165,10 +166,11 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
     Blob blob;
     try {
       pending[k] = transports_[t]->setup(request(k, t), &blob);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
+      const auto* err = dynamic_cast<const Error*>(&e);
       SetupMsg msg{};
       msg.transport = kSetupFailed;
-      msg.len = static_cast<uint32_t>(e.code());
+      msg.len = static_cast<uint32_t>(err ? err->code() : Code::kInternalError);
       snprintf(msg.error, sizeof(msg.error), "%s", e.what());
       try {
         bootstrap_.send(p, kTagInfo + k.second, &msg, sizeof(msg));
@@ -194,7 +196,7 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
     SetupMsg msg;
     bootstrap_.recv(p, kTagInfo + k.second, &msg, sizeof(msg));
     if (msg.transport == kSetupFailed) {
-      const bool known = msg.len >= static_cast<uint32_t>(Code::kSystemError) &&
+      const bool known = msg.len >= static_cast<uint32_t>(Code::kUnhandledCudaError) &&
                          msg.len <= static_cast<uint32_t>(Code::kRemoteError);
       throw Error(known ? static_cast<Code>(msg.len) : Code::kRemoteError,
                   strprintf("rank %d: rank %d failed to set up its end of connection #%d from "

@@ -41,6 +41,35 @@ FifoShape fifoShape() {
   return {static_cast<size_t>(slot), static_cast<int>(depth)};
 }
 
+const KnobBase* knob(const char* name) {
+  const KnobBase* k = findKnob(name);
+  LOOM_ASSERT(k != nullptr);
+  return k;
+}
+
+// The job-wide settings (knob_agreement.h) as this rank will run them.
+std::vector<JobSetting> jobSettings(FifoShape shape, uint8_t interp, const PlanContext& ctx,
+                                    const JobSettingsReader& read) {
+  auto bits = [](const auto& table) {
+    std::string s;
+    for (const auto& row : table)
+      for (bool b : row) s += b ? '1' : '0';
+    return s;
+  };
+  std::vector<JobSetting> v = {
+      {knob("LOOM_ALGO"), bits(ctx.allowed)},
+      {knob("LOOM_PROTO"), bits(ctx.allowedProtocols)},
+      {&kSlotBytes, std::to_string(shape.slotBytes)},
+      {&kDepth, std::to_string(shape.depth)},
+      {knob("LOOM_EXECUTOR"), interp == Task::kCpu ? "cpu" : "interp"},
+      {knob("LOOM_INTERP_PROTO"), interp == Task::kInterpLL       ? "ll"
+                                  : interp == Task::kInterpSimple ? "simple"
+                                                                  : ""},
+  };
+  for (JobSetting& s : v) s = read.published(s);
+  return v;
+}
+
 HostLayout hostLayout(const std::vector<PeerInfo>& peers, int rank) {
   HostLayout l;
   std::vector<uint64_t> hashes;
@@ -97,7 +126,16 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   memcpy(&commHash_, d.data(), sizeof(commHash_));
   recorder_ = std::make_unique<FlightRecorder>(commHash_, rank, nranks,
                                                FlightRecorder::configuredCapacity());
-  FifoShape shape = fifoShape();
+  // The job-wide settings, read before the exchange that compares them. A malformed one is
+  // raised after it, so that the peers learn which knob is wrong instead of waiting for
+  // this rank until the bootstrap time-out; meanwhile the knobs' defaults stand in.
+  JobSettingsReader read;
+  FifoShape shape{size_t{256} << 10, 8};
+  read.read({&kSlotBytes, &kDepth}, [&] { shape = fifoShape(); });
+  read.read({knob("LOOM_EXECUTOR"), knob("LOOM_INTERP_PROTO")},
+            [&] { interp_ = interpExecutorSelected(); });
+  read.read({knob("LOOM_ALGO"), knob("LOOM_PROTO")}, [&] { planCtx_.loadAlgoFilter(); });
+  const std::vector<JobSetting> settings = jobSettings(shape, interp_, planCtx_, read);
   ShmSegment::sweepDead();
   bootstrap_ = std::make_unique<Bootstrap>(job, rank, nranks, abortFlag);
   // The transports exist before the peer exchange: each publishes its own section of the
@@ -105,13 +143,14 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   transports_ = std::make_unique<TransportManager>(*bootstrap_, shape, commHash_);
   peers_.resize(nranks);
   peers_[rank] = transports_->localInfo();
-  peers_[rank].jobKnobs = jobKnobDigest();
+  peers_[rank].jobKnobs = jobDigest(settings);
   bootstrap_->allGather(peers_.data(), sizeof(PeerInfo));
   for (int r = 0; r < nranks; ++r)
     if (peers_[r].rank != r)
       LOOM_THROW(kInternalError, "rank %d: peer exchange returned rank %d in slot %d", rank,
                  peers_[r].rank, r);
-  checkJobKnobs(*bootstrap_, peers_);  // NCCL_ALGO, the FIFO shape, ... alike on every rank
+  // NCCL_ALGO, the FIFO shape, ... alike on every rank; this rank's malformed value raised.
+  checkJobSettings(*bootstrap_, peers_, settings, read.error());
   transports_->setPeers(peers_);
   // Out-of-band waits on a local peer that has died end at once instead of timing out.
   pidfds_.assign(nranks, -1);
@@ -130,11 +169,9 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   planCtx_.nranks = nranks;
   planCtx_.layout = hostLayout(peers_, rank);
   // Plans count on a step's pieces fitting the FIFOs: LL pieces carry half a slot.
-  interp_ = interpExecutorSelected();
   localDirect_ = staged::localDirect();
   planCtx_.slotBytes = interp_ == Task::kInterpLL ? llCapacity(shape.slotBytes) : shape.slotBytes;
   planCtx_.depth = shape.depth;
-  planCtx_.loadAlgoFilter();
   planCtx_.loadTuning(tuningModel());
   // Channel rings visit each host's ranks in a row, so they cross between hosts only once
   // per host; within a host they follow the topology search's rings.

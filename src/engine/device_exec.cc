@@ -259,9 +259,10 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
   struct Outcome {
     uint64_t ok;
     uint64_t sum;
+    uint64_t llBytes;  // LOOM_DEVICE_LL_BYTES: the protocol of each launch, alike on every rank
   };
   std::vector<Outcome> ok(static_cast<size_t>(n));
-  ok[static_cast<size_t>(rank)] = {ex ? 1u : 0u, sum};
+  ok[static_cast<size_t>(rank)] = {ex ? 1u : 0u, sum, ex ? ex->llMostBytes_ : 0};
   bs.allGather(ok.data(), sizeof(Outcome));
   if (trial) cuda::driver()->api.memFree(trial);  // every peer has closed it
   bool alike = true;
@@ -277,6 +278,14 @@ std::unique_ptr<DeviceExec> DeviceExec::create(Bootstrap& bs, const std::vector<
                 "device buffers take the staged path", rank, r, r == rank ? ": " : "", r == rank ? why.c_str() : "");
       return nullptr;
     }
+  for (int r = 1; r < n; ++r)
+    if (ok[static_cast<size_t>(r)].llBytes != ok[0].llBytes)
+      LOOM_THROW(kInvalidUsage,
+                 "LOOM_DEVICE_LL_BYTES differs between ranks: rank 0 has %llu, rank %d has %llu. Set "
+                 "it alike on every rank: the device executor's ranks would pick different "
+                 "protocols for one collective and wait on each other",
+                 static_cast<unsigned long long>(ok[0].llBytes), r,
+                 static_cast<unsigned long long>(ok[static_cast<size_t>(r)].llBytes));
   LOOM_INFO(kLogInit, "rank %d: device buffers run on the device executor (plan-interpreter kernel, device %d%s%s); "
             "device plans: %s", rank, devices[rank], ex->net_ ? "; other hosts through " : "",
             ex->net_ ? ex->net_->backendName().c_str() : "", ex->ctx_.modelNotes.c_str());

@@ -18,19 +18,6 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
   return (h ^ 0xff) * 1099511628211ull;  // ends the string: "ab"+"c" differs from "a"+"bc"
 }
 
-// The job-wide knobs in name order, the same list on every rank of one build.
-std::vector<const KnobBase*> jobKnobs() {
-  std::vector<const KnobBase*> out;
-  for (const KnobBase* k : allKnobs())
-    if (k->scope() == KnobScope::kJob) out.push_back(k);
-  std::sort(out.begin(), out.end(),
-            [](const KnobBase* a, const KnobBase* b) { return strcmp(a->name(), b->name()) < 0; });
-  if (out.size() > kMaxJobKnobs)
-    LOOM_THROW(kInternalError, "%zu job-wide knobs; the init compares at most %d", out.size(),
-               kMaxJobKnobs);
-  return out;
-}
-
 // One rank's values, all-gathered only when the digests differ.
 struct KnobValues {
   uint32_t count;
@@ -49,27 +36,44 @@ std::string field(const char (&f)[N]) {
 
 }  // namespace
 
-uint64_t jobKnobDigest() {
+void JobSettingsReader::blame(const std::vector<const KnobBase*>& knobs, const std::string& what) {
+  size_t before = malformed_.size();
+  for (const KnobBase* k : knobs)
+    if (what.find(k->name()) != std::string::npos ||
+        (*k->ncclAlias() && what.find(k->ncclAlias()) != std::string::npos))
+      malformed_.push_back(k);
+  if (malformed_.size() == before) malformed_.insert(malformed_.end(), knobs.begin(), knobs.end());
+}
+
+JobSetting JobSettingsReader::published(JobSetting s) const {
+  for (const KnobBase* k : malformed_)
+    if (k == s.knob) s.value = "malformed: " + s.knob->raw();
+  return s;
+}
+
+uint64_t jobDigest(const std::vector<JobSetting>& settings) {
   uint64_t h = 1469598103934665603ull;
-  for (const KnobBase* k : jobKnobs()) h = fnv1a(k->canonical(), fnv1a(k->name(), h));
+  for (const JobSetting& s : settings) h = fnv1a(s.value, fnv1a(s.knob->name(), h));
   return h;
 }
 
-void checkJobKnobs(Bootstrap& bs, const std::vector<PeerInfo>& peers) {
-  int differing = 0;
-  for (const PeerInfo& p : peers) differing += p.jobKnobs != peers[0].jobKnobs;
-  if (differing == 0) return;
+namespace {
 
-  const std::vector<const KnobBase*> knobs = jobKnobs();
+[[noreturn]] void throwDiffering(Bootstrap& bs, const std::vector<PeerInfo>& peers,
+                                 const std::vector<JobSetting>& settings, int differing) {
+  if (settings.size() > kMaxJobKnobs)
+    LOOM_THROW(kInternalError, "%zu job-wide settings; the init compares at most %d", settings.size(),
+               kMaxJobKnobs);
   std::vector<KnobValues> all(peers.size());
   KnobValues& mine = all[bs.rank()];
   memset(&mine, 0, sizeof(mine));
-  mine.count = static_cast<uint32_t>(knobs.size());
-  for (size_t i = 0; i < knobs.size(); ++i) {
-    snprintf(mine.k[i].name, sizeof(mine.k[i].name), "%s", knobs[i]->name());
-    mine.k[i].value = fnv1a(knobs[i]->canonical());
-    snprintf(mine.k[i].shown, sizeof(mine.k[i].shown), "%s", knobs[i]->raw().c_str());
-    snprintf(mine.k[i].source, sizeof(mine.k[i].source), "%s", knobs[i]->source().c_str());
+  mine.count = static_cast<uint32_t>(settings.size());
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const KnobBase& k = *settings[i].knob;
+    snprintf(mine.k[i].name, sizeof(mine.k[i].name), "%s", k.name());
+    mine.k[i].value = fnv1a(settings[i].value);
+    snprintf(mine.k[i].shown, sizeof(mine.k[i].shown), "%s", k.raw().c_str());
+    snprintf(mine.k[i].source, sizeof(mine.k[i].source), "%s", k.source().c_str());
   }
   bs.allGather(all.data(), sizeof(KnobValues));
 
@@ -108,6 +112,21 @@ void checkJobKnobs(Bootstrap& bs, const std::vector<PeerInfo>& peers) {
   // Digests differ but no value does: the per-knob hashes collided.
   LOOM_THROW(kInvalidUsage, "the ranks' job-wide settings differ, but no single one could be "
              "named%s", tail.c_str());
+}
+
+}  // namespace
+
+void checkJobSettings(Bootstrap& bs, const std::vector<PeerInfo>& peers,
+                      const std::vector<JobSetting>& settings, std::exception_ptr ownError) {
+  int differing = 0;
+  for (const PeerInfo& p : peers) differing += p.jobKnobs != peers[0].jobKnobs;
+  try {
+    if (differing) throwDiffering(bs, peers, settings, differing);
+  } catch (const Error&) {
+    if (ownError) std::rethrow_exception(ownError);  // this rank's own words for its value
+    throw;
+  }
+  if (ownError) std::rethrow_exception(ownError);
 }
 
 }  // namespace loom

@@ -59,8 +59,7 @@ namespace {
 BoolKnob kStagedPath("LOOM_STAGED_PATH", "", true,
                      "serve device buffers that stock NCCL does not (LOOM_NCCL_FALLBACK) by "
                      "copying them through pinned host memory on the caller's stream; 0: "
-                     "refuse them (ncclInvalidUsage)",
-                     KnobScope::kJob);
+                     "refuse them (ncclInvalidUsage)");
 }  // namespace
 
 std::string stagedUnavailableReason() {

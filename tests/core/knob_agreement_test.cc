@@ -24,8 +24,10 @@ std::string initWith(const ncclUniqueId& id, int rank, int nranks, const Setting
   return ncclGetLastError(nullptr);
 }
 
-// Every rank's init must fail with ncclInvalidUsage and a message containing `want`.
-void expectInitFails(int nranks, const std::vector<Settings>& perRank, const std::string& want) {
+// Every rank's init must fail with ncclInvalidUsage and a message containing `want`, but
+// rank `own`, if any, with ncclInvalidArgument and `ownWant` (its own malformed value).
+void expectInitFails(int nranks, const std::vector<Settings>& perRank, const std::string& want,
+                     int own = -1, const std::string& ownWant = "") {
   LateId late;
   auto t0 = std::chrono::steady_clock::now();
   auto f = runEach(
@@ -36,10 +38,12 @@ void expectInitFails(int nranks, const std::vector<Settings>& perRank, const std
         ncclComm_t comm = nullptr;
         ncclResult_t r;
         std::string msg = initWith(id, rank, n, perRank[rank], &comm, &r);
-        RANK_CHECK(r == ncclInvalidUsage, "init returned %d (%s), expected ncclInvalidUsage: %s", r,
-                   ncclGetErrorString(r), msg.c_str());
-        RANK_CHECK(msg.find(want) != std::string::npos, "message '%s' lacks '%s'", msg.c_str(),
-                   want.c_str());
+        const ncclResult_t code = rank == own ? ncclInvalidArgument : ncclInvalidUsage;
+        const std::string& text = rank == own ? ownWant : want;
+        RANK_CHECK(r == code, "init returned %d (%s), expected %d: %s", r, ncclGetErrorString(r),
+                   code, msg.c_str());
+        RANK_CHECK(msg.find(text) != std::string::npos, "message '%s' lacks '%s'", msg.c_str(),
+                   text.c_str());
         return std::string();
       },
       120, [&] { return makeId(late); });
@@ -74,16 +78,34 @@ TEST(CoreKnobAgreement, AnInterpreterProtocolSetOnOneRankFailsTheInitOnEveryRank
                   "rank 1 has \"LL\" (env LOOM_INTERP_PROTO)");
 }
 
-// The same values written differently, and knobs of each rank's own (LOOM_TIMEOUT), agree:
-// the init succeeds and an all-reduce is exact.
+// A malformed value: its rank fails with its own words (ncclInvalidArgument), the others
+// learn which knob and value (before, they waited for it until the bootstrap time-out when
+// the FIFO shape was malformed, or heard "unknown algorithm" from nobody).
+TEST(CoreKnobAgreement, AMalformedValueIsNamedToEveryRank) {
+  EnvGuard d("LOOM_FIFO_DEPTH", nullptr), a("NCCL_ALGO", nullptr), b("LOOM_BOOTSTRAP_TIMEOUT", "60");
+  expectInitFails(2, {{}, {{"LOOM_FIFO_DEPTH", "abc"}}},
+                  "LOOM_FIFO_DEPTH differs between ranks: rank 0 has \"8\" (default), rank 1 has "
+                  "\"abc\" (env LOOM_FIFO_DEPTH)",
+                  1, "LOOM_FIFO_DEPTH=abc is not an integer");
+  expectInitFails(3, {{{"NCCL_ALGO", "bogus"}}, {}, {}},
+                  "NCCL_ALGO differs between ranks: rank 0 has \"bogus\" (env NCCL_ALGO), rank 1 "
+                  "has \"\" (default); 2 of 3 ranks differ from rank 0",
+                  0, "NCCL_ALGO");
+}
+
+// The same values written differently, knobs that do not apply on any rank
+// (LOOM_INTERP_PROTO without LOOM_EXECUTOR=interp, LOOM_DEVICE_LL_BYTES without the device
+// executor) and knobs of each rank's own (LOOM_TIMEOUT) agree: the init succeeds and an
+// all-reduce is exact.
 TEST(CoreKnobAgreement, TheSameValuesWrittenDifferentlyAgree) {
   EnvGuard g1("NCCL_PROTO", nullptr), g2("LOOM_SLOT_BYTES", nullptr), g3("NCCL_ALGO", nullptr),
-      g4("LOOM_STAGED_PATH", nullptr), g5("LOOM_TIMEOUT", nullptr);
+      g4("LOOM_INTERP_PROTO", nullptr), g5("LOOM_TIMEOUT", nullptr), g6("LOOM_EXECUTOR", nullptr),
+      g7("LOOM_DEVICE_LL_BYTES", nullptr);
   const std::vector<Settings> env = {
-      {{"NCCL_PROTO", "Simple"}, {"LOOM_SLOT_BYTES", "1M"}, {"NCCL_ALGO", "ring"},
-       {"LOOM_STAGED_PATH", "yes"}, {"LOOM_TIMEOUT", "100"}},
-      {{"NCCL_PROTO", " simple "}, {"LOOM_SLOT_BYTES", "1048576"}, {"NCCL_ALGO", "RING"},
-       {"LOOM_STAGED_PATH", "1"}, {"LOOM_TIMEOUT", "200"}}};
+      {{"NCCL_PROTO", "Simple"}, {"LOOM_SLOT_BYTES", "1M"}, {"NCCL_ALGO", "ring,tree"},
+       {"LOOM_INTERP_PROTO", "ll"}, {"LOOM_TIMEOUT", "100"}, {"LOOM_DEVICE_LL_BYTES", "0"}},
+      {{"NCCL_PROTO", " simple "}, {"LOOM_SLOT_BYTES", "1048576"}, {"NCCL_ALGO", "Tree, RING"},
+       {"LOOM_EXECUTOR", "CPU"}, {"LOOM_TIMEOUT", "200"}}};
   LateId late;
   auto f = runEach(
       Mode::kProcesses, 2,

@@ -941,6 +941,30 @@ TEST(STAGED_SUITE, DeviceExecutorStopsWhenAPeerDies) {
       2, [](int rank, int, ncclComm_t comm) { return peerDiesMidAllReduce(rank, comm, false); }, 60));
 }
 
+// LOOM_DEVICE_LL_BYTES picks each launch's protocol, so the executor's ranks must agree on
+// it: one that differs fails every rank's init saying so (before, its launches picked LL
+// where the others picked Simple and the kernels waited on each other). Without the kernels
+// module no rank runs the executor, and the knob does not matter: the init succeeds.
+TEST(STAGED_SUITE, DeviceExecutorRanksMustAgreeOnLlBytes) {
+  ASSERT_TRUE(kEnvSet);
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  RankOptions opt;
+  opt.timeoutSec = 60;
+  opt.beforeInit = [](int rank) {
+    if (rank == 1) setenv("LOOM_DEVICE_LL_BYTES", "0", 1);
+    if (mem().unavailable().empty()) mem().makeCurrent(0);
+  };
+  auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); }, opt);
+  if (kernelLaunchesExpected(1, 1) == 0) {
+    EXPECT_TRUE(f.empty()) << joinFailures(f);
+    return;
+  }
+  ASSERT_EQ(f.size(), 2u) << joinFailures(f);
+  for (const std::string& e : f)
+    EXPECT_NE(e.find("LOOM_DEVICE_LL_BYTES differs between ranks: rank 0 has 65536, rank 1 has 0"),
+              std::string::npos) << e;
+}
+
 // ncclCommAbort lets a stream go whose kernel waits for a silent peer.
 TEST(STAGED_SUITE, DeviceExecutorAbortReleasesAWaitingStream) {
   ASSERT_TRUE(kEnvSet);

@@ -161,46 +161,57 @@ TEST_F(NetTransport, UnknownBackendIsInvalidArgumentNamingWhatExists) {
   }
 }
 
-// Ranks on two hosts that picked different networks: every rank's init fails saying so,
-// naming both (before: "malformed TCP net handle" on one rank, "connection closed" on the
-// other). The receiver of a pair finds it, and its sender fails with the receiver's words.
+// Ranks that picked different networks, one of them none: a handle one backend cannot read
+// (before: "malformed TCP net handle" on one rank, "connection closed" on the other).
+// On several hosts every rank's init fails at the peer exchange, with one message naming
+// rank 0's network and the first rank's that differs; ranks of one host with shared memory
+// off are compared per pair, where the receiver finds it and its sender fails with the
+// receiver's words.
 TEST_F(NetTransport, RanksDisagreeingAboutNcclNetAreTold) {
   struct Case {
-    const char* net1;  // rank 1's NCCL_NET (rank 0's is Socket); nullptr: unset
-    const char* says;  // what rank 0, receiving from rank 1, finds
+    const char* net2;  // rank 2's NCCL_NET (ranks 0 and 1: Socket); nullptr: unset
+    const char* says;  // how the message names rank 2's network
   };
-  std::vector<Case> cases = {
-      {nullptr, "rank 1 started none (NCCL_NET unset there and no net plugin started)"}};
-  if (loom::ucxBuiltIn()) cases.push_back({"UCX", "rank 1 uses UCX"});
+  std::vector<Case> cases = {{nullptr, "uses no network backend (no NCCL_NET, no net plugin started"}};
+  if (loom::ucxBuiltIn()) cases.push_back({"UCX", "uses UCX"});
   EnvGuard tls("UCX_TLS", "tcp");
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.net1 ? c.net1 : "unset");
-    auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); },
+    SCOPED_TRACE(c.net2 ? c.net2 : "unset");
+    // Hosts h0 (ranks 0, 1) and h1 (rank 2).
+    auto f = runRanks(Mode::kProcesses, 3, [](int, int, ncclComm_t) { return std::string(); },
                       processRanks([&](int rank) {
-                        setenv("LOOM_HOSTID", ("h" + std::to_string(rank)).c_str(), 1);
+                        setenv("LOOM_HOSTID", rank < 2 ? "h0" : "h1", 1);
                         setenv("NCCL_NET_PLUGIN", "none", 1);
-                        if (rank == 0) setenv("NCCL_NET", "Socket", 1);
-                        else if (c.net1) setenv("NCCL_NET", c.net1, 1);
+                        if (rank < 2) setenv("NCCL_NET", "Socket", 1);
+                        else if (c.net2) setenv("NCCL_NET", c.net2, 1);
                         else unsetenv("NCCL_NET");
                       }));
-    ASSERT_EQ(f.size(), 2u) << "a rank connected over a network its peer did not pick: "
-                            << joinFailures(f);
+    ASSERT_EQ(f.size(), 3u) << "a rank's init succeeded: " << joinFailures(f);
     for (const std::string& e : f) {
       EXPECT_NE(e.find("invalid usage"), std::string::npos) << e;
-      EXPECT_NE(e.find("every rank must pick the same network"), std::string::npos) << e;
-    }
-    const std::string all = joinFailures(f);
-    EXPECT_NE(all.find("rank 0 receives from rank 1 ("), std::string::npos) << all;
-    EXPECT_NE(all.find("through the network backend Socket, but " + std::string(c.says)),
-              std::string::npos) << all;
-    if (c.net1) {  // rank 1 receives from rank 0 over UCX and finds Socket
-      EXPECT_NE(all.find("through the network backend UCX, but rank 0 uses Socket"),
-                std::string::npos) << all;
-    } else {  // rank 1 has no network: shm-less TCP for its own receive; as a sender it hears
-      EXPECT_NE(all.find("rank 0 failed to set up its end of connection #0 from this rank: "
-                         "rank 0 receives from rank 1"), std::string::npos) << all;
+      EXPECT_NE(e.find("the ranks of this communicator picked different networks: rank 0 ("),
+                std::string::npos) << e;
+      EXPECT_NE(e.find(") uses Socket, rank 2 ("), std::string::npos) << e;
+      EXPECT_NE(e.find(c.says), std::string::npos) << e;
     }
   }
+  // One host, shared memory off: rank 0 receives from rank 1 over NCCL_NET's Socket.
+  auto f = runRanks(Mode::kProcesses, 2, [](int, int, ncclComm_t) { return std::string(); },
+                    processRanks([](int rank) {
+                      setenv("LOOM_SHM_DISABLE", "1", 1);
+                      setenv("NCCL_NET_PLUGIN", "none", 1);
+                      if (rank == 0) setenv("NCCL_NET", "Socket", 1);
+                      else unsetenv("NCCL_NET");
+                    }));
+  ASSERT_EQ(f.size(), 2u) << joinFailures(f);
+  for (const std::string& e : f) {
+    EXPECT_NE(e.find("invalid usage"), std::string::npos) << e;
+    EXPECT_NE(e.find("through the network backend Socket, but rank 1 uses no network backend"),
+              std::string::npos) << e;
+  }
+  EXPECT_NE(joinFailures(f).find("rank 1: rank 0 failed to set up its end of connection #0 from "
+                                 "this rank: rank 0 receives from rank 1 ("),
+            std::string::npos) << joinFailures(f);
 }
 
 TEST_F(NetTransport, KilledPeerFailsTheOthersPromptly) {

@@ -79,7 +79,7 @@ void printKnobTable(FILE* out, const std::vector<KnobInfo>& knobs) {
             static_cast<int>(wAlias), k.alias.empty() ? "-" : k.alias.c_str(),
             static_cast<int>(wValue), shownValue(k).c_str(), source.c_str());
     fprintf(out, "    %s\n", k.help.c_str());
-    if (k.jobWide) fprintf(out, "    job-wide: every rank must have the same value (the init checks)\n");
+    if (k.jobWide) fprintf(out, "    job-wide: where it applies, every rank of a communicator must have the same value (the init checks)\n");
     if (!k.valid) fprintf(out, "    error: %s\n", k.error.c_str());
   }
 }

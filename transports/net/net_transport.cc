@@ -84,7 +84,12 @@ class NetTransport : public Transport {
     LOOM_CHECK_ARG(crossNic_ >= 0 && crossNic_ <= 2, "NCCL_CROSS_NIC=%lld: expected 0, 1 or 2",
                    static_cast<long long>(crossNic_));
     StartedNet n = startNetBackend(NetContext{bs_.job(), bs_.rank(), bs_.nranks(), bs_.iface()});
-    if (!n.backend) return;
+    if (!n.backend) {
+      LOOM_INFO(kLogNet | kLogInit, "rank %d: NET: no network backend (no NCCL_NET, no net plugin "
+                "started, no active RDMA port): ranks on other hosts are reached through the "
+                "built-in socket transport", bs_.rank());
+      return;
+    }
     name_ = "net/" + n.name;
     LOOM_INFO(kLogNet | kLogInit, "rank %d: NET: ranks on other hosts are reached through %s",
               bs_.rank(), n.name.c_str());
@@ -94,9 +99,27 @@ class NetTransport : public Transport {
   // The backend this rank started ("" for none), so that a receiver can tell a sender that
   // picked another one (a handle it cannot read) before it connects.
   Blob localInfo() override {
-    std::string n = backend_ ? name_.substr(4) : "";
-    n.resize(std::min(n.size(), kPeerSectionBytes));
+    std::string n = published();
     return Blob(n.begin(), n.end());
+  }
+
+  // Ranks on several hosts must all have picked one network: a pair that disagrees would
+  // fail at its first connection (a handle one backend cannot read), at init or in the
+  // middle of a collective. Alike on every rank: rank 0 against the first rank that differs.
+  void checkPeers(const std::vector<PeerInfo>& peers, int slot) const override {
+    bool severalHosts = false;
+    for (const PeerInfo& p : peers) severalHosts |= p.hostHash != peers[0].hostHash;
+    if (!severalHosts) return;
+    const std::string first = nameIn(peers[0], slot);
+    for (const PeerInfo& p : peers) {
+      const std::string other = nameIn(p, slot);
+      if (strcasecmp(first.c_str(), other.c_str()) == 0) continue;
+      LOOM_THROW(kInvalidUsage,
+                 "the ranks of this communicator picked different networks: rank 0 (%s) %s, "
+                 "rank %d (%s) %s. Every rank must pick the same (NCCL_NET, NCCL_NET_PLUGIN, "
+                 "NCCL_IB_DISABLE; with NCCL_DEBUG=INFO each rank logs the one it picks)",
+                 peers[0].hostname, uses(first).c_str(), p.rank, p.hostname, uses(other).c_str());
+    }
   }
 
   // Every pair that shm left over, when NCCL_NET names a backend or a plugin started.
@@ -104,16 +127,16 @@ class NetTransport : public Transport {
 
   // The receiver's blob: the backend's handle, then the rail (a 4-byte device index).
   std::unique_ptr<PendingRecv> setup(const ConnRequest& req, Blob* blob) override {
-    const std::string mine = name_.substr(4);
+    // Ranks of one host (shared memory off) are not compared at init: here, per pair.
+    const std::string mine = published();
     const std::string theirs(req.peerSection.begin(), req.peerSection.end());
     if (strcasecmp(mine.c_str(), theirs.c_str()) != 0)
       LOOM_THROW(kInvalidUsage,
                  "rank %d receives from rank %d (%s) through the network backend %s, but rank %d "
-                 "%s: every rank must pick the same network (NCCL_NET, NCCL_NET_PLUGIN; with "
-                 "NCCL_DEBUG=INFO each rank logs the one it picks)",
+                 "%s: every rank must pick the same network (NCCL_NET, NCCL_NET_PLUGIN, "
+                 "NCCL_IB_DISABLE; with NCCL_DEBUG=INFO each rank logs the one it picks)",
                  bs_.rank(), req.peer, req.peerInfo.hostname, mine.c_str(), req.peer,
-                 theirs.empty() ? "started none (NCCL_NET unset there and no net plugin started)"
-                                : ("uses " + theirs).c_str());
+                 uses(theirs).c_str());
     NetHandle h;
     int32_t rail = netRail(req.localRank, req.localRanks, req.index, backend_->devices());
     auto listen = backend_->listen(rail, &h);
@@ -162,6 +185,22 @@ class NetTransport : public Transport {
   }
 
  private:
+  // The backend's name as published in the peer info ("" for none), cut to its section.
+  std::string published() const {
+    std::string n = backend_ ? name_.substr(4) : "";
+    n.resize(std::min(n.size(), kPeerSectionBytes));
+    return n;
+  }
+  static std::string nameIn(const PeerInfo& p, int slot) {
+    std::span<const uint8_t> s = p.sections[slot].view();
+    return std::string(s.begin(), s.end());
+  }
+  static std::string uses(const std::string& name) {
+    return name.empty() ? "uses no network backend (no NCCL_NET, no net plugin started, no active "
+                          "RDMA port: the built-in socket transport)"
+                        : "uses " + name;
+  }
+
   void logRail(const char* how, const ConnRequest& req, int dev) {
     int n = backend_->devices();
     if (n < 2) return;
