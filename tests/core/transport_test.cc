@@ -90,6 +90,21 @@ class CoreTransport : public testing::Test {
     EXPECT_TRUE(f.empty()) << joinFailures(f);
   }
 
+  // Every log line of every rank that contains `what`.
+  std::vector<std::string> logLines(const std::string& what) {
+    std::vector<std::string> out;
+    if (DIR* d = opendir(dir_.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (strncmp(e->d_name, "log.", 4) != 0) continue;
+        std::ifstream in(dir_ + "/" + e->d_name);
+        for (std::string line; std::getline(in, line);)
+          if (line.find(what) != std::string::npos) out.push_back(line);
+      }
+      closedir(d);
+    }
+    return out;
+  }
+
   // rank -> its "Init COMPLETE" line, from every log file in the directory.
   std::map<int, std::string> initLines() {
     std::map<int, std::string> lines;
@@ -174,6 +189,29 @@ TEST_F(CoreTransport, OneStreamAndFourStreams) {
     expectTransports(hosts);
   }
   expectNoShmLeft();
+}
+
+// NCCL's NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD set the streams per connection where
+// LOOM_SOCKET_NSTREAMS does not: 2 x 3 = 6, logged by every sender; LOOM_SOCKET_NSTREAMS wins.
+TEST_F(CoreTransport, NcclSocketThreadsTimesSocketsPerThreadAreTheStreams) {
+  EnvGuard t("NCCL_SOCKET_NTHREADS", "2"), s("NCCL_NSOCKS_PERTHREAD", "3"), n("LOOM_SOCKET_NSTREAMS", nullptr);
+  std::vector<std::string> hosts = {"h0", "h1", "h2"};
+  runLogged(hosts, exercise);
+  std::vector<std::string> six = logLines("over 6 TCP streams");
+  EXPECT_GE(six.size(), 3u) << "each rank sends to its ring neighbour over 6 streams";
+  EXPECT_TRUE(logLines("over 2 TCP streams").empty());
+  {
+    EnvGuard loom("LOOM_SOCKET_NSTREAMS", "1");
+    runLogged(hosts, exercise);
+    EXPECT_EQ(logLines("over 6 TCP streams").size(), six.size()) << "LOOM_SOCKET_NSTREAMS=1 lost";
+    EXPECT_GE(logLines("over 1 TCP streams").size(), 3u);
+  }
+  EnvGuard tooMany("NCCL_NSOCKS_PERTHREAD", "33");
+  EnvGuard shmOff("NCCL_SHM_DISABLE", "1");
+  auto f = runRanks(Mode::kThreads, 2, [](int, int, ncclComm_t) { return std::string(); }, 60);
+  ASSERT_FALSE(f.empty()) << "2 x 33 sockets were accepted";
+  EXPECT_NE(f[0].find("NCCL_SOCKET_NTHREADS=2 x NCCL_NSOCKS_PERTHREAD=33"), std::string::npos)
+      << joinFailures(f);
 }
 
 TEST_F(CoreTransport, BadStreamCountIsReported) {

@@ -14,13 +14,31 @@ namespace {
 
 IntKnob kNStreams("LOOM_SOCKET_NSTREAMS", "", 2,
                   "TCP streams per socket-transport connection; large steps are striped across "
-                  "them");
+                  "them. Unset, NCCL's NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD when either "
+                  "is set");
+IntKnob kSocketThreads("LOOM_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS", 1,
+                       "As NCCL: threads per TCP connection (1..16); with NCCL_NSOCKS_PERTHREAD, "
+                       "Loom opens their product in TCP streams (one thread drives them), unless "
+                       "LOOM_SOCKET_NSTREAMS is set");
+IntKnob kSocksPerThread("LOOM_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD", 1,
+                        "As NCCL: sockets per thread of a TCP connection; see "
+                        "NCCL_SOCKET_NTHREADS");
 
 size_t ctrlBytes() { return (sizeof(FifoCtrl) + 4095) & ~size_t(4095); }
 
 }  // namespace
 
 int SocketConnection::streamCount() {
+  if (!kNStreams.isSet() && (kSocketThreads.isSet() || kSocksPerThread.isSet())) {
+    const int64_t t = kSocketThreads.get(), s = kSocksPerThread.get();
+    // NCCL's own limits: up to 16 threads, up to 64 sockets in all.
+    if (t < 1 || t > 16 || s < 1 || t * s > 64)
+      LOOM_THROW(kInvalidArgument,
+                 "NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld: expected 1..16 threads "
+                 "and at most 64 sockets in all", static_cast<long long>(t),
+                 static_cast<long long>(s));
+    return static_cast<int>(t * s);
+  }
   int64_t n = kNStreams.get();
   if (n < 1 || n > 64)
     LOOM_THROW(kInvalidArgument, "LOOM_SOCKET_NSTREAMS=%lld: expected 1..64",

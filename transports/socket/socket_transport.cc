@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/time.h"
 #include "bootstrap/wire.h"
 
@@ -99,6 +100,8 @@ class SocketTransport : public Transport {
       sock.sendAll(&h, sizeof(h), Deadline::in(60), what.c_str());
       streams.push_back(std::move(sock));
     }
+    LOOM_INFO(kLogInit | kLogNet, "rank %d sends to rank %d (connection %d) over %u TCP streams",
+              me, p, req.index, b.nstreams);
     return std::make_unique<SocketConnection>(p, req.peerInfo, shape_, true, std::move(streams),
                                               a.str());
   }
