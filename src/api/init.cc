@@ -32,6 +32,14 @@ void logVersionOnce() {
   std::call_once(once, [] {
     LOOM_LOG(kVersion, loom::kLogInit, "NCCL version %d.%d.%d+loom%s", NCCL_MAJOR, NCCL_MINOR,
              NCCL_PATCH, LOOM_VERSION_STRING);
+    // NCCL tuning a job carries over that Loom's own paths ignore: said once, so that a
+    // setting that does nothing is not mistaken for one that does.
+    std::string unread;
+    for (const std::string& v : loom::unreadNcclVariables()) unread += (unread.empty() ? "" : ", ") + v;
+    if (!unread.empty())
+      LOOM_INFO(loom::kLogInit | loom::kLogEnv,
+                "not read by Loom: %s (NCCL's; a stock NCCL serving device buffers reads them; "
+                "`loom-info` lists what Loom reads)", unread.c_str());
   });
 }
 

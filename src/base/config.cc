@@ -1,5 +1,7 @@
 #include "base/config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -127,6 +129,18 @@ uint64_t parseSize(const std::string& text, const char* what) {
 uint64_t SizeKnob::get() const { return parseSize(raw(), origin(*this).c_str()); }
 
 const std::vector<const KnobBase*>& allKnobs() { return registry(); }
+
+std::vector<std::string> unreadNcclVariables() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    if (name.rfind("NCCL_", 0) != 0 || name.rfind("NCCL_TESTS_", 0) == 0) continue;
+    if (!findKnob(name)) out.push_back(entry);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 const KnobBase* findKnob(const std::string& name) {
   for (const KnobBase* k : registry())

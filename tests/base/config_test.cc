@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "base/scoped_env.h"
@@ -137,6 +139,17 @@ TEST(Config, SizeSuffixes) {
   ScopedEnv v("NCCL_TEST_SIZE", "lots");
   std::string msg = invalidArg([] { kTestSize.get(); });
   EXPECT_NE(msg.find("NCCL_TEST_SIZE=lots"), std::string::npos) << msg;
+}
+
+// NCCL_* variables no knob reads are listed (NCCL_TESTS_* aside); knobs' NCCL names are not.
+TEST(Config, UnreadNcclVariables) {
+  ScopedEnv a("NCCL_P2P_LEVEL", "NVL"), b("NCCL_TEST_INT", "3"), c("NCCL_TESTS_SPLIT", "MOD 2");
+  std::vector<std::string> unread = unreadNcclVariables();
+  EXPECT_NE(std::find(unread.begin(), unread.end(), "NCCL_P2P_LEVEL=NVL"), unread.end());
+  for (const std::string& v : unread) {
+    EXPECT_NE(v.rfind("NCCL_TEST_INT=", 0), 0u) << "a knob's alias is read: " << v;
+    EXPECT_NE(v.rfind("NCCL_TESTS_", 0), 0u) << v;
+  }
 }
 
 // What ranks compare for job-wide knobs: the value, not its spelling.

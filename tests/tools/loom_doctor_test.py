@@ -194,6 +194,10 @@ def case_knobs():
     expect(got["allreduce-2"][0] == "FAIL" and "NCCL_ALGO=Bogus" in got["allreduce-2"][1], f"{got['allreduce-2']}")
     got, _ = report("--no-sweep", env={"NCCL_SOCKET_IFNAM": "eth0"})
     expect(got["knobs"][0] == "WARN" and "did you mean NCCL_SOCKET_IFNAME" in got["knobs"][1], f"{got['knobs']}")
+    # NCCL's own tuning that Loom does not read is named, not flagged (stock NCCL reads it).
+    got, _ = report("--no-sweep", env={"NCCL_P2P_LEVEL": "NVL", "NCCL_BUFFSIZE": "8M"})
+    expect(got["knobs"][0] == "PASS" and "not read by Loom" in got["knobs"][1]
+           and "NCCL_P2P_LEVEL" in got["knobs"][1] and "NCCL_BUFFSIZE" not in got["knobs"][1], f"{got['knobs']}")
 
 
 def case_topology():

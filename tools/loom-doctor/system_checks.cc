@@ -118,6 +118,18 @@ Check checkKnobs() {
     if (bestD > 0 && bestD <= (loomName ? 2u : 1u)) typos.push_back(name + " (did you mean " + best + "?)");
   }
   c.fact("set", jsonNumber(set));
+  // NCCL tuning Loom's paths ignore (a stock NCCL serving device buffers reads it): said,
+  // not flagged, since a job may carry it for stock NCCL's sake.
+  std::string unread;
+  for (const std::string& v : unreadNcclVariables()) {
+    const std::string name = v.substr(0, v.find('='));
+    bool typo = false;
+    for (const std::string& t : typos) typo |= t.rfind(name + " ", 0) == 0;
+    if (!typo) unread += (unread.empty() ? "" : ", ") + name;
+  }
+  if (!unread.empty()) c.fact("notReadByLoom", jsonString(unread));
+  const std::string unreadNote =
+      unread.empty() ? "" : "; NCCL's, not read by Loom (a stock NCCL serving device buffers reads them): " + unread;
   std::string list;
   for (const std::string& s : bad) list += (list.empty() ? "" : "; ") + s;
   if (!bad.empty()) {
@@ -126,7 +138,8 @@ Check checkKnobs() {
     for (const std::string& s : typos) list += (list.empty() ? "" : ", ") + s;
     c.set(Status::kWarn, "not read by Loom: " + list, "rename the variable to the knob it was meant to be");
   } else {
-    c.set(Status::kPass, std::to_string(set) + " knob(s) set in the environment, every value valid");
+    c.set(Status::kPass,
+          std::to_string(set) + " knob(s) set in the environment, every value valid" + unreadNote);
   }
   return c;
 }
