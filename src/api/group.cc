@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -21,10 +22,17 @@ struct DeferredInit {
   ncclComm_t comm;
   uint64_t serial;  // as OpArgs::serial
 };
+struct DeferredCall {
+  ncclComm_t comm;
+  uint64_t serial;
+  const char* fn;
+  std::function<ncclResult_t()> run;
+};
 struct GroupState {
   int depth = 0;
   std::vector<OpArgs> ops;
   std::vector<DeferredInit> inits;
+  std::vector<DeferredCall> calls;
 };
 thread_local GroupState tlsGroup;
 
@@ -201,6 +209,42 @@ bool runDeferredInits(const std::vector<DeferredInit>& inits) {
   return background;
 }
 
+// Each call on a thread of its own: calls of ranks that one thread drives meet each other
+// (a split's color exchange is collective over its parent). The first failure is raised
+// once every call has returned.
+bool runDeferredCalls(std::vector<DeferredCall>& calls) {
+  std::vector<std::unique_ptr<CallScope>> scopes;
+  size_t gone = 0;
+  std::vector<DeferredCall*> live;
+  for (DeferredCall& d : calls) {
+    if (!enterCall(d.comm, d.serial)) {
+      ++gone;
+      continue;
+    }
+    live.push_back(&d);
+    scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, d.comm));
+  }
+  std::vector<std::exception_ptr> errors(live.size());
+  std::vector<ncclResult_t> results(live.size(), ncclSuccess);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < live.size(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        results[i] = live[i]->run();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  LOOM_CHECK_USAGE(gone == 0,
+                   "ncclGroupEnd: the communicators of %zu of the group's %zu recorded %s calls "
+                   "were aborted or destroyed before the group ended",
+                   gone, calls.size(), calls.empty() ? "" : calls[0].fn);
+  return std::find(results.begin(), results.end(), ncclInProgress) != results.end();
+}
+
 }  // namespace
 
 double estimateGroupMicros(const std::vector<OpArgs>& ops) {
@@ -236,6 +280,10 @@ void submit(const OpArgs& op) {
 
 void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back({comm, comm->serial}); }
 
+void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run) {
+  tlsGroup.calls.push_back({comm, comm->serial, fn, std::move(run)});
+}
+
 }  // namespace loom::api
 
 using loom::api::guard;
@@ -256,11 +304,14 @@ ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   auto& g = tlsGroup;
   LOOM_CHECK_USAGE(g.depth > 0, "%s: no matching ncclGroupStart", fn);
   if (--g.depth > 0) return ncclSuccess;
+  std::vector<DeferredCall> calls = std::move(g.calls);
   std::vector<DeferredInit> inits = std::move(g.inits);
   std::vector<OpArgs> ops = std::move(g.ops);
+  g.calls.clear();
   g.inits.clear();
   g.ops.clear();
-  const bool background = !inits.empty() && runDeferredInits(inits);
+  bool background = !inits.empty() && runDeferredInits(inits);
+  background |= !calls.empty() && runDeferredCalls(calls);
   if (sim) sim->estimatedTime = static_cast<float>(estimateGroupMicros(ops));
   else if (!ops.empty()) launch(ops);
   return background ? ncclInProgress : ncclSuccess;

@@ -36,6 +36,13 @@ void submit(const OpArgs& op);
 // Queues a deferred communicator init to run (concurrently with the group's others) at
 // the outermost ncclGroupEnd.
 void deferInit(ncclComm_t comm);
+// Queues a management call of `comm` (ncclCommSplit) to run at the outermost ncclGroupEnd,
+// on a thread of its own beside the group's other such calls (one thread driving several
+// ranks splits them together), after the group's inits, before its operations. It runs as a
+// call of `comm` (counted in it), or fails the group end if `comm` was aborted meanwhile.
+// `run` returns ncclInProgress where it leaves work in the background (a non-blocking
+// communicator's init): the group end then returns ncclInProgress too.
+void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run);
 // The cost model's time (microseconds) for a group's operations: what
 // ncclGroupSimulateEnd reports.
 double estimateGroupMicros(const std::vector<OpArgs>& ops);

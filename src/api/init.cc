@@ -225,56 +225,78 @@ LOOM_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const in
   });
 }
 
+namespace {
+
+// The split itself, collective over the parent: colors all-gathered, the new group's first
+// member makes the child's job and hands its id to the others, then the child's init.
+ncclResult_t splitNow(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                      const ncclConfig_t* config) {
+  loom::Bootstrap& bs = comm->core->bootstrap();
+  struct Entry { int color, key, rank; };
+  std::vector<Entry> all(comm->nranks);
+  all[comm->rank] = {color, key, comm->rank};
+  bs.allGather(all.data(), sizeof(Entry));
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  std::vector<Entry> group;
+  for (const Entry& e : all)
+    if (e.color == color) group.push_back(e);
+  std::stable_sort(group.begin(), group.end(), [](const Entry& a, const Entry& b) {
+    return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+  });
+  int newRank = 0;
+  while (group[newRank].rank != comm->rank) ++newRank;
+  uint8_t idBytes[loom::kUniqueIdBytes];
+  if (newRank == 0) {
+    bool fixed = false;
+    loom::JobId job = loom::newJobId(&fixed);
+    if (fixed) {  // NCCL_COMM_ID names the parent's root; children get fresh ones
+      job.root = comm->core->bootstrap().iface().addr;
+      job.root.setPort(0);
+    }
+    loom::startRoot(job);
+    job.encode(idBytes);
+    for (size_t i = 1; i < group.size(); ++i)
+      bs.send(group[i].rank, kTagSplit, idBytes, sizeof(idBytes));
+  } else {
+    bs.recv(group[0].rank, kTagSplit, idBytes, sizeof(idBytes));
+  }
+  loom::JobId job = loom::JobId::decode(idBytes);
+  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+  inherited.blocking = comm->blocking ? 1 : 0;
+  // The child lives on the parent's device (whatever is current on this thread).
+  return startInit(newcomm, static_cast<int>(group.size()), job, newRank,
+                   config ? config : &inherited, "ncclCommSplit", comm->cudaDev);
+}
+
+}  // namespace
+
 LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                          ncclConfig_t* config) {
   return guard("ncclCommSplit", comm, [&] {
     LOOM_CHECK_ARG(newcomm != nullptr, "ncclCommSplit: newcomm is NULL");
     *newcomm = nullptr;
-    // Allowed after ncclCommRevoke or a failure: splitting is how survivors carry on.
-    loom::api::checkCommForManagement(comm, "ncclCommSplit");
-    // The split exchanges colors right away; one thread driving several ranks inside a
-    // group would wait on itself.
-    LOOM_CHECK_USAGE(!loom::api::inGroup(),
-                     "ncclCommSplit inside ncclGroupStart/End is not supported by Loom; call it "
-                     "outside the group, from each rank's own thread");
     LOOM_CHECK_ARG(color >= 0 || color == NCCL_SPLIT_NOCOLOR,
                    "ncclCommSplit: color=%d must be non-negative or NCCL_SPLIT_NOCOLOR", color);
-    loom::Bootstrap& bs = comm->core->bootstrap();
-    struct Entry { int color, key, rank; };
-    std::vector<Entry> all(comm->nranks);
-    all[comm->rank] = {color, key, comm->rank};
-    bs.allGather(all.data(), sizeof(Entry));
-    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-    std::vector<Entry> group;
-    for (const Entry& e : all)
-      if (e.color == color) group.push_back(e);
-    std::stable_sort(group.begin(), group.end(), [](const Entry& a, const Entry& b) {
-      return a.key != b.key ? a.key < b.key : a.rank < b.rank;
-    });
-    int newRank = 0;
-    while (group[newRank].rank != comm->rank) ++newRank;
-    // The group's first member makes the new job and hands its id to the others.
-    uint8_t idBytes[loom::kUniqueIdBytes];
-    if (newRank == 0) {
-      bool fixed = false;
-      loom::JobId job = loom::newJobId(&fixed);
-      if (fixed) {  // NCCL_COMM_ID names the parent's root; children get fresh ones
-        job.root = comm->core->bootstrap().iface().addr;
-        job.root.setPort(0);
-      }
-      loom::startRoot(job);
-      job.encode(idBytes);
-      for (size_t i = 1; i < group.size(); ++i)
-        bs.send(group[i].rank, kTagSplit, idBytes, sizeof(idBytes));
-    } else {
-      bs.recv(group[0].rank, kTagSplit, idBytes, sizeof(idBytes));
+    if (!loom::api::inGroup()) {
+      // Allowed after ncclCommRevoke or a failure: splitting is how survivors carry on.
+      loom::api::checkCommForManagement(comm, "ncclCommSplit");
+      return splitNow(comm, color, key, newcomm, config);
     }
-    loom::JobId job = loom::JobId::decode(idBytes);
-    ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
-    inherited.blocking = comm->blocking ? 1 : 0;
-    // The child lives on the parent's device (whatever is current on this thread).
-    return startInit(newcomm, static_cast<int>(group.size()), job, newRank,
-                     config ? config : &inherited, "ncclCommSplit", comm->cudaDev);
+    // Inside a group (one thread splitting the several ranks it drives, as XLA does): the
+    // split runs at the group's end, after the group's inits (its parent may be one of
+    // them) and beside its other splits; *newcomm is set then. The config is copied now.
+    LOOM_CHECK_ARG(comm && loom::api::isLiveComm(comm),
+                   "ncclCommSplit: comm %p is not a live communicator", static_cast<void*>(comm));
+    std::optional<ncclConfig_t> copy;
+    if (config) {
+      copy.emplace();
+      memcpy(&*copy, config, std::min(sizeof(ncclConfig_t), std::max(config->size, sizeof(size_t))));
+    }
+    loom::api::deferCall(comm, "ncclCommSplit", [=] {
+      loom::api::checkCommForManagement(comm, "ncclCommSplit");
+      return splitNow(comm, color, key, newcomm, copy ? &*copy : nullptr);
+    });
+    return ncclSuccess;
   });
 }
 

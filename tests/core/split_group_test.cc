@@ -1,0 +1,158 @@
+// ncclCommSplit inside ncclGroupStart/End, as XLA calls it: one thread splits the several
+// ranks it drives in one group, and the children exist once the group has ended (each split
+// runs then, on a thread of its own, so that the color exchange of ranks one thread drives
+// can meet). Colors, keys and NCCL_SPLIT_NOCOLOR as outside a group; ranks as one thread,
+// and as two processes of two ranks each; a non-blocking config; a parent aborted before
+// the group's end; bad arguments at the call.
+#include <nccl.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/core_util.h"
+
+namespace loomtest {
+namespace {
+
+// Every rank j of `comms` (global rank ranks[j]) contributes ranks[j] + 1 in each element.
+std::string allReduceInGroup(const std::vector<ncclComm_t>& comms, const std::vector<int>& ranks,
+                             const std::vector<int>& expect) {
+  constexpr size_t kCount = 70001;
+  std::vector<std::vector<int32_t>> in(comms.size()), out(comms.size());
+  RANK_NCCL(ncclGroupStart());
+  for (size_t j = 0; j < comms.size(); ++j) {
+    if (!comms[j]) continue;
+    in[j].assign(kCount, ranks[j] + 1);
+    out[j].assign(kCount, -1);
+    RANK_NCCL(ncclAllReduce(in[j].data(), out[j].data(), kCount, ncclInt32, ncclSum, comms[j], nullptr));
+  }
+  RANK_NCCL(ncclGroupEnd());
+  for (size_t j = 0; j < comms.size(); ++j)
+    for (size_t i = 0; comms[j] && i < kCount; ++i)
+      RANK_CHECK(out[j][i] == expect[j], "rank %d's child: [%zu] = %d, want %d", ranks[j], i,
+                 out[j][i], expect[j]);
+  return "";
+}
+
+// Splits the ranks `ranks` of a 4-rank parent, driven by this thread, in one group: ranks
+// 0 and 2 color 0, rank 1 color 1, rank 3 no color; keys reverse the order (key = -rank).
+std::string splitInGroup(const std::vector<ncclComm_t>& parents, const std::vector<int>& ranks) {
+  const size_t k = parents.size();
+  std::vector<ncclComm_t> children(k, reinterpret_cast<ncclComm_t>(uintptr_t{1}));
+  RANK_NCCL(ncclGroupStart());
+  for (size_t j = 0; j < k; ++j) {
+    const int r = ranks[j];
+    const int color = r == 3 ? NCCL_SPLIT_NOCOLOR : r == 1 ? 1 : 0;
+    RANK_NCCL(ncclCommSplit(parents[j], color, -r, &children[j], nullptr));
+    RANK_CHECK(children[j] == nullptr, "rank %d: the child exists before the group's end", r);
+  }
+  RANK_NCCL(ncclGroupEnd());
+  // Expected child rank / size: rank 2 -> 0 of 2, rank 0 -> 1 of 2, rank 1 -> 0 of 1.
+  const int wantRank[4] = {1, 0, 0, -1}, wantSize[4] = {2, 1, 2, 0};
+  std::vector<int> expect(k);
+  for (size_t j = 0; j < k; ++j) {
+    const int r = ranks[j];
+    if (r == 3) {
+      RANK_CHECK(children[j] == nullptr, "rank 3 (no color) got a communicator");
+      continue;
+    }
+    RANK_CHECK(children[j] != nullptr, "rank %d got no communicator", r);
+    int cr = -1, cn = -1;
+    RANK_NCCL(ncclCommUserRank(children[j], &cr));
+    RANK_NCCL(ncclCommCount(children[j], &cn));
+    RANK_CHECK(cr == wantRank[r] && cn == wantSize[r], "rank %d: child rank %d of %d, want %d of %d",
+               r, cr, cn, wantRank[r], wantSize[r]);
+    expect[j] = r == 1 ? 2 : 1 + 3;  // the sum of (rank + 1) over the child's members
+  }
+  std::string err = allReduceInGroup(children, ranks, expect);
+  for (ncclComm_t c : children)
+    if (c) ncclCommDestroy(c);
+  return err;
+}
+
+TEST(CoreSplitInGroup, OneThreadSplitsTheRanksItDrives) {
+  EnvGuard bound("LOOM_TIMEOUT", "60");
+  std::vector<ncclComm_t> parents(4, nullptr);
+  ASSERT_EQ(ncclCommInitAll(parents.data(), 4, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(splitInGroup(parents, {0, 1, 2, 3}), "");
+  for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Two processes, each driving two ranks of the parent (initialized in a group too): the
+// children span both processes.
+TEST(CoreSplitInGroup, TwoProcessesOfTwoRanksEach) {
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60"), stall("LOOM_TIMEOUT", "60");
+  LateId late;
+  auto f = runEach(
+      Mode::kProcesses, 2,
+      [&](int w, int) {
+        ncclUniqueId id;
+        RANK_TRY(late.wait(&id));
+        // Worker 0 drives ranks 0 and 3, worker 1 ranks 1 and 2: each child crosses over.
+        std::vector<int> ranks = w == 0 ? std::vector<int>{0, 3} : std::vector<int>{1, 2};
+        std::vector<ncclComm_t> parents(2, nullptr);
+        RANK_NCCL(ncclGroupStart());
+        for (int j = 0; j < 2; ++j) RANK_NCCL(ncclCommInitRank(&parents[j], 4, id, ranks[j]));
+        RANK_NCCL(ncclGroupEnd());
+        std::string err = splitInGroup(parents, ranks);
+        for (ncclComm_t c : parents) ncclCommDestroy(c);
+        return err;
+      },
+      120, [&] { return makeId(late); });
+  EXPECT_TRUE(f.empty()) << joinFailures(f);
+}
+
+// A non-blocking config: the group's end returns ncclInProgress and each child finishes
+// its init in the background (ncclCommGetAsyncError says when).
+TEST(CoreSplitInGroup, NonBlockingChildren) {
+  std::vector<ncclComm_t> parents(2, nullptr);
+  ASSERT_EQ(ncclCommInitAll(parents.data(), 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  std::vector<ncclComm_t> children(2, nullptr);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int j = 0; j < 2; ++j) ASSERT_EQ(ncclCommSplit(parents[j], 0, j, &children[j], &config), ncclSuccess);
+  config.blocking = 1;  // read at the call, not at the group's end
+  EXPECT_EQ(ncclGroupEnd(), ncclInProgress) << ncclGetLastError(nullptr);
+  for (ncclComm_t c : children) {
+    ASSERT_NE(c, nullptr);
+    ncclResult_t state = ncclInProgress;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      ASSERT_EQ(ncclCommGetAsyncError(c, &state), ncclSuccess);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(state, ncclSuccess);
+  }
+  EXPECT_EQ(allReduceInGroup(children, {0, 1}, {3, 3}), "");
+  for (ncclComm_t c : children) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// Bad arguments fail at the call; a parent aborted before the group's end fails the end,
+// saying so, and makes no child.
+TEST(CoreSplitInGroup, BadCallsAndAnAbortedParent) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t parent = nullptr, child = reinterpret_cast<ncclComm_t>(uintptr_t{1});
+  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclCommSplit(parent, -7, 0, &child, nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("color=-7"), std::string::npos);
+  EXPECT_EQ(ncclCommSplit(parent, 0, 0, nullptr, nullptr), ncclInvalidArgument);
+  ASSERT_EQ(ncclCommSplit(parent, 0, 0, &child, nullptr), ncclSuccess);
+  EXPECT_EQ(child, nullptr);
+  ASSERT_EQ(ncclCommAbort(parent), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr))
+                .find("the communicators of 1 of the group's 1 recorded ncclCommSplit calls were "
+                      "aborted or destroyed before the group ended"),
+            std::string::npos)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(child, nullptr);
+}
+
+}  // namespace
+}  // namespace loomtest
