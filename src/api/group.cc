@@ -177,18 +177,42 @@ void launch(const std::vector<OpArgs>& args) {
   if (stockFailure) std::rethrow_exception(stockFailure);
 }
 
-// Each init runs as a call of its communicator: an abort of a published handle on another
-// thread frees it only after its init thread is set (non-blocking) or has returned.
-// A communicator aborted before the group ended is left to its abort. True if an init
-// goes on in the background (a non-blocking communicator's).
-bool runDeferredInits(const std::vector<DeferredInit>& inits) {
+// The group's recorded inits and management calls, side by side, as NCCL runs a group's
+// jobs: each init on a thread of its own (a non-blocking one on its init thread, left
+// running), and each communicator's calls in the order recorded on a thread of its own
+// (calls of ranks that one thread drives meet each other: a split's color exchange is
+// collective over its parent; a split whose parent is one of the inits waits for it). Each
+// runs as a call of its communicator: an abort on another thread frees it only after. An
+// init whose communicator was aborted or destroyed before the group ended is skipped (the
+// others run); a call's fails the end before any call runs (a split would wait for the
+// missing rank's colors). The first failure is raised once all have returned. True if an
+// init goes on in the background (a non-blocking communicator's).
+bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<DeferredCall>& calls) {
   std::vector<std::unique_ptr<CallScope>> scopes;
-  std::vector<ncclComm_t> live;
+  size_t goneInits = 0, goneCalls = 0;
+  std::vector<ncclComm_t> live;  // inits not aborted meanwhile
   for (const DeferredInit& d : inits) {
-    if (!enterCall(d.comm, d.serial)) continue;
-    live.push_back(d.comm);
+    if (!enterCall(d.comm, d.serial)) {
+      ++goneInits;
+      continue;
+    }
     scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, d.comm));
+    live.push_back(d.comm);
   }
+  std::vector<std::pair<ncclComm_t, std::vector<const DeferredCall*>>> perComm;
+  for (const DeferredCall& d : calls) {
+    auto it = std::find_if(perComm.begin(), perComm.end(), [&](const auto& p) { return p.first == d.comm; });
+    if (it == perComm.end()) {
+      if (!enterCall(d.comm, d.serial)) {
+        ++goneCalls;
+        continue;
+      }
+      scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, d.comm));
+      it = perComm.insert(perComm.end(), {d.comm, {}});
+    }
+    it->second.push_back(&d);
+  }
+  if (goneCalls) perComm.clear();
   std::vector<std::thread> threads;
   bool background = false;
   for (ncclComm_t c : live) {
@@ -196,53 +220,33 @@ bool runDeferredInits(const std::vector<DeferredInit>& inits) {
     else c->initThread = std::thread([c] { c->runInit(); });
     background |= !c->blocking;
   }
+  std::vector<std::exception_ptr> errors(perComm.size());
+  std::vector<int> inProgress(perComm.size(), 0);
+  for (size_t i = 0; i < perComm.size(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        for (const DeferredCall* d : perComm[i].second) inProgress[i] |= d->run() == ncclInProgress;
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
   for (auto& t : threads) t.join();
   for (ncclComm_t c : live)
     if (c->blocking && c->asyncError.load() != ncclSuccess) {
       std::lock_guard<std::mutex> lock(c->errMu);
       throw Error(static_cast<Code>(c->asyncError.load()), c->lastError);
     }
-  LOOM_CHECK_USAGE(live.size() == inits.size(),
+  LOOM_CHECK_USAGE(goneInits == 0,
                    "ncclGroupEnd: %zu of the group's %zu communicator inits were aborted or "
                    "destroyed before the group ended",
-                   inits.size() - live.size(), inits.size());
-  return background;
-}
-
-// Each call on a thread of its own: calls of ranks that one thread drives meet each other
-// (a split's color exchange is collective over its parent). The first failure is raised
-// once every call has returned.
-bool runDeferredCalls(std::vector<DeferredCall>& calls) {
-  std::vector<std::unique_ptr<CallScope>> scopes;
-  size_t gone = 0;
-  std::vector<DeferredCall*> live;
-  for (DeferredCall& d : calls) {
-    if (!enterCall(d.comm, d.serial)) {
-      ++gone;
-      continue;
-    }
-    live.push_back(&d);
-    scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, d.comm));
-  }
-  std::vector<std::exception_ptr> errors(live.size());
-  std::vector<ncclResult_t> results(live.size(), ncclSuccess);
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < live.size(); ++i)
-    threads.emplace_back([&, i] {
-      try {
-        results[i] = live[i]->run();
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
+                   goneInits, inits.size());
+  LOOM_CHECK_USAGE(goneCalls == 0,
+                   "ncclGroupEnd: the communicators of %zu of the group's %zu recorded %s calls "
+                   "were aborted or destroyed before the group ended (no call of the group ran)",
+                   goneCalls, calls.size(), calls.empty() ? "" : calls[0].fn);
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
-  LOOM_CHECK_USAGE(gone == 0,
-                   "ncclGroupEnd: the communicators of %zu of the group's %zu recorded %s calls "
-                   "were aborted or destroyed before the group ended",
-                   gone, calls.size(), calls.empty() ? "" : calls[0].fn);
-  return std::find(results.begin(), results.end(), ncclInProgress) != results.end();
+  return background || std::find(inProgress.begin(), inProgress.end(), 1) != inProgress.end();
 }
 
 }  // namespace
@@ -310,8 +314,7 @@ ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   g.calls.clear();
   g.inits.clear();
   g.ops.clear();
-  bool background = !inits.empty() && runDeferredInits(inits);
-  background |= !calls.empty() && runDeferredCalls(calls);
+  const bool background = (!inits.empty() || !calls.empty()) && runDeferred(inits, calls);
   if (sim) sim->estimatedTime = static_cast<float>(estimateGroupMicros(ops));
   else if (!ops.empty()) launch(ops);
   return background ? ncclInProgress : ncclSuccess;

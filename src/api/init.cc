@@ -34,6 +34,9 @@ void logVersionOnce() {
              NCCL_PATCH, LOOM_VERSION_STRING);
     // NCCL tuning a job carries over that Loom's own paths ignore: said once, so that a
     // setting that does nothing is not mistaken for one that does.
+    // (environ is walked only when the line would be logged: another thread's setenv may
+    // reallocate it meanwhile.)
+    if (!loom::logEnabled(loom::LogLevel::kInfo, loom::kLogInit | loom::kLogEnv)) return;
     std::string unread;
     for (const std::string& v : loom::unreadNcclVariables()) unread += (unread.empty() ? "" : ", ") + v;
     if (!unread.empty())
@@ -288,12 +291,16 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
     LOOM_CHECK_ARG(comm && loom::api::isLiveComm(comm),
                    "ncclCommSplit: comm %p is not a live communicator", static_cast<void*>(comm));
     std::optional<ncclConfig_t> copy;
+    std::string name;  // the config's commName, which may not outlive the call
     if (config) {
       copy.emplace();
       memcpy(&*copy, config, std::min(sizeof(ncclConfig_t), std::max(config->size, sizeof(size_t))));
+      if (copy->size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && copy->commName)
+        name = copy->commName;
     }
-    loom::api::deferCall(comm, "ncclCommSplit", [=] {
+    loom::api::deferCall(comm, "ncclCommSplit", [=]() mutable {
       loom::api::checkCommForManagement(comm, "ncclCommSplit");
+      if (copy && !name.empty()) copy->commName = name.c_str();
       return splitNow(comm, color, key, newcomm, copy ? &*copy : nullptr);
     });
     return ncclSuccess;

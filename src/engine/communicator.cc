@@ -28,35 +28,12 @@ SizeKnob kSlotBytes("LOOM_SLOT_BYTES", "", "256K",
                     "Bytes per connection FIFO slot (one pipeline step)", KnobScope::kJob);
 IntKnob kDepth("LOOM_FIFO_DEPTH", "", 8, "Slots per connection FIFO (pipeline depth)",
                KnobScope::kJob);
-SizeKnob kBuffSize("LOOM_BUFFSIZE", "NCCL_BUFFSIZE", "0",
-                   "Bytes of each connection's FIFO, as NCCL's buffer size: where LOOM_SLOT_BYTES "
-                   "is unset, the slots are this divided by LOOM_FIFO_DEPTH (rounded down to a "
-                   "multiple of 64). 0: LOOM_SLOT_BYTES decides",
-                   KnobScope::kJob);
-
-// The knob that decides the slot size: LOOM_SLOT_BYTES, unless only NCCL_BUFFSIZE is set.
-const KnobBase& slotKnob() {
-  if (!kSlotBytes.isSet() && kBuffSize.isSet()) return kBuffSize;
-  return kSlotBytes;
-}
-
 FifoShape fifoShape() {
   int64_t depth = kDepth.get();
   if (depth < 2 || depth > kMaxFifoDepth)
     LOOM_THROW(kInvalidArgument, "LOOM_FIFO_DEPTH=%lld: expected 2..%d",
                static_cast<long long>(depth), kMaxFifoDepth);
   uint64_t slot = kSlotBytes.get();
-  if (&slotKnob() == &kBuffSize) {
-    const uint64_t buff = kBuffSize.get();
-    slot = buff / static_cast<uint64_t>(depth) & ~uint64_t{63};
-    if (buff != 0 && (slot < 4096 || slot > (256ull << 20)))
-      LOOM_THROW(kInvalidArgument,
-                 "NCCL_BUFFSIZE=%llu makes FIFO slots of %llu bytes with LOOM_FIFO_DEPTH=%lld: "
-                 "expected %llu to %llu bytes",
-                 static_cast<unsigned long long>(buff), static_cast<unsigned long long>(slot),
-                 static_cast<long long>(depth), 4096ull * depth, (256ull << 20) * depth);
-    if (buff == 0) slot = kSlotBytes.get();
-  }
   if (slot < 4096 || slot > (256ull << 20) || slot % 64 != 0)
     LOOM_THROW(kInvalidArgument, "LOOM_SLOT_BYTES=%llu: expected a multiple of 64 in [4K, 256M]",
                static_cast<unsigned long long>(slot));
@@ -78,17 +55,15 @@ std::vector<JobSetting> jobSettings(FifoShape shape, uint8_t interp, const PlanC
       for (bool b : row) s += b ? '1' : '0';
     return s;
   };
-  auto of = [](const KnobBase* k, std::string value) { return JobSetting{k, std::move(value), nullptr, ""}; };
   std::vector<JobSetting> v = {
-      of(knob("LOOM_ALGO"), bits(ctx.allowed)),
-      of(knob("LOOM_PROTO"), bits(ctx.allowedProtocols)),
-      of(&kDepth, std::to_string(shape.depth)),
-      {&kSlotBytes, std::to_string(shape.slotBytes), &slotKnob(),
-       "the FIFO slot size (LOOM_SLOT_BYTES, or NCCL_BUFFSIZE / LOOM_FIFO_DEPTH)"},
-      of(knob("LOOM_EXECUTOR"), interp == Task::kCpu ? "cpu" : "interp"),
-      of(knob("LOOM_INTERP_PROTO"), interp == Task::kInterpLL       ? "ll"
-                                    : interp == Task::kInterpSimple ? "simple"
-                                                                    : ""),
+      {knob("LOOM_ALGO"), bits(ctx.allowed)},
+      {knob("LOOM_PROTO"), bits(ctx.allowedProtocols)},
+      {&kSlotBytes, std::to_string(shape.slotBytes)},
+      {&kDepth, std::to_string(shape.depth)},
+      {knob("LOOM_EXECUTOR"), interp == Task::kCpu ? "cpu" : "interp"},
+      {knob("LOOM_INTERP_PROTO"), interp == Task::kInterpLL       ? "ll"
+                                  : interp == Task::kInterpSimple ? "simple"
+                                                                  : ""},
   };
   for (JobSetting& s : v) s = read.published(s);
   return v;
@@ -155,7 +130,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   // this rank until the bootstrap time-out; meanwhile the knobs' defaults stand in.
   JobSettingsReader read;
   FifoShape shape{size_t{256} << 10, 8};
-  read.read({&kSlotBytes, &kDepth, &kBuffSize}, [&] { shape = fifoShape(); });
+  read.read({&kSlotBytes, &kDepth}, [&] { shape = fifoShape(); });
   read.read({knob("LOOM_EXECUTOR"), knob("LOOM_INTERP_PROTO")},
             [&] { interp_ = interpExecutorSelected(); });
   read.read({knob("LOOM_ALGO"), knob("LOOM_PROTO")}, [&] { planCtx_.loadAlgoFilter(); });
@@ -196,7 +171,6 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   localDirect_ = staged::localDirect();
   planCtx_.slotBytes = interp_ == Task::kInterpLL ? llCapacity(shape.slotBytes) : shape.slotBytes;
   planCtx_.depth = shape.depth;
-  fifoSlotBytes_ = shape.slotBytes;
   planCtx_.loadTuning(tuningModel());
   // Channel rings visit each host's ranks in a row, so they cross between hosts only once
   // per host; within a host they follow the topology search's rings.
@@ -255,9 +229,8 @@ void* Communicator::scratch(size_t bytes) {
 }
 
 std::string Communicator::initSummary() const {
-  return strprintf("rank %d nranks %d host %s pid %d localRanks %d fifo %d x %zu B transports [%s]%s",
-                   rank_, nranks_, peers_[rank_].hostname, peers_[rank_].pid, localRanks(),
-                   planCtx_.depth, fifoSlotBytes_,
+  return strprintf("rank %d nranks %d host %s pid %d localRanks %d transports [%s]%s", rank_,
+                   nranks_, peers_[rank_].hostname, peers_[rank_].pid, localRanks(),
                    transports_->summary().c_str(),
                    interp_ == Task::kInterpLL       ? " executor interp/LL (LOOM_EXECUTOR)"
                    : interp_ == Task::kInterpSimple ? " executor interp (LOOM_EXECUTOR)"

@@ -110,7 +110,6 @@ class Communicator {
   bool oversubscribed_ = false;
   bool localDirect_ = true;
   uint8_t interp_ = 0;
-  size_t fifoSlotBytes_ = 0;  // the connections' slot (planCtx_.slotBytes is LL's payload with LL)
   std::unique_ptr<char[]> scratch_;
   size_t scratchBytes_ = 0;
   PlanCache planCache_;

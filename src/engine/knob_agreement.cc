@@ -23,7 +23,6 @@ struct KnobValues {
   uint32_t count;
   struct {
     char name[32];    // LOOM_*
-    char label[96];   // JobSetting::label, "" for the knob's own name
     char shown[56];   // the raw value, cut short
     char source[32];  // "default", "env NCCL_ALGO"
     uint64_t value;   // fnv1a of the canonical value
@@ -48,7 +47,7 @@ void JobSettingsReader::blame(const std::vector<const KnobBase*>& knobs, const s
 
 JobSetting JobSettingsReader::published(JobSetting s) const {
   for (const KnobBase* k : malformed_)
-    if (k == s.knob || k == s.decidedBy) s.value = "malformed: " + k->raw();
+    if (k == s.knob) s.value = "malformed: " + k->raw();
   return s;
 }
 
@@ -70,9 +69,8 @@ namespace {
   memset(&mine, 0, sizeof(mine));
   mine.count = static_cast<uint32_t>(settings.size());
   for (size_t i = 0; i < settings.size(); ++i) {
-    const KnobBase& k = settings[i].decidedBy ? *settings[i].decidedBy : *settings[i].knob;
-    snprintf(mine.k[i].name, sizeof(mine.k[i].name), "%s", settings[i].knob->name());
-    snprintf(mine.k[i].label, sizeof(mine.k[i].label), "%s", settings[i].label.c_str());
+    const KnobBase& k = *settings[i].knob;
+    snprintf(mine.k[i].name, sizeof(mine.k[i].name), "%s", k.name());
     mine.k[i].value = fnv1a(settings[i].value);
     snprintf(mine.k[i].shown, sizeof(mine.k[i].shown), "%s", k.raw().c_str());
     snprintf(mine.k[i].source, sizeof(mine.k[i].source), "%s", k.source().c_str());
@@ -107,7 +105,6 @@ namespace {
           name = src.substr(4);
           break;
         }
-      if (!field(first.k[i].label).empty()) name = field(first.k[i].label);
       LOOM_THROW(kInvalidUsage, "%s differs between ranks: %s, %s%s", name.c_str(),
                  side(first, 0).c_str(), side(other, r).c_str(), tail.c_str());
     }

@@ -25,11 +25,6 @@ namespace loom {
 struct JobSetting {
   const KnobBase* knob;
   std::string value;
-  // Where one setting follows from either of two knobs (the FIFO slot: LOOM_SLOT_BYTES, or
-  // NCCL_BUFFSIZE / LOOM_FIFO_DEPTH): the knob that decided it on this rank, shown in the
-  // message, and the setting's name there.
-  const KnobBase* decidedBy = nullptr;
-  std::string label;
 };
 
 // Reads settings whose parsing may fail, for the exchange: a malformed value becomes a

@@ -82,49 +82,6 @@ TEST(CoreKnobAgreement, AnInterpreterProtocolSetOnOneRankFailsTheInitOnEveryRank
                   "rank 1 has \"LL\" (env LOOM_INTERP_PROTO)");
 }
 
-// NCCL_BUFFSIZE sizes the FIFOs as NCCL's buffer does: slots of NCCL_BUFFSIZE /
-// LOOM_FIFO_DEPTH where LOOM_SLOT_BYTES is unset (the INIT line says "fifo 8 x 1048576 B").
-// It is job-wide through the slot size it makes: 8M on one rank and LOOM_SLOT_BYTES=1M on
-// the other agree; 8M against the default does not.
-TEST(CoreKnobAgreement, NcclBuffSizeSetsTheSlotsAndMustAgree) {
-  EnvGuard b("NCCL_BUFFSIZE", nullptr), s("LOOM_SLOT_BYTES", nullptr), d("LOOM_FIFO_DEPTH", nullptr);
-  expectInitFails(2, {{}, {{"NCCL_BUFFSIZE", "8M"}}},
-                  "the FIFO slot size (LOOM_SLOT_BYTES, or NCCL_BUFFSIZE / LOOM_FIFO_DEPTH) "
-                  "differs between ranks: rank 0 has \"256K\" (default), rank 1 has \"8M\" (env "
-                  "NCCL_BUFFSIZE)");
-  std::string log = testing::TempDir() + "loom_buffsize_" + std::to_string(getpid());
-  EnvGuard dbg("NCCL_DEBUG", "INFO"), sub("NCCL_DEBUG_SUBSYS", "INIT"),
-      file("NCCL_DEBUG_FILE", (log + ".%p").c_str());
-  const std::vector<Settings> env = {{{"NCCL_BUFFSIZE", "8M"}}, {{"LOOM_SLOT_BYTES", "1M"}}};
-  LateId late;
-  auto f = runEach(
-      Mode::kProcesses, 2,
-      [&](int rank, int n) {
-        loom::logReset();
-        ncclUniqueId id;
-        RANK_TRY(late.wait(&id));
-        ncclComm_t comm = nullptr;
-        ncclResult_t r;
-        std::string msg = initWith(id, rank, n, env[rank], &comm, &r);
-        RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
-        RANK_NCCL(ncclCommDestroy(comm));
-        std::string path = log + "." + std::to_string(getpid());
-        std::string text;
-        if (FILE* fp = fopen(path.c_str(), "r")) {
-          char buf[4096];
-          for (size_t k; (k = fread(buf, 1, sizeof(buf), fp)) > 0;) text.append(buf, k);
-          fclose(fp);
-        }
-        unlink(path.c_str());
-        RANK_CHECK(text.find("fifo 8 x 1048576 B") != std::string::npos, "log: %s", text.c_str());
-        return std::string();
-      },
-      120, [&] { return makeId(late); });
-  EXPECT_TRUE(f.empty()) << joinFailures(f);
-  expectInitFails(1, {{{"NCCL_BUFFSIZE", "16K"}}}, "", 0,
-                  "NCCL_BUFFSIZE=16384 makes FIFO slots of 2048 bytes with LOOM_FIFO_DEPTH=8");
-}
-
 // A malformed value: its rank fails with its own words (ncclInvalidArgument), the others
 // learn which knob and value (before, they waited for it until the bootstrap time-out when
 // the FIFO shape was malformed, or heard "unknown algorithm" from nobody).

@@ -104,6 +104,37 @@ TEST(CoreSplitInGroup, TwoProcessesOfTwoRanksEach) {
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }
 
+// Two splits of each parent in one group (rows and columns of a 2 x 2 grid), and the parents
+// themselves initialized in that same group: each parent's splits run in the order recorded,
+// so the two exchanges of one parent never cross; a split waits for its parent's init.
+TEST(CoreSplitInGroup, RowsAndColumnsOfParentsMadeInTheSameGroup) {
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60"), stall("LOOM_TIMEOUT", "60");
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  std::vector<ncclComm_t> parents(4, nullptr), rows(4, nullptr), cols(4, nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(ncclCommInitRank(&parents[r], 4, id, r), ncclSuccess);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(ncclCommSplit(parents[r], r / 2, r, &rows[r], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclCommSplit(parents[r], r % 2, r, &cols[r], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int r = 0; r < 4; ++r) {
+    int rr = -1, cr = -1;
+    ASSERT_NE(rows[r], nullptr);
+    ASSERT_NE(cols[r], nullptr);
+    ASSERT_EQ(ncclCommUserRank(rows[r], &rr), ncclSuccess);
+    ASSERT_EQ(ncclCommUserRank(cols[r], &cr), ncclSuccess);
+    EXPECT_EQ(rr, r % 2) << "rank " << r << "'s row";
+    EXPECT_EQ(cr, r / 2) << "rank " << r << "'s column";
+  }
+  // Row sums: ranks {0,1} -> 1+2, {2,3} -> 3+4; column sums: {0,2} -> 1+3, {1,3} -> 2+4.
+  EXPECT_EQ(allReduceInGroup(rows, {0, 1, 2, 3}, {3, 3, 7, 7}), "");
+  EXPECT_EQ(allReduceInGroup(cols, {0, 1, 2, 3}, {4, 6, 4, 6}), "");
+  for (auto* set : {&rows, &cols, &parents})
+    for (ncclComm_t c : *set) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
 // A non-blocking config: the group's end returns ncclInProgress and each child finishes
 // its init in the background (ncclCommGetAsyncError says when).
 TEST(CoreSplitInGroup, NonBlockingChildren) {
@@ -148,7 +179,7 @@ TEST(CoreSplitInGroup, BadCallsAndAnAbortedParent) {
   EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(nullptr))
                 .find("the communicators of 1 of the group's 1 recorded ncclCommSplit calls were "
-                      "aborted or destroyed before the group ended"),
+                      "aborted or destroyed before the group ended (no call of the group ran)"),
             std::string::npos)
       << ncclGetLastError(nullptr);
   EXPECT_EQ(child, nullptr);

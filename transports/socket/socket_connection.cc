@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/log.h"
 
 namespace loom {
 namespace {
@@ -30,13 +32,19 @@ size_t ctrlBytes() { return (sizeof(FifoCtrl) + 4095) & ~size_t(4095); }
 
 int SocketConnection::streamCount() {
   if (!kNStreams.isSet() && (kSocketThreads.isSet() || kSocksPerThread.isSet())) {
-    const int64_t t = kSocketThreads.get(), s = kSocksPerThread.get();
-    // NCCL's own limits: up to 16 threads, up to 64 sockets in all.
-    if (t < 1 || t > 16 || s < 1 || t * s > 64)
-      LOOM_THROW(kInvalidArgument,
-                 "NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld: expected 1..16 threads "
-                 "and at most 64 sockets in all", static_cast<long long>(t),
-                 static_cast<long long>(s));
+    // As NCCL: at most 16 threads and 64 sockets in all, larger values clamped with a
+    // warning (a job that runs on stock NCCL runs here); below 1, 1.
+    const int64_t t0 = kSocketThreads.get(), s0 = kSocksPerThread.get();
+    const int64_t t = std::clamp<int64_t>(t0, 1, 16);
+    const int64_t s = std::clamp<int64_t>(s0, 1, 64 / t);
+    if (t != t0 || s != s0) {
+      static std::once_flag once;
+      std::call_once(once, [&] {
+        LOOM_WARN("NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld: using %lld x %lld (at "
+                  "most 16 threads and 64 sockets, as NCCL)", static_cast<long long>(t0),
+                  static_cast<long long>(s0), static_cast<long long>(t), static_cast<long long>(s));
+      });
+    }
     return static_cast<int>(t * s);
   }
   int64_t n = kNStreams.get();
