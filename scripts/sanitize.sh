@@ -91,7 +91,11 @@ if [ "$kind" = address ]; then
   staged_filter='*'
   # The device executor (engine/device_exec.h) with the kernels module's stand-in, whose
   # launches run the plan interpreter on host threads: ranks as processes and as threads.
-  executor_filter='*DeviceExecutor*'
+  # In two processes: with all 19 tests in one, GCC 12's LeakSanitizer crashed at exit
+  # walking the main thread's dynamic TLS ("Tracer caught signal 11", "DTLS 6 at
+  # 0x...642"), 3 runs of 3, with 0 reports; any 18 of them passed (2026-11-27).
+  executor_filter='*DeviceExecutor*:-*AcrossHosts*'
+  executor_filter2='*DeviceExecutorAcrossHosts*'
   stream_filter=''
   # The device executor's plan interpreter on host threads (one per channel), alone and
   # under communicators (LOOM_EXECUTOR=interp), threads and processes.
@@ -204,6 +208,11 @@ if [ -n "${executor_filter:-}" ]; then
   LOOM_CUDA_KERNELS_LIBRARY="$build/tests/engine/libloom_stand_in_kernels.so" \
     run engine_staged_stand_in_test_executor "$build/tests/engine/engine_staged_stand_in_test" \
     --gtest_filter="$executor_filter"
+fi
+if [ -n "${executor_filter2:-}" ]; then
+  LOOM_CUDA_KERNELS_LIBRARY="$build/tests/engine/libloom_stand_in_kernels.so" \
+    run engine_staged_stand_in_test_executor_hosts "$build/tests/engine/engine_staged_stand_in_test" \
+    --gtest_filter="$executor_filter2"
 fi
 if [ -n "${stream_filter:-}" ]; then
   run engine_stand_in_stream_test "$build/tests/engine/engine_stand_in_stream_test" \

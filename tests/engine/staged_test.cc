@@ -947,7 +947,6 @@ TEST(STAGED_SUITE, DeviceExecutorStopsWhenAPeerDies) {
 // module no rank runs the executor, and the knob does not matter: the init succeeds.
 TEST(STAGED_SUITE, DeviceExecutorRanksMustAgreeOnLlBytes) {
   ASSERT_TRUE(kEnvSet);
-  if (!mem().unavailable().empty()) GTEST_SKIP() << mem().unavailable();
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
   RankOptions opt;
   opt.timeoutSec = 60;
@@ -960,7 +959,8 @@ TEST(STAGED_SUITE, DeviceExecutorRanksMustAgreeOnLlBytes) {
     EXPECT_TRUE(f.empty()) << joinFailures(f);
     return;
   }
-  if (kernelLaunchesExpected(1, 1) < 0 && f.empty()) return;  // a GPU without the module named
+  // The real driver: no GPU here, or a GPU without the module named (the executor unused).
+  if (kernelLaunchesExpected(1, 1) < 0 && f.empty()) return;
   ASSERT_EQ(f.size(), 2u) << joinFailures(f);
   for (const std::string& e : f)
     EXPECT_NE(e.find("LOOM_DEVICE_LL_BYTES differs between ranks: rank 0 has 65536, rank 1 has 0"),
