@@ -230,15 +230,47 @@ LOOM_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const in
 
 namespace {
 
-// The split itself, collective over the parent: colors all-gathered, the new group's first
-// member makes the child's job and hands its id to the others, then the child's init.
+// The new communicator's job for `members` (parent ranks, in their new order): the first
+// makes it (a fresh root; NCCL_COMM_ID names the parent's) and sends its id to the others
+// point to point, so that ranks left out (dead ones, for a shrink) are never waited for.
+loom::JobId childJob(ncclComm_t comm, const std::vector<int>& members, int newRank, uint32_t tag) {
+  loom::Bootstrap& bs = comm->core->bootstrap();
+  uint8_t idBytes[loom::kUniqueIdBytes];
+  if (newRank == 0) {
+    bool fixed = false;
+    loom::JobId job = loom::newJobId(&fixed);
+    if (fixed) {
+      job.root = bs.iface().addr;
+      job.root.setPort(0);
+    }
+    loom::startRoot(job);
+    job.encode(idBytes);
+    for (size_t i = 1; i < members.size(); ++i) bs.send(members[i], tag, idBytes, sizeof(idBytes));
+  } else {
+    bs.recv(members[0], tag, idBytes, sizeof(idBytes));
+  }
+  return loom::JobId::decode(idBytes);
+}
+
+// The child's init: the caller's config, else the parent's blocking mode; on the parent's
+// device (whatever is current on this thread).
+ncclResult_t startChild(ncclComm_t parent, ncclComm_t* newcomm, const std::vector<int>& members,
+                        int newRank, const loom::JobId& job, const ncclConfig_t* config,
+                        const char* fn) {
+  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+  inherited.blocking = parent->blocking ? 1 : 0;
+  return startInit(newcomm, static_cast<int>(members.size()), job, newRank,
+                   config ? config : &inherited, fn, parent->cudaDev);
+}
+
+// The split itself, collective over the parent: colors all-gathered, then the child's job
+// and init.
 ncclResult_t splitNow(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                       const ncclConfig_t* config) {
-  loom::Bootstrap& bs = comm->core->bootstrap();
   struct Entry { int color, key, rank; };
   std::vector<Entry> all(comm->nranks);
   all[comm->rank] = {color, key, comm->rank};
-  bs.allGather(all.data(), sizeof(Entry));
+  comm->core->bootstrap().allGather(all.data(), sizeof(Entry));
   if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
   std::vector<Entry> group;
   for (const Entry& e : all)
@@ -246,30 +278,52 @@ ncclResult_t splitNow(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
   std::stable_sort(group.begin(), group.end(), [](const Entry& a, const Entry& b) {
     return a.key != b.key ? a.key < b.key : a.rank < b.rank;
   });
-  int newRank = 0;
-  while (group[newRank].rank != comm->rank) ++newRank;
-  uint8_t idBytes[loom::kUniqueIdBytes];
-  if (newRank == 0) {
-    bool fixed = false;
-    loom::JobId job = loom::newJobId(&fixed);
-    if (fixed) {  // NCCL_COMM_ID names the parent's root; children get fresh ones
-      job.root = comm->core->bootstrap().iface().addr;
-      job.root.setPort(0);
-    }
-    loom::startRoot(job);
-    job.encode(idBytes);
-    for (size_t i = 1; i < group.size(); ++i)
-      bs.send(group[i].rank, kTagSplit, idBytes, sizeof(idBytes));
-  } else {
-    bs.recv(group[0].rank, kTagSplit, idBytes, sizeof(idBytes));
-  }
-  loom::JobId job = loom::JobId::decode(idBytes);
-  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
-  inherited.blocking = comm->blocking ? 1 : 0;
-  // The child lives on the parent's device (whatever is current on this thread).
-  return startInit(newcomm, static_cast<int>(group.size()), job, newRank,
-                   config ? config : &inherited, "ncclCommSplit", comm->cudaDev);
+  std::vector<int> members;
+  for (const Entry& e : group) members.push_back(e.rank);
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
+  const loom::JobId job = childJob(comm, members, newRank, kTagSplit);
+  return startChild(comm, newcomm, members, newRank, job, config, "ncclCommSplit");
 }
+
+// The shrink: survivors only talk (point to point from the first), so excluded ranks are
+// never waited for.
+ncclResult_t shrinkNow(ncclComm_t comm, const std::vector<bool>& excluded, ncclComm_t* newcomm,
+                       const ncclConfig_t* config, int shrinkFlags) {
+  const char* fn = "ncclCommShrink";
+  loom::api::waitInitOrThrow(comm, fn);
+  LOOM_CHECK_USAGE(comm->core != nullptr, "%s: the communicator never finished initializing", fn);
+  // NCCL_SHRINK_ABORT: operations still running on other threads stop first.
+  if (shrinkFlags == NCCL_SHRINK_ABORT) comm->revoked.store(true);
+  std::vector<int> survivors;
+  for (int r = 0; r < comm->nranks; ++r)
+    if (!excluded[r]) survivors.push_back(r);
+  const int newRank = static_cast<int>(
+      std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
+  const loom::JobId job = childJob(comm, survivors, newRank, kTagShrink);
+  return startChild(comm, newcomm, survivors, newRank, job, config, fn);
+}
+
+// A config as the call saw it, for a call that runs at its group's end: the name copied
+// too (it may not outlive the call).
+class ConfigCopy {
+ public:
+  explicit ConfigCopy(const ncclConfig_t* c) {
+    if (!c) return;
+    has_ = true;
+    memcpy(&c_, c, std::min(sizeof(ncclConfig_t), std::max(c->size, sizeof(size_t))));
+    if (c_.size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c_.commName) name_ = c_.commName;
+  }
+  const ncclConfig_t* get() {
+    if (!has_) return nullptr;
+    if (!name_.empty()) c_.commName = name_.c_str();
+    return &c_;
+  }
+
+ private:
+  bool has_ = false;
+  ncclConfig_t c_ = NCCL_CONFIG_INITIALIZER;
+  std::string name_;
+};
 
 }  // namespace
 
@@ -286,22 +340,13 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
       return splitNow(comm, color, key, newcomm, config);
     }
     // Inside a group (one thread splitting the several ranks it drives, as XLA does): the
-    // split runs at the group's end, after the group's inits (its parent may be one of
-    // them) and beside its other splits; *newcomm is set then. The config is copied now.
+    // split runs at the group's end, beside the group's inits (its parent may be one of
+    // them), each parent's calls in order on a thread of their own; *newcomm is set then.
     LOOM_CHECK_ARG(comm && loom::api::isLiveComm(comm),
                    "ncclCommSplit: comm %p is not a live communicator", static_cast<void*>(comm));
-    std::optional<ncclConfig_t> copy;
-    std::string name;  // the config's commName, which may not outlive the call
-    if (config) {
-      copy.emplace();
-      memcpy(&*copy, config, std::min(sizeof(ncclConfig_t), std::max(config->size, sizeof(size_t))));
-      if (copy->size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && copy->commName)
-        name = copy->commName;
-    }
-    loom::api::deferCall(comm, "ncclCommSplit", [=]() mutable {
+    loom::api::deferCall(comm, "ncclCommSplit", [=, copy = ConfigCopy(config)]() mutable {
       loom::api::checkCommForManagement(comm, "ncclCommSplit");
-      if (copy && !name.empty()) copy->commName = name.c_str();
-      return splitNow(comm, color, key, newcomm, copy ? &*copy : nullptr);
+      return splitNow(comm, color, key, newcomm, copy.get());
     });
     return ncclSuccess;
   });
@@ -322,9 +367,6 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
     LOOM_CHECK_ARG(shrinkFlags == NCCL_SHRINK_DEFAULT || shrinkFlags == NCCL_SHRINK_ABORT,
                    "%s: shrinkFlags=%d (expected NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)", fn,
                    shrinkFlags);
-    loom::api::waitInitOrThrow(comm, fn);
-    LOOM_CHECK_USAGE(comm->core != nullptr, "%s: the communicator never finished initializing",
-                     fn);
     std::vector<bool> excluded(comm->nranks, false);
     for (int i = 0; i < excludeRanksCount; ++i) {
       int r = excludeRanksList[i];
@@ -334,36 +376,13 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
       excluded[r] = true;
     }
     LOOM_CHECK_USAGE(!excluded[comm->rank], "%s: rank %d excludes itself", fn, comm->rank);
-    // NCCL_SHRINK_ABORT: operations still running on other threads stop first.
-    if (shrinkFlags == NCCL_SHRINK_ABORT) comm->revoked.store(true);
-    std::vector<int> survivors;
-    for (int r = 0; r < comm->nranks; ++r)
-      if (!excluded[r]) survivors.push_back(r);
-    int newRank = static_cast<int>(
-        std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
-    // Only survivors talk: the first makes the new job and sends its id to each of the
-    // others point to point, so excluded (possibly dead) ranks are never waited for.
-    loom::Bootstrap& bs = comm->core->bootstrap();
-    uint8_t idBytes[loom::kUniqueIdBytes];
-    if (newRank == 0) {
-      bool fixed = false;
-      loom::JobId job = loom::newJobId(&fixed);
-      if (fixed) {
-        job.root = bs.iface().addr;
-        job.root.setPort(0);
-      }
-      loom::startRoot(job);
-      job.encode(idBytes);
-      for (size_t i = 1; i < survivors.size(); ++i)
-        bs.send(survivors[i], kTagShrink, idBytes, sizeof(idBytes));
-    } else {
-      bs.recv(survivors[0], kTagShrink, idBytes, sizeof(idBytes));
-    }
-    loom::JobId job = loom::JobId::decode(idBytes);
-    ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
-    inherited.blocking = comm->blocking ? 1 : 0;
-    return startInit(newcomm, static_cast<int>(survivors.size()), job, newRank,
-                     config ? config : &inherited, fn, comm->cudaDev);
+    if (!loom::api::inGroup()) return shrinkNow(comm, excluded, newcomm, config, shrinkFlags);
+    // Inside a group, as a split: at the group's end, each parent's calls on a thread of
+    // their own (the survivors one thread drives would otherwise wait on each other).
+    loom::api::deferCall(comm, fn, [=, copy = ConfigCopy(config)]() mutable {
+      return shrinkNow(comm, excluded, newcomm, copy.get(), shrinkFlags);
+    });
+    return ncclSuccess;
   });
 }
 

@@ -3,7 +3,7 @@
 // runs then, on a thread of its own, so that the color exchange of ranks one thread drives
 // can meet). Colors, keys and NCCL_SPLIT_NOCOLOR as outside a group; ranks as one thread,
 // and as two processes of two ranks each; a non-blocking config; a parent aborted before
-// the group's end; bad arguments at the call.
+// the group's end; bad arguments at the call. ncclCommShrink in a group likewise.
 #include <nccl.h>
 
 #include <chrono>
@@ -159,6 +159,36 @@ TEST(CoreSplitInGroup, NonBlockingChildren) {
   }
   EXPECT_EQ(allReduceInGroup(children, {0, 1}, {3, 3}), "");
   for (ncclComm_t c : children) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// One thread shrinks the ranks it drives in one group, leaving rank 1 out (as after its
+// failure): before, the second survivor waited for the first's id on the same thread.
+TEST(CoreSplitInGroup, OneThreadShrinksTheRanksItDrives) {
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60"), stall("LOOM_TIMEOUT", "60");
+  std::vector<ncclComm_t> parents(4, nullptr);
+  ASSERT_EQ(ncclCommInitAll(parents.data(), 4, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+  int excluded[1] = {1};
+  std::vector<ncclComm_t> children(4, nullptr);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r : {3, 2, 0})  // the first survivor last: no order is needed
+    ASSERT_EQ(ncclCommShrink(parents[r], excluded, 1, &children[r], nullptr, NCCL_SHRINK_DEFAULT),
+              ncclSuccess);
+  EXPECT_EQ(ncclCommShrink(parents[1], excluded, 1, &children[1], nullptr, NCCL_SHRINK_DEFAULT),
+            ncclInvalidUsage) << "rank 1 excludes itself";
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  const int wantRank[4] = {0, -1, 1, 2};
+  for (int r : {0, 2, 3}) {
+    int cr = -1, cn = -1;
+    ASSERT_NE(children[r], nullptr) << r;
+    ASSERT_EQ(ncclCommUserRank(children[r], &cr), ncclSuccess);
+    ASSERT_EQ(ncclCommCount(children[r], &cn), ncclSuccess);
+    EXPECT_EQ(cr, wantRank[r]);
+    EXPECT_EQ(cn, 3);
+  }
+  std::vector<ncclComm_t> live = {children[0], children[2], children[3]};
+  EXPECT_EQ(allReduceInGroup(live, {0, 2, 3}, {8, 8, 8}), "");  // 1 + 3 + 4
+  for (ncclComm_t c : live) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 
