@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <string>
 
@@ -159,41 +160,58 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
   std::vector<ConnKey> sends = missing(sendKeys, send_), recvs = missing(recvKeys, recv_);
   if (sends.empty() && recvs.empty()) return;
 
-  // 1. Receivers create their end and tell the sender how to reach it.
+  // 1. Receivers create their end and tell the sender how to reach it. A receiver whose
+  // setup fails tells its sender why (and every later sender of this round too), then still
+  // takes its senders' setups in step 2 without attaching, so that a peer that is both its
+  // sender and its receiver has sent its own setup before this rank leaves, and reads the
+  // reason instead of failing on a closed socket.
   std::map<ConnKey, std::unique_ptr<PendingRecv>> pending;
+  std::exception_ptr failed;
+  SetupMsg failure{};
   for (ConnKey k : recvs) {
-    int p = k.first, t = transportIndex(p);
-    Blob blob;
-    try {
-      pending[k] = transports_[t]->setup(request(k, t), &blob);
-    } catch (const std::exception& e) {
-      const auto* err = dynamic_cast<const Error*>(&e);
-      SetupMsg msg{};
-      msg.transport = kSetupFailed;
-      msg.len = static_cast<uint32_t>(err ? err->code() : Code::kInternalError);
-      snprintf(msg.error, sizeof(msg.error), "%s", e.what());
+    int p = k.first;
+    if (!failed) {
+      int t = transportIndex(p);
+      Blob blob;
       try {
+        pending[k] = transports_[t]->setup(request(k, t), &blob);
+        if (blob.size() > kMaxConnBlobBytes)
+          LOOM_THROW(kInternalError,
+                     "rank %d: transport '%s' made a %zu-byte setup blob for rank %d; a "
+                     "connection setup carries at most %zu",
+                     me, specs_[t].name.c_str(), blob.size(), p, kMaxConnBlobBytes);
+        SetupMsg msg{};
+        msg.transport = static_cast<uint32_t>(t);
+        msg.len = static_cast<uint32_t>(blob.size());
+        if (!blob.empty()) memcpy(msg.blob, blob.data(), blob.size());
         bootstrap_.send(p, kTagInfo + k.second, &msg, sizeof(msg));
-      } catch (const Error&) {
-        // The sender is gone too: this rank's own error is the one to report.
+        continue;
+      } catch (const std::exception& e) {
+        failed = std::current_exception();
+        const auto* err = dynamic_cast<const Error*>(&e);
+        failure.transport = kSetupFailed;
+        failure.len = static_cast<uint32_t>(err ? err->code() : Code::kInternalError);
+        snprintf(failure.error, sizeof(failure.error), "%s", e.what());
       }
-      throw;
     }
-    if (blob.size() > kMaxConnBlobBytes)
-      LOOM_THROW(kInternalError,
-                 "rank %d: transport '%s' made a %zu-byte setup blob for rank %d; a connection "
-                 "setup carries at most %zu",
-                 me, specs_[t].name.c_str(), blob.size(), p, kMaxConnBlobBytes);
-    SetupMsg msg{};
-    msg.transport = static_cast<uint32_t>(t);
-    msg.len = static_cast<uint32_t>(blob.size());
-    if (!blob.empty()) memcpy(msg.blob, blob.data(), blob.size());
-    bootstrap_.send(p, kTagInfo + k.second, &msg, sizeof(msg));
+    try {
+      bootstrap_.send(p, kTagInfo + k.second, &failure, sizeof(failure));
+    } catch (const Error&) {
+      // The sender is gone too: this rank's own error is the one to report.
+    }
   }
   // 2. Senders attach to the receiver's end, then acknowledge.
   for (ConnKey k : sends) {
     int p = k.first;
     SetupMsg msg;
+    if (failed) {
+      try {
+        bootstrap_.recv(p, kTagInfo + k.second, &msg, sizeof(msg));
+      } catch (const Error&) {
+        // Gone: this rank fails with its own error below either way.
+      }
+      continue;
+    }
     bootstrap_.recv(p, kTagInfo + k.second, &msg, sizeof(msg));
     if (msg.transport == kSetupFailed) {
       const bool known = msg.len >= static_cast<uint32_t>(Code::kUnhandledCudaError) &&
@@ -214,6 +232,7 @@ void TransportManager::connect(const std::vector<ConnKey>& sendKeys,
     LOOM_INFO(kLogInit, "connected rank %d -> rank %d (#%d) via %s", me, p, k.second,
               specs_[t].name.c_str());
   }
+  if (failed) std::rethrow_exception(failed);
   // 3. Receivers finish once their sender is attached (shm names unlinked, streams taken).
   for (ConnKey k : recvs) {
     uint32_t ack;
