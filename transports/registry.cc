@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "base/hash.h"
 #include "transports/net/net_transport.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/socket/socket_transport.h"
@@ -45,13 +46,9 @@ std::vector<TransportSpec> registeredTransports() {
 }
 
 uint64_t transportSetHash(const std::vector<TransportSpec>& specs) {
-  // FNV-1a over "name\0name\0...": only equality matters.
-  uint64_t h = 1469598103934665603ull;
-  for (const TransportSpec& s : specs)
-    for (size_t i = 0; i <= s.name.size(); ++i) {
-      h ^= static_cast<uint8_t>(s.name.c_str()[i]);
-      h *= 1099511628211ull;
-    }
+  // Over "name\0name\0...": only equality matters.
+  uint64_t h = kFnvOffset;
+  for (const TransportSpec& s : specs) h = fnv1a(s.name, h);
   return h;
 }
 

@@ -1,22 +1,17 @@
 #include "engine/knob_agreement.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/hash.h"
 
 namespace loom {
 namespace {
 
 constexpr int kMaxJobKnobs = 16;
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return (h ^ 0xff) * 1099511628211ull;  // ends the string: "ab"+"c" differs from "a"+"bc"
-}
 
 // One rank's values, all-gathered only when the digests differ.
 struct KnobValues {
@@ -52,7 +47,7 @@ JobSetting JobSettingsReader::published(JobSetting s) const {
 }
 
 uint64_t jobDigest(const std::vector<JobSetting>& settings) {
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = kFnvOffset;
   for (const JobSetting& s : settings) h = fnv1a(s.value, fnv1a(s.knob->name(), h));
   return h;
 }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,37 +21,39 @@ namespace {
 
 using Settings = std::vector<std::pair<const char*, const char*>>;
 
-// Each rank sets its own variables, then inits; returns the init's result and message.
-std::string initWith(const ncclUniqueId& id, int rank, int nranks, const Settings& env,
-                     ncclComm_t* comm, ncclResult_t* r) {
-  for (const auto& [name, value] : env) setenv(name, value, 1);
-  *r = ncclCommInitRank(comm, nranks, id, rank);
-  return ncclGetLastError(nullptr);
+// Each rank process sets its own variables, inits, and hands `body` the init's result, its
+// message and the communicator (when made); body's "" is success.
+using InitBody = std::function<std::string(int rank, ncclResult_t r, const std::string& msg,
+                                           ncclComm_t comm)>;
+std::vector<std::string> initEach(const std::vector<Settings>& perRank, const InitBody& body) {
+  LateId late;
+  return runEach(
+      Mode::kProcesses, static_cast<int>(perRank.size()),
+      [&](int rank, int n) {
+        ncclUniqueId id;
+        RANK_TRY(late.wait(&id));
+        for (const auto& [name, value] : perRank[rank]) setenv(name, value, 1);
+        ncclComm_t comm = nullptr;
+        const ncclResult_t r = ncclCommInitRank(&comm, n, id, rank);
+        return body(rank, r, ncclGetLastError(nullptr), comm);
+      },
+      120, [&] { return makeId(late); });
 }
 
 // Every rank's init must fail with ncclInvalidUsage and a message containing `want`, but
 // rank `own`, if any, with ncclInvalidArgument and `ownWant` (its own malformed value).
-void expectInitFails(int nranks, const std::vector<Settings>& perRank, const std::string& want,
+void expectInitFails(const std::vector<Settings>& perRank, const std::string& want,
                      int own = -1, const std::string& ownWant = "") {
-  LateId late;
   auto t0 = std::chrono::steady_clock::now();
-  auto f = runEach(
-      Mode::kProcesses, nranks,
-      [&](int rank, int n) {
-        ncclUniqueId id;
-        RANK_TRY(late.wait(&id));
-        ncclComm_t comm = nullptr;
-        ncclResult_t r;
-        std::string msg = initWith(id, rank, n, perRank[rank], &comm, &r);
-        const ncclResult_t code = rank == own ? ncclInvalidArgument : ncclInvalidUsage;
-        const std::string& text = rank == own ? ownWant : want;
-        RANK_CHECK(r == code, "init returned %d (%s), expected %d: %s", r, ncclGetErrorString(r),
-                   code, msg.c_str());
-        RANK_CHECK(msg.find(text) != std::string::npos, "message '%s' lacks '%s'", msg.c_str(),
-                   text.c_str());
-        return std::string();
-      },
-      120, [&] { return makeId(late); });
+  auto f = initEach(perRank, [&](int rank, ncclResult_t r, const std::string& msg, ncclComm_t) {
+    const ncclResult_t code = rank == own ? ncclInvalidArgument : ncclInvalidUsage;
+    const std::string& text = rank == own ? ownWant : want;
+    RANK_CHECK(r == code, "init returned %d (%s), expected %d: %s", r, ncclGetErrorString(r),
+               code, msg.c_str());
+    RANK_CHECK(msg.find(text) != std::string::npos, "message '%s' lacks '%s'", msg.c_str(),
+               text.c_str());
+    return std::string();
+  });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
   // At init, not after a time-out of any kind.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
@@ -60,7 +63,7 @@ TEST(CoreKnobAgreement, AnAlgorithmSetOnOneRankFailsTheInitOnEveryRank) {
   EnvGuard a("NCCL_ALGO", nullptr), b("LOOM_ALGO", nullptr), t("LOOM_TIMEOUT", "60");
   // Before, rank 2 planned trees while the others planned rings: each waited on the others
   // until LOOM_TIMEOUT.
-  expectInitFails(3, {{}, {}, {{"NCCL_ALGO", "tree"}}},
+  expectInitFails({{}, {}, {{"NCCL_ALGO", "tree"}}},
                   "NCCL_ALGO differs between ranks: rank 0 has \"\" (default), rank 2 has "
                   "\"tree\" (env NCCL_ALGO); 1 of 3 ranks differ from rank 0");
 }
@@ -68,7 +71,7 @@ TEST(CoreKnobAgreement, AnAlgorithmSetOnOneRankFailsTheInitOnEveryRank) {
 TEST(CoreKnobAgreement, AFifoShapeSetOnSomeRanksFailsTheInitOnEveryRank) {
   EnvGuard d("LOOM_FIFO_DEPTH", nullptr), s("LOOM_SLOT_BYTES", nullptr);
   // Before, the ranks failed on a shared-memory segment "holding N bytes but M expected".
-  expectInitFails(3, {{{"LOOM_FIFO_DEPTH", "4"}}, {}, {}},
+  expectInitFails({{{"LOOM_FIFO_DEPTH", "4"}}, {}, {}},
                   "LOOM_FIFO_DEPTH differs between ranks: rank 0 has \"4\" (env LOOM_FIFO_DEPTH), "
                   "rank 1 has \"8\" (default); 2 of 3 ranks differ from rank 0");
 }
@@ -77,7 +80,7 @@ TEST(CoreKnobAgreement, AnInterpreterProtocolSetOnOneRankFailsTheInitOnEveryRank
   EnvGuard e("LOOM_EXECUTOR", "interp"), p("LOOM_INTERP_PROTO", nullptr);
   // Before, the first collective failed with "sent 131072 bytes where 131008 were expected;
   // do all ranks call the same collective with the same count and datatype?"
-  expectInitFails(2, {{}, {{"LOOM_INTERP_PROTO", "LL"}}},
+  expectInitFails({{}, {{"LOOM_INTERP_PROTO", "LL"}}},
                   "LOOM_INTERP_PROTO differs between ranks: rank 0 has \"simple\" (default), "
                   "rank 1 has \"LL\" (env LOOM_INTERP_PROTO)");
 }
@@ -87,11 +90,11 @@ TEST(CoreKnobAgreement, AnInterpreterProtocolSetOnOneRankFailsTheInitOnEveryRank
 // the FIFO shape was malformed, or heard "unknown algorithm" from nobody).
 TEST(CoreKnobAgreement, AMalformedValueIsNamedToEveryRank) {
   EnvGuard d("LOOM_FIFO_DEPTH", nullptr), a("NCCL_ALGO", nullptr), b("LOOM_BOOTSTRAP_TIMEOUT", "60");
-  expectInitFails(2, {{}, {{"LOOM_FIFO_DEPTH", "abc"}}},
+  expectInitFails({{}, {{"LOOM_FIFO_DEPTH", "abc"}}},
                   "LOOM_FIFO_DEPTH differs between ranks: rank 0 has \"8\" (default), rank 1 has "
                   "\"abc\" (env LOOM_FIFO_DEPTH)",
                   1, "LOOM_FIFO_DEPTH=abc is not an integer");
-  expectInitFails(3, {{{"NCCL_ALGO", "bogus"}}, {}, {}},
+  expectInitFails({{{"NCCL_ALGO", "bogus"}}, {}, {}},
                   "NCCL_ALGO differs between ranks: rank 0 has \"bogus\" (env NCCL_ALGO), rank 1 "
                   "has \"\" (default); 2 of 3 ranks differ from rank 0",
                   0, "NCCL_ALGO");
@@ -110,24 +113,15 @@ TEST(CoreKnobAgreement, TheSameValuesWrittenDifferentlyAgree) {
        {"LOOM_INTERP_PROTO", "ll"}, {"LOOM_TIMEOUT", "100"}, {"LOOM_DEVICE_LL_BYTES", "0"}},
       {{"NCCL_PROTO", " simple "}, {"LOOM_SLOT_BYTES", "1048576"}, {"NCCL_ALGO", "Tree, RING"},
        {"LOOM_EXECUTOR", "CPU"}, {"LOOM_TIMEOUT", "200"}}};
-  LateId late;
-  auto f = runEach(
-      Mode::kProcesses, 2,
-      [&](int rank, int n) {
-        ncclUniqueId id;
-        RANK_TRY(late.wait(&id));
-        ncclComm_t comm = nullptr;
-        ncclResult_t r;
-        std::string msg = initWith(id, rank, n, env[rank], &comm, &r);
-        RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
-        std::vector<float> in(3 << 20, static_cast<float>(rank + 1)), out(in.size(), 0);
-        RANK_NCCL(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr));
-        for (size_t i = 0; i < out.size(); ++i)
-          RANK_CHECK(out[i] == 3.0f, "element %zu is %g, expected 3", i, out[i]);
-        RANK_NCCL(ncclCommDestroy(comm));
-        return std::string();
-      },
-      120, [&] { return makeId(late); });
+  auto f = initEach(env, [](int rank, ncclResult_t r, const std::string& msg, ncclComm_t comm) {
+    RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
+    std::vector<float> in(3 << 20, static_cast<float>(rank + 1)), out(in.size(), 0);
+    RANK_NCCL(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr));
+    for (size_t i = 0; i < out.size(); ++i)
+      RANK_CHECK(out[i] == 3.0f, "element %zu is %g, expected 3", i, out[i]);
+    RANK_NCCL(ncclCommDestroy(comm));
+    return std::string();
+  });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }
 
