@@ -364,6 +364,13 @@ else
     step "nccl-tests loom" 90 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" LOOM_NCCL_FALLBACK=off \
       LD_LIBRARY_PATH="$nh/lib:$nt/build" "$ntp" "${args[@]}"
     nt_row "nccl-tests all_reduce_perf, Loom preloaded (staged), 1 rank" $?
+    # -R 2: buffers from ncclMemAlloc registered as symmetric windows (in a group), which
+    # under Loom are stock NCCL's (docs/gpu.md): stock alone, then through Loom.
+    step "nccl-tests stock -R 2" 60 env LD_LIBRARY_PATH="$nh/lib:$nt/build" "$ntp" "${args[@]}" -R 2
+    nt_row "nccl-tests all_reduce_perf -R 2 (windows), stock NCCL, 1 rank" $?
+    step "nccl-tests loom -R 2" 90 env LD_PRELOAD="$stage/lib/nccl/libnccl.so.2" LOOM_NCCL_FALLBACK=force \
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ALLOC LD_LIBRARY_PATH="$nh/lib:$nt/build" "$ntp" "${args[@]}" -R 2
+    nt_row "nccl-tests all_reduce_perf -R 2 (windows), Loom preloaded, stock NCCL (force), 1 rank" $?
   else
     row "nccl-tests, 1 rank" skipped "not built at prepare (nvcc and nccl.h there)"
   fi

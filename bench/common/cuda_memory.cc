@@ -1,6 +1,7 @@
 #include "bench/common/cuda_memory.h"
 
 #include <dlfcn.h>
+#include <nccl.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -189,19 +190,33 @@ void CudaDriver::destroyGraph(void* exec) const {
   if (exec) api_->execDestroy(exec);
 }
 
-DeviceBuffer::DeviceBuffer(const CudaDriver& drv, size_t bytes) : drv_(drv), size_(bytes) {
+DeviceBuffer::DeviceBuffer(const CudaDriver& drv, size_t bytes, bool viaNccl)
+    : drv_(drv), size_(bytes), viaNccl_(viaNccl) {
   size_t n = bytes < 64 ? 64 : bytes;
-  dev_ = static_cast<char*>(drv_.alloc(n));
+  if (viaNccl_) {
+    void* d = nullptr;
+    if (ncclMemAlloc(&d, n) != ncclSuccess)
+      benchFail(Status::kNcclError, "ncclMemAlloc of %zu bytes failed: %s", n,
+                ncclGetLastError(nullptr));
+    dev_ = static_cast<char*>(d);
+  } else {
+    dev_ = static_cast<char*>(drv_.alloc(n));
+  }
   void* p = nullptr;
   if (posix_memalign(&p, 4096, n) != 0) {
-    drv_.free(dev_);
+    release();
     benchFail(Status::kInternalError, "cannot allocate %zu bytes of host memory", bytes);
   }
   host_ = static_cast<char*>(p);
 }
 
+void DeviceBuffer::release() {
+  if (viaNccl_) ncclMemFree(dev_);
+  else drv_.free(dev_);
+}
+
 DeviceBuffer::~DeviceBuffer() {
-  drv_.free(dev_);
+  release();
   ::free(host_);
 }
 

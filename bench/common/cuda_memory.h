@@ -48,7 +48,9 @@ class CudaDriver {
 // which is copied to or from the device around the checked calls.
 class DeviceBuffer {
  public:
-  DeviceBuffer(const CudaDriver& drv, size_t bytes);
+  // From the driver (cuMemAlloc), or with `viaNccl` from ncclMemAlloc (as nccl-tests
+  // allocates; what -R 2's windows need).
+  DeviceBuffer(const CudaDriver& drv, size_t bytes, bool viaNccl = false);
   ~DeviceBuffer();
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -63,10 +65,12 @@ class DeviceBuffer {
   void download(const void* mirrorPtr, size_t bytes) const;  // device -> mirror
 
  private:
+  void release();
   const CudaDriver& drv_;
   char* dev_ = nullptr;
   char* host_ = nullptr;
   size_t size_ = 0;
+  bool viaNccl_ = false;
 };
 
 }  // namespace loom::bench

@@ -40,8 +40,9 @@ RankRunner::RankRunner(BenchProcess& proc, int thread, ncclComm_t comm, ncclComm
   bufBytes_ = proc_.maxBytes() + 8 * static_cast<size_t>(o_.unalign);
   if (const CudaDriver* cuda = proc_.cuda()) {
     cuda->makeCurrent(proc_.deviceOf(thread_));
-    sendDev_ = std::make_unique<DeviceBuffer>(*cuda, bufBytes_);
-    recvDev_ = std::make_unique<DeviceBuffer>(*cuda, bufBytes_);
+    const bool windows = o_.localRegister == 2;  // from ncclMemAlloc, as nccl-tests'
+    sendDev_ = std::make_unique<DeviceBuffer>(*cuda, bufBytes_, windows);
+    recvDev_ = std::make_unique<DeviceBuffer>(*cuda, bufBytes_, windows);
     sendBase_ = sendDev_->mirror();
     recvBase_ = recvDev_->mirror();
     if (!o_.streamNull) stream_ = cuda->createStream();
@@ -88,15 +89,31 @@ void RankRunner::syncStream() const {
   if (const CudaDriver* cuda = proc_.cuda()) cuda->sync(stream_);
 }
 
+// -R 1: ncclCommRegister; -R 2 (device buffers): symmetric windows, as nccl-tests registers
+// them (each rank's, in a group). Registration is an optimisation: where it fails, the run
+// goes on without, saying why.
 void RankRunner::registerBuffers() {
   if (!o_.localRegister) return;
-  ncclResult_t a = ncclCommRegister(comm_, onDevice(send_), proc_.maxBytes(), &sendHandle_);
-  ncclResult_t b = ncclCommRegister(comm_, onDevice(recv_), proc_.maxBytes(), &recvHandle_);
+  ncclResult_t a, b;
+  const char* call = "ncclCommRegister";
+  if (o_.localRegister == 2 && sendDev_) {
+    call = "ncclCommWindowRegister";
+    ncclGroupStart();
+    a = ncclCommWindowRegister(comm_, onDevice(sendBase_), bufBytes_, &sendWin_,
+                               NCCL_WIN_COLL_SYMMETRIC);
+    b = ncclCommWindowRegister(comm_, onDevice(recvBase_), bufBytes_, &recvWin_,
+                               NCCL_WIN_COLL_SYMMETRIC);
+    if (ncclResult_t e = ncclGroupEnd(); a == ncclSuccess && b == ncclSuccess) a = e;
+  } else {
+    a = ncclCommRegister(comm_, onDevice(send_), proc_.maxBytes(), &sendHandle_);
+    b = ncclCommRegister(comm_, onDevice(recv_), proc_.maxBytes(), &recvHandle_);
+  }
   if (a != ncclSuccess || b != ncclSuccess) {
-    proc_.print(thread_,
-                formatString("# -R %d: ncclCommRegister failed (%s); running without "
-                             "registration\n",
-                             o_.localRegister, ncclGetErrorString(a != ncclSuccess ? a : b)));
+    proc_.print(thread_, formatString("# -R %d: %s failed (%s: %s); running without "
+                                      "registration\n",
+                                      o_.localRegister, call,
+                                      ncclGetErrorString(a != ncclSuccess ? a : b),
+                                      ncclGetLastError(comm_)));
     deregisterBuffers();
   }
 }
@@ -104,7 +121,10 @@ void RankRunner::registerBuffers() {
 void RankRunner::deregisterBuffers() {
   if (sendHandle_) ncclCommDeregister(comm_, sendHandle_);
   if (recvHandle_) ncclCommDeregister(comm_, recvHandle_);
+  if (sendWin_) ncclCommWindowDeregister(comm_, sendWin_);
+  if (recvWin_) ncclCommWindowDeregister(comm_, recvWin_);
   sendHandle_ = recvHandle_ = nullptr;
+  sendWin_ = recvWin_ = nullptr;
 }
 
 void RankRunner::barrier() {

@@ -86,6 +86,8 @@ class RankRunner {
   char* recv_ = nullptr;
   void* sendHandle_ = nullptr;
   void* recvHandle_ = nullptr;
+  ncclWindow_t sendWin_ = nullptr;  // -R 2
+  ncclWindow_t recvWin_ = nullptr;
 
   // The test in progress.
   const TypeInfo* type_ = nullptr;

@@ -177,7 +177,7 @@ void BenchProcess::applyPlatformNotes() {
     o.perIterTiming = 0;
   }
   if (o.streamNull && !cuda_) notes_.push_back("# -y: host buffers use no CUDA stream; ignoring\n");
-  if (o.localRegister == 2) {
+  if (o.localRegister == 2 && !cuda_) {
     notes_.push_back(
         "Option -R 2 (symmetric) needs device buffers. Defaulting to local registration\n");
     o.localRegister = 1;

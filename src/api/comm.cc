@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "api/guard.h"
+#include "api/stock_route.h"
 #include "base/log.h"
 #include "engine/staged.h"
 
@@ -171,6 +172,8 @@ void destroyComm(ncclComm_t comm) {
   if (comm->core && comm->abortFlag.load()) comm->core->recorder().dumpOnEvent("abort");
   // Staged work reports its failures to this object: it ends before the object goes.
   if (comm->core) comm->core->stopStaged();
+  if (comm->countedLoomDevice) countLoomServedDevice(comm->cudaDev, -1);
+  forgetStockWindowsOf(comm);
   delete comm;
 }
 
@@ -228,6 +231,10 @@ void ncclComm::runInit() noexcept {
     LOOM_INFO(loom::kLogInit, "comm %p %s - Init COMPLETE", static_cast<void*>(this),
               c->initSummary().c_str());
     core = std::move(c);
+    if (!shadow && cudaDev >= 0) {  // ncclMemAlloc asks (api/stock_route.h)
+      loom::api::countLoomServedDevice(cudaDev, +1);
+      countedLoomDevice = true;
+    }
     return ncclSuccess;
   });
   {

@@ -31,6 +31,9 @@ struct ncclComm {
   std::unique_ptr<loom::dispatch::Shadow> shadow;
   std::string deviceServer;
   bool staged = false;  // no shadow: Loom's staged path serves device memory (engine/staged.h)
+  bool countedLoomDevice = false;  // in countLoomServedDevice (api/stock_route.h)
+  // Stock NCCL's handles of ncclCommRegister (device buffers on a shadow), under opsMu.
+  std::vector<void*> stockRegistrations;
   uint64_t serial = 0;  // set by registerComm: which communicator lives at this address
   std::atomic<bool> abortFlag{false};
   std::atomic<bool> revoked{false};

@@ -1,51 +1,61 @@
 // Host half of NCCL's device-side API (nccl_device/*.h). NCCL 2.28.9's libnccl.so.2 exports
-// these, so the drop-in must too: a program built against nccl_device.h has to load and
-// link against Loom, and then be told plainly that the feature is absent rather than crash
-// on a missing symbol. Loom has no device-side API (its CUDA executor is driven from the
-// host), so every function here fails with ncclInvalidUsage.
-//
-// The types are declared here, not in nccl.h: nccl.h must stay exactly NCCL's, and the
-// functions only take pointers to these structs (never looked into) except ncclTeam,
-// which is passed and returned by value and so must match NCCL's layout
-// (struct ncclTeam { int nRanks, rank, stride; }).
+// these, so the drop-in must too. Loom has no device-side API of its own (its CUDA executor
+// is driven from the host): where a shadow communicator serves a communicator's device
+// memory (stock NCCL, LOOM_NCCL_FALLBACK), the calls go to stock NCCL with its communicator,
+// and the device communicators, teams and handles they fill are stock NCCL's, for kernels
+// built against nccl_device.h to use with stock NCCL's windows (api/registration.cc).
+// Elsewhere each fails with ncclInvalidUsage saying why. The calls that take no
+// communicator go to the process's stock library unless LOOM_NCCL_FALLBACK is off.
 #include <nccl.h>
 
+#include <string>
+
+#include "api/comm.h"
+#include "api/group.h"
 #include "api/guard.h"
+#include "api/stock_route.h"
 #include "base/error.h"
-
-extern "C" {
-struct ncclTeam {
-  int nRanks, rank, stride;
-};
-typedef struct ncclTeam ncclTeam_t;
-struct ncclDevComm;
-typedef struct ncclDevComm ncclDevComm_t;
-struct ncclDevCommRequirements;
-typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
-struct ncclDevResourceRequirements;
-typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
-struct ncclLsaBarrierHandle;
-typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
-struct ncclGinBarrierHandle;
-typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
-struct ncclLLA2AHandle;
-typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
-}
-
-static_assert(sizeof(ncclTeam) == 3 * sizeof(int),
-              "ncclTeam is passed by value: keep NCCL's layout");
+#include "dispatch/fallback.h"
+#include "dispatch/nccl_extra_abi.h"
 
 namespace {
 
 using loom::api::guard;
+using loom::dispatch::StockApi;
+using loom::dispatch::StockNccl;
 
-ncclResult_t unsupported(const char* fn, ncclComm_t comm) {
-  return guard(fn, comm, [fn]() -> ncclResult_t {
-    LOOM_THROW(kInvalidUsage,
-               "%s: NCCL's device-side API (nccl_device.h) is not supported by Loom; use the "
-               "host API (ncclAllReduce, ncclSend/ncclRecv, ...) instead",
-               fn);
-  });
+// The stock library serving `comm`'s device memory, or throws saying who serves it instead.
+const StockNccl& stockOf(ncclComm_t comm, const char* fn) {
+  loom::api::checkComm(comm, fn);
+  LOOM_CHECK_USAGE(comm->shadow != nullptr,
+                   "%s: NCCL's device-side API (nccl_device.h) is stock NCCL's, and this "
+                   "communicator's device memory is served by %s; use the host API "
+                   "(ncclAllReduce, ncclSend/ncclRecv, ...) instead",
+                   fn, comm->deviceServer.c_str());
+  return comm->shadow->lib();
+}
+
+// The process's stock library for the calls without a communicator.
+const StockNccl& processStock(const char* fn) {
+  LOOM_CHECK_USAGE(loom::dispatch::fallbackMode() != loom::dispatch::FallbackMode::kOff,
+                   "%s: NCCL's device-side API is stock NCCL's, and LOOM_NCCL_FALLBACK=off", fn);
+  std::string why;
+  const StockNccl* lib = loom::dispatch::processStockNccl(&why);
+  LOOM_CHECK_USAGE(lib != nullptr,
+                   "%s: NCCL's device-side API is stock NCCL's, and there is none here (%s)", fn,
+                   why.c_str());
+  return *lib;
+}
+
+void checkCommless(const StockNccl& lib, ncclResult_t rc, const char* fn) {
+  if (rc != ncclSuccess)
+    loom::throwError(static_cast<loom::Code>(rc), "%s (served by stock NCCL): %s", fn,
+                     lib.errorText(rc, nullptr).c_str());
+}
+
+// Stock NCCL writes through these without looking: a NULL one would crash it.
+void checkOutputs(const void* outHandle, const void* outReq, const char* fn) {
+  LOOM_CHECK_ARG(outHandle != nullptr && outReq != nullptr, "%s: outHandle or outReq is NULL", fn);
 }
 
 // Functions that return a team or an int have no error channel. They record the error
@@ -55,64 +65,124 @@ ncclResult_t unsupported(const char* fn, ncclComm_t comm) {
 // is never 0), and -1 (no valid rank or slot count).
 constexpr ncclTeam_t kEmptyTeam = {0, 0, 1};
 
+template <class F>
+ncclTeam_t team(ncclComm_t comm, F StockApi::*member, const char* fn) {
+  ncclTeam_t t = kEmptyTeam;
+  (void)guard(fn, comm, [&] {
+    t = loom::api::stockEntry(stockOf(comm, fn), member, fn, fn)(comm->shadow->stockComm());
+    return ncclSuccess;
+  });
+  return t;
+}
+
+template <class F>
+int teamRank(ncclComm_t comm, ncclTeam_t tm, int rank, F StockApi::*member, const char* fn) {
+  int out = -1;
+  (void)guard(fn, comm, [&] {
+    out = loom::api::stockEntry(stockOf(comm, fn), member, fn, fn)(comm->shadow->stockComm(), tm,
+                                                                   rank);
+    return ncclSuccess;
+  });
+  return out;
+}
+
 }  // namespace
 
+// Collective in NCCL: inside a group it runs at the group's end, as a window registration.
 LOOM_NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const* reqs,
                                              ncclDevComm_t* outDevComm) {
-  return unsupported("ncclDevCommCreate", comm);
+  const char* fn = "ncclDevCommCreate";
+  return guard(fn, comm, [&] {
+    LOOM_CHECK_ARG(reqs != nullptr && outDevComm != nullptr, "%s: reqs or outDevComm is NULL", fn);
+    auto create = loom::api::stockEntry(stockOf(comm, fn), &StockApi::devCommCreate, fn, fn);
+    auto run = [=] {
+      loom::api::checkStock(comm, create(comm->shadow->stockComm(), reqs, outDevComm), fn);
+      return ncclSuccess;
+    };
+    if (!loom::api::inGroup()) return run();
+    loom::api::deferCall(comm, fn, run);
+    return ncclSuccess;
+  });
 }
 
 LOOM_NCCL_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t const* devComm) {
-  return unsupported("ncclDevCommDestroy", comm);
+  const char* fn = "ncclDevCommDestroy";
+  return guard(fn, comm, [&] {
+    LOOM_CHECK_ARG(devComm != nullptr, "%s: devComm is NULL", fn);
+    auto destroy = loom::api::stockEntry(stockOf(comm, fn), &StockApi::devCommDestroy, fn, fn);
+    loom::api::checkStock(comm, destroy(comm->shadow->stockComm(), devComm), fn);
+    return ncclSuccess;
+  });
 }
 
 LOOM_NCCL_API ncclTeam_t ncclTeamWorld(ncclComm_t comm) {
-  (void)unsupported("ncclTeamWorld", comm);
-  return kEmptyTeam;
+  return team(comm, &StockApi::teamWorld, "ncclTeamWorld");
 }
 
 LOOM_NCCL_API ncclTeam_t ncclTeamLsa(ncclComm_t comm) {
-  (void)unsupported("ncclTeamLsa", comm);
-  return kEmptyTeam;
+  return team(comm, &StockApi::teamLsa, "ncclTeamLsa");
 }
 
 LOOM_NCCL_API ncclTeam_t ncclTeamRail(ncclComm_t comm) {
-  (void)unsupported("ncclTeamRail", comm);
-  return kEmptyTeam;
+  return team(comm, &StockApi::teamRail, "ncclTeamRail");
 }
 
 LOOM_NCCL_API int ncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
-  (void)unsupported("ncclTeamRankToWorld", comm);
-  return -1;
+  return teamRank(comm, team, rank, &StockApi::teamRankToWorld, "ncclTeamRankToWorld");
 }
 
 LOOM_NCCL_API int ncclTeamRankToLsa(ncclComm_t comm, ncclTeam_t team, int rank) {
-  (void)unsupported("ncclTeamRankToLsa", comm);
-  return -1;
+  return teamRank(comm, team, rank, &StockApi::teamRankToLsa, "ncclTeamRankToLsa");
 }
 
 LOOM_NCCL_API ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, ncclTeam_t team,
                                                            int nBarriers,
                                                            ncclGinBarrierHandle_t* outHandle,
                                                            ncclDevResourceRequirements_t* outReq) {
-  return unsupported("ncclGinBarrierCreateRequirement", comm);
+  const char* fn = "ncclGinBarrierCreateRequirement";
+  return guard(fn, comm, [&] {
+    checkOutputs(outHandle, outReq, fn);
+    auto f = loom::api::stockEntry(stockOf(comm, fn), &StockApi::ginBarrierCreateRequirement, fn, fn);
+    loom::api::checkStock(comm, f(comm->shadow->stockComm(), team, nBarriers, outHandle, outReq), fn);
+    return ncclSuccess;
+  });
 }
 
 LOOM_NCCL_API ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers,
                                                            ncclLsaBarrierHandle_t* outHandle,
                                                            ncclDevResourceRequirements_t* outReq) {
-  return unsupported("ncclLsaBarrierCreateRequirement", nullptr);
+  const char* fn = "ncclLsaBarrierCreateRequirement";
+  return guard(fn, nullptr, [&] {
+    checkOutputs(outHandle, outReq, fn);
+    const StockNccl& lib = processStock(fn);
+    auto f = loom::api::stockEntry(lib, &StockApi::lsaBarrierCreateRequirement, fn, fn);
+    checkCommless(lib, f(team, nBarriers, outHandle, outReq), fn);
+    return ncclSuccess;
+  });
 }
 
 LOOM_NCCL_API int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
-  (void)unsupported("ncclLLA2ACalcSlots", nullptr);
-  return -1;
+  const char* fn = "ncclLLA2ACalcSlots";
+  int out = -1;
+  (void)guard(fn, nullptr, [&] {
+    out = loom::api::stockEntry(processStock(fn), &StockApi::llA2ACalcSlots, fn, fn)(maxElts,
+                                                                                    maxEltSize);
+    return ncclSuccess;
+  });
+  return out;
 }
 
 LOOM_NCCL_API ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots,
                                                       ncclLLA2AHandle_t* outHandle,
                                                       ncclDevResourceRequirements_t* outReq) {
-  return unsupported("ncclLLA2ACreateRequirement", nullptr);
+  const char* fn = "ncclLLA2ACreateRequirement";
+  return guard(fn, nullptr, [&] {
+    checkOutputs(outHandle, outReq, fn);
+    const StockNccl& lib = processStock(fn);
+    auto f = loom::api::stockEntry(lib, &StockApi::llA2ACreateRequirement, fn, fn);
+    checkCommless(lib, f(nBlocks, nSlots, outHandle, outReq), fn);
+    return ncclSuccess;
+  });
 }
 
 // The pncclX profiling names (nccl.h declares both; NCCL exports both).

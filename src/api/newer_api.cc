@@ -1,9 +1,11 @@
 // Entry points NCCL added after 2.28.9, the API Loom implements, that programs built
-// against a newer NCCL import: torch 2.15 (built with NCCL 2.30.7) imports these 11.
+// against a newer NCCL import: torch 2.15 (built with NCCL 2.30.7) imports 11 of them.
 // Loom exports them so that under LD_PRELOAD every nccl* symbol such a program binds
 // lands in Loom (none bound to a stock libnccl.so.2 loaded beside it, which would be
-// handed Loom's communicators). Each fails with ncclInvalidUsage naming the call and why;
-// the communicator argument is not touched (it may be another library's).
+// handed Loom's communicators). Each here fails with ncclInvalidUsage naming the call and
+// why; the communicator argument is not touched (it may be another library's). The three
+// that ask a window about itself are in registration.cc: stock NCCL answers them for its
+// windows.
 #include <nccl.h>
 
 #include <cstdint>
@@ -20,9 +22,6 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqu
 ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value);  // stat: an enum
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
 ncclResult_t ncclCommResume(ncclComm_t comm);
-ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
-ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void** outPtr);
-ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void** outPtr);
 ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
                            ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
                            unsigned int flags, ncclComm_t comm, cudaStream_t stream);
@@ -60,15 +59,6 @@ LOOM_NCCL_API ncclResult_t ncclCommSuspend(ncclComm_t, int) {
 LOOM_NCCL_API ncclResult_t ncclCommResume(ncclComm_t) {
   return newer("ncclCommResume", "restoring a suspended communicator");
 }
-LOOM_NCCL_API ncclResult_t ncclWinGetUserPtr(ncclComm_t, ncclWindow_t, void**) {
-  return newer("ncclWinGetUserPtr", "symmetric memory windows");
-}
-LOOM_NCCL_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void**) {
-  return newer("ncclGetLsaMultimemDevicePointer", "the device API's multimem pointers");
-}
-LOOM_NCCL_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t, size_t, int, void**) {
-  return newer("ncclGetPeerDevicePointer", "the device API's peer pointers");
-}
 LOOM_NCCL_API ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t, int, ncclWindow_t,
                                          size_t, int, int, unsigned int, ncclComm_t, cudaStream_t) {
   return newer("ncclPutSignal", "one-sided puts into symmetric windows");
@@ -85,9 +75,6 @@ LOOM_NCCL_PROFILING_ALIAS(ncclCommGrow);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommMemStats);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommSuspend);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommResume);
-LOOM_NCCL_PROFILING_ALIAS(ncclWinGetUserPtr);
-LOOM_NCCL_PROFILING_ALIAS(ncclGetLsaMultimemDevicePointer);
-LOOM_NCCL_PROFILING_ALIAS(ncclGetPeerDevicePointer);
 LOOM_NCCL_PROFILING_ALIAS(ncclPutSignal);
 LOOM_NCCL_PROFILING_ALIAS(ncclSignal);
 LOOM_NCCL_PROFILING_ALIAS(ncclWaitSignal);

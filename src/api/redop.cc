@@ -78,56 +78,6 @@ LOOM_NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   });
 }
 
-LOOM_NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
-                                            void** handle) {
-  const char* fn = "ncclCommRegister";
-  return guard(fn, comm, [&] {
-    loom::api::checkComm(comm, fn);
-    LOOM_CHECK_ARG(handle != nullptr, "%s: handle is NULL", fn);
-    LOOM_CHECK_ARG(buff != nullptr || size == 0, "%s: buff is NULL", fn);
-    // Registration is an optimisation hint; host buffers need none. The handle is the
-    // buffer address, so deregistration can validate it.
-    *handle = buff ? buff : reinterpret_cast<void*>(1);
-    return ncclSuccess;
-  });
-}
-
-LOOM_NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
-  const char* fn = "ncclCommDeregister";
-  return guard(fn, comm, [&] {
-    loom::api::checkComm(comm, fn);
-    LOOM_CHECK_ARG(handle != nullptr, "%s: handle is NULL", fn);
-    return ncclSuccess;
-  });
-}
-
-LOOM_NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
-                                                  ncclWindow_t* win, int winFlags) {
-  const char* fn = "ncclCommWindowRegister";
-  return guard(fn, comm, [&] {
-    loom::api::checkComm(comm, fn);
-    LOOM_CHECK_ARG(win != nullptr, "%s: win is NULL", fn);
-    LOOM_CHECK_USAGE(false,
-                     "%s: symmetric memory windows are CUDA device memory mapped across GPUs; "
-                     "Loom has no CUDA executor in this build",
-                     fn);
-    return ncclSuccess;
-  });
-}
-
-LOOM_NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  const char* fn = "ncclCommWindowDeregister";
-  return guard(fn, comm, [&] {
-    loom::api::checkComm(comm, fn);
-    LOOM_CHECK_USAGE(false, "%s: no window can exist: ncclCommWindowRegister is not supported", fn);
-    return ncclSuccess;
-  });
-}
-
 // The pncclX profiling names (nccl.h declares both; NCCL exports both).
 LOOM_NCCL_PROFILING_ALIAS(ncclRedOpCreatePreMulSum);
 LOOM_NCCL_PROFILING_ALIAS(ncclRedOpDestroy);
-LOOM_NCCL_PROFILING_ALIAS(ncclCommRegister);
-LOOM_NCCL_PROFILING_ALIAS(ncclCommDeregister);
-LOOM_NCCL_PROFILING_ALIAS(ncclCommWindowRegister);
-LOOM_NCCL_PROFILING_ALIAS(ncclCommWindowDeregister);

@@ -1,5 +1,5 @@
-// Library-level entry points that need no communicator: versions, error strings, memory
-// allocation, debug re-initialisation, and Loom's feature query.
+// Library-level entry points that need no communicator: versions, error strings, debug
+// re-initialisation, and Loom's feature query (ncclMemAlloc: mem_alloc.cc).
 #include <nccl.h>
 #include <unistd.h>
 
@@ -78,61 +78,6 @@ LOOM_NCCL_API const char* ncclGetErrorString(ncclResult_t result) {
   }
 }
 
-// NCCL allocates device memory on the caller's current device (nccl-tests fills its
-// buffers with cudaMemset). So does Loom, through cuMemAlloc, when the calling thread has
-// a current CUDA context; without one (no driver, no GPU, or none made current) it hands
-// out page-aligned host memory, on which every Loom collective runs (page alignment is
-// what registration and windows need: NCCL_WIN_REQUIRED_ALIGNMENT is 4096).
-LOOM_NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
-  return guard("ncclMemAlloc", nullptr, [&] {
-    LOOM_CHECK_ARG(ptr != nullptr, "ncclMemAlloc: ptr is NULL");
-    LOOM_CHECK_ARG(size > 0, "ncclMemAlloc: size is 0");
-    const loom::cuda::Driver* drv = loom::cuda::driver();
-    if (drv && drv->api.memAlloc && drv->api.memFree && loom::cuda::currentDevice() >= 0) {
-      loom::cuda::CuDevicePtr d = 0;
-      if (loom::cuda::CuResult r = drv->api.memAlloc(&d, size); r != loom::cuda::kCudaSuccess)
-        LOOM_THROW(kUnhandledCudaError, "ncclMemAlloc: cuMemAlloc of %zu bytes on device %d failed: %s",
-                   size, loom::cuda::currentDevice(), drv->errorText(r).c_str());
-      *ptr = reinterpret_cast<void*>(d);
-      return ncclSuccess;
-    }
-    long page = sysconf(_SC_PAGESIZE);
-    size_t align = page > 0 ? static_cast<size_t>(page) : 4096;
-    if (align < NCCL_WIN_REQUIRED_ALIGNMENT) align = NCCL_WIN_REQUIRED_ALIGNMENT;
-    void* p = nullptr;
-    if (int rc = posix_memalign(&p, align, size); rc != 0) {
-      LOOM_THROW(kSystemError, "ncclMemAlloc: cannot allocate %zu bytes of host memory (%s)",
-                 size, rc == ENOMEM ? "out of memory" : "posix_memalign failed");
-    }
-    *ptr = p;
-    return ncclSuccess;
-  });
-}
-
-// Device memory goes back through cuMemFree, which (as cudaFree) waits for the device's
-// streams first; host memory through free(). NULL is a no-op, as for free().
-LOOM_NCCL_API ncclResult_t ncclMemFree(void* ptr) {
-  return guard("ncclMemFree", nullptr, [&] {
-    if (!ptr) return ncclSuccess;
-    const loom::cuda::Driver* drv = loom::cuda::driver();
-    const loom::MemInfo where = drv && drv->api.memFree ? loom::classifyPointer(ptr) : loom::MemInfo{};
-    if (where.kind == loom::MemKind::kDevice) {
-      // In its device's context, whichever the calling thread has (or none).
-      loom::cuda::ScopedDevice sd;
-      std::string why;
-      if (where.device >= 0 && !sd.set(where.device, &why))
-        LOOM_THROW(kUnhandledCudaError, "ncclMemFree(%p): %s", ptr, why.c_str());
-      if (loom::cuda::CuResult r = drv->api.memFree(reinterpret_cast<loom::cuda::CuDevicePtr>(ptr));
-          r != loom::cuda::kCudaSuccess)
-        LOOM_THROW(kUnhandledCudaError, "ncclMemFree: cuMemFree(%p) failed: %s", ptr,
-                   drv->errorText(r).c_str());
-      return ncclSuccess;
-    }
-    free(ptr);
-    return ncclSuccess;
-  });
-}
-
 // Deprecated in nccl.h; still exported because NCCL exports it.
 LOOM_NCCL_API void ncclResetDebugInit(void) { ncclResetDebugInitInternal(); }
 
@@ -162,8 +107,6 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t loomGetFeatures(u
 // The pncclX profiling names (nccl.h declares both; NCCL exports both).
 LOOM_NCCL_PROFILING_ALIAS(ncclGetVersion);
 LOOM_NCCL_PROFILING_ALIAS(ncclGetErrorString);
-LOOM_NCCL_PROFILING_ALIAS(ncclMemAlloc);
-LOOM_NCCL_PROFILING_ALIAS(ncclMemFree);
 // NCCL marks ncclResetDebugInit deprecated; Loom still exports it (and its alias).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -189,6 +189,26 @@ std::unique_ptr<StockNccl> StockNccl::open(const std::string& path, std::string*
   lib->lib_.bind(a.commFinalize, "ncclCommFinalize");
   lib->lib_.bind(a.redOpCreatePreMulSum, "ncclRedOpCreatePreMulSum");
   lib->lib_.bind(a.redOpDestroy, "ncclRedOpDestroy");
+  lib->lib_.bind(a.commRegister, "ncclCommRegister");
+  lib->lib_.bind(a.commDeregister, "ncclCommDeregister");
+  lib->lib_.bind(a.commWindowRegister, "ncclCommWindowRegister");
+  lib->lib_.bind(a.commWindowDeregister, "ncclCommWindowDeregister");
+  lib->lib_.bind(a.memAlloc, "ncclMemAlloc");
+  lib->lib_.bind(a.memFree, "ncclMemFree");
+  lib->lib_.bind(a.devCommCreate, "ncclDevCommCreate");
+  lib->lib_.bind(a.devCommDestroy, "ncclDevCommDestroy");
+  lib->lib_.bind(a.teamWorld, "ncclTeamWorld");
+  lib->lib_.bind(a.teamLsa, "ncclTeamLsa");
+  lib->lib_.bind(a.teamRail, "ncclTeamRail");
+  lib->lib_.bind(a.teamRankToWorld, "ncclTeamRankToWorld");
+  lib->lib_.bind(a.teamRankToLsa, "ncclTeamRankToLsa");
+  lib->lib_.bind(a.ginBarrierCreateRequirement, "ncclGinBarrierCreateRequirement");
+  lib->lib_.bind(a.lsaBarrierCreateRequirement, "ncclLsaBarrierCreateRequirement");
+  lib->lib_.bind(a.llA2ACalcSlots, "ncclLLA2ACalcSlots");
+  lib->lib_.bind(a.llA2ACreateRequirement, "ncclLLA2ACreateRequirement");
+  lib->lib_.bind(a.winGetUserPtr, "ncclWinGetUserPtr");
+  lib->lib_.bind(a.getLsaMultimemDevicePointer, "ncclGetLsaMultimemDevicePointer");
+  lib->lib_.bind(a.getPeerDevicePointer, "ncclGetPeerDevicePointer");
   if (missing) return refuse(std::string("is not an NCCL library (no ") + missing + ")");
   if (a.getVersion(&lib->version_) != ncclSuccess || lib->version_ <= 0)
     return refuse("its ncclGetVersion failed");

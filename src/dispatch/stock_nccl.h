@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/dl.h"
+#include "dispatch/nccl_extra_abi.h"
 
 namespace loom::dispatch {
 
@@ -49,6 +50,28 @@ struct StockApi {
   decltype(&ncclCommFinalize) commFinalize = nullptr;
   decltype(&ncclRedOpCreatePreMulSum) redOpCreatePreMulSum = nullptr;
   decltype(&ncclRedOpDestroy) redOpDestroy = nullptr;
+  // Buffer registration, windows and memory (NCCL >= 2.19 / 2.27).
+  decltype(&ncclCommRegister) commRegister = nullptr;
+  decltype(&ncclCommDeregister) commDeregister = nullptr;
+  decltype(&ncclCommWindowRegister) commWindowRegister = nullptr;
+  decltype(&ncclCommWindowDeregister) commWindowDeregister = nullptr;
+  decltype(&ncclMemAlloc) memAlloc = nullptr;
+  decltype(&ncclMemFree) memFree = nullptr;
+  // The device API's host half (NCCL >= 2.28) and the window lookups (>= 2.29).
+  decltype(&ncclDevCommCreate) devCommCreate = nullptr;
+  decltype(&ncclDevCommDestroy) devCommDestroy = nullptr;
+  decltype(&ncclTeamWorld) teamWorld = nullptr;
+  decltype(&ncclTeamLsa) teamLsa = nullptr;
+  decltype(&ncclTeamRail) teamRail = nullptr;
+  decltype(&ncclTeamRankToWorld) teamRankToWorld = nullptr;
+  decltype(&ncclTeamRankToLsa) teamRankToLsa = nullptr;
+  decltype(&ncclGinBarrierCreateRequirement) ginBarrierCreateRequirement = nullptr;
+  decltype(&ncclLsaBarrierCreateRequirement) lsaBarrierCreateRequirement = nullptr;
+  decltype(&ncclLLA2ACalcSlots) llA2ACalcSlots = nullptr;
+  decltype(&ncclLLA2ACreateRequirement) llA2ACreateRequirement = nullptr;
+  decltype(&ncclWinGetUserPtr) winGetUserPtr = nullptr;
+  decltype(&ncclGetLsaMultimemDevicePointer) getLsaMultimemDevicePointer = nullptr;
+  decltype(&ncclGetPeerDevicePointer) getPeerDevicePointer = nullptr;
 };
 
 class StockNccl {

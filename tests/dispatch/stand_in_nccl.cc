@@ -349,7 +349,181 @@ EXPORT ncclResult_t ncclGroupEnd() {
   return touched.empty() ? ncclSuccess : ncclInProgress;
 }
 
+// ---- registration, windows, memory and the device API. Windows of one registration round
+// of a clique know each other: a peer's pointer is the peer's buffer.
+
+struct ncclWindow_vidmem {
+  ncclComm* comm;
+  char* buff;
+  size_t size;
+  int round;
+};
+
+namespace {
+
+// The stand-in driver's hook that makes host memory "device memory" of a device.
+void markDevice(const void* p, size_t bytes, int dev) {
+  const char* path = getenv("LOOM_CUDA_DRIVER_LIBRARY");
+  void* h = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  auto add = h ? reinterpret_cast<void (*)(const void*, size_t, int)>(
+                     dlsym(h, "loomStandInAddDeviceRange"))
+               : nullptr;
+  if (add) add(p, bytes, dev);
+  if (h) dlclose(h);
+}
+
+struct Extras {
+  std::map<std::string, std::vector<std::vector<ncclWindow_vidmem*>>> windows;  // id -> rounds
+  std::map<ncclComm*, int> windowRounds;  // each comm's registrations so far
+  std::vector<void*> registrations;
+  std::vector<void*> allocations;
+  bool failMemAlloc = false;
+};
+Extras& extras() {
+  static Extras* e = new Extras();
+  return *e;
+}
+
+}  // namespace
+
+EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void* buff, size_t size, void** handle) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  *handle = new char(1);
+  extras().registrations.push_back(*handle);
+  logLine("CommRegister rank=%d buff=%p size=%zu", comm->rank, buff, size);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclCommDeregister(ncclComm_t comm, void* handle) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto& regs = extras().registrations;
+  auto it = std::find(regs.begin(), regs.end(), handle);
+  if (it == regs.end()) return fail(ncclInvalidArgument, "stand-in: unknown registration");
+  regs.erase(it);
+  delete static_cast<char*>(handle);
+  logLine("CommDeregister rank=%d", comm->rank);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                           ncclWindow_t* win, int flags) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  const int round = extras().windowRounds[comm]++;
+  auto& rounds = extras().windows[comm->id];
+  if (static_cast<int>(rounds.size()) <= round) rounds.resize(round + 1);
+  if (rounds[round].empty()) rounds[round].resize(comm->nranks, nullptr);
+  auto* w = new ncclWindow_vidmem{comm, static_cast<char*>(buff), size, round};
+  rounds[round][comm->rank] = w;
+  *win = w;
+  logLine("CommWindowRegister rank=%d size=%zu flags=%d round=%d", comm->rank, size, flags,
+          round);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (!win || win->comm != comm) return fail(ncclInvalidArgument, "stand-in: not its window");
+  extras().windows[comm->id][win->round][comm->rank] = nullptr;
+  delete win;
+  logLine("CommWindowDeregister rank=%d", comm->rank);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** out) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (!win || win->comm != comm) return fail(ncclInvalidArgument, "stand-in: not its window");
+  *out = win->buff;
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t win, size_t offset, int peer,
+                                             void** out) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  const auto& round = extras().windows[win->comm->id][win->round];
+  if (peer < 0 || peer >= static_cast<int>(round.size()) || !round[peer])
+    return fail(ncclInvalidArgument, "stand-in: that peer has no such window");
+  *out = round[peer]->buff + offset;
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void**) {
+  return fail(ncclInvalidUsage, "stand-in: no multimem (NVLS) here");
+}
+
+EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  const int dev = currentDevice();
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (extras().failMemAlloc || dev < 0) {
+    logLine("MemAlloc size=%zu failed", size);
+    return fail(ncclUnhandledCudaError, "stand-in: ncclMemAlloc fails as asked");
+  }
+  *ptr = aligned_alloc(4096, (size + 4095) / 4096 * 4096);
+  markDevice(*ptr, size, dev);
+  extras().allocations.push_back(*ptr);
+  logLine("MemAlloc size=%zu device=%d", size, dev);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto& a = extras().allocations;
+  auto it = std::find(a.begin(), a.end(), ptr);
+  if (it == a.end()) return fail(ncclInvalidArgument, "stand-in: not its allocation");
+  a.erase(it);
+  logLine("MemFree");
+  // The stand-in driver may still list the range as device memory: the memory is kept
+  // (a test aid's leak) so that no later allocation at the address is misclassified.
+  return ncclSuccess;
+}
+
+// The device communicator is NCCL's struct; the stand-in writes its rank and size into the
+// first two ints of whatever the caller passed.
+EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* out) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (!reqs) return fail(ncclInvalidArgument, "stand-in: no requirements");
+  static_cast<int*>(out)[0] = comm->rank;
+  static_cast<int*>(out)[1] = comm->nranks;
+  logLine("DevCommCreate rank=%d", comm->rank);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void*) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("DevCommDestroy rank=%d", comm->rank);
+  return ncclSuccess;
+}
+
+struct Team {
+  int nRanks, rank, stride;
+};
+EXPORT Team ncclTeamWorld(ncclComm_t comm) { return {comm->nranks, comm->rank, 1}; }
+EXPORT Team ncclTeamLsa(ncclComm_t comm) { return {comm->nranks, comm->rank, 1}; }
+EXPORT Team ncclTeamRail(ncclComm_t) { return {1, 0, 1}; }
+EXPORT int ncclTeamRankToWorld(ncclComm_t, Team team, int rank) { return rank * team.stride; }
+EXPORT int ncclTeamRankToLsa(ncclComm_t, Team team, int rank) { return rank * team.stride; }
+EXPORT ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, Team, int n, void*, void*) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("GinBarrierCreateRequirement rank=%d n=%d", comm->rank, n);
+  return ncclSuccess;
+}
+EXPORT ncclResult_t ncclLsaBarrierCreateRequirement(Team team, int n, void*, void*) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("LsaBarrierCreateRequirement nRanks=%d n=%d", team.nRanks, n);
+  return ncclSuccess;
+}
+EXPORT int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) { return maxElts * maxEltSize / 8; }
+EXPORT ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void*, void*) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  logLine("LLA2ACreateRequirement nBlocks=%d nSlots=%d", nBlocks, nSlots);
+  return ncclSuccess;
+}
+
 // ---- test hooks
+
+EXPORT void standInNcclFailMemAlloc(int fail) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  extras().failMemAlloc = fail != 0;
+}
 
 EXPORT const char* standInNcclLog() {
   static thread_local std::string copy;

@@ -1,0 +1,56 @@
+// Calls beside the collectives that Loom hands to stock NCCL where a shadow communicator
+// serves a communicator's device memory (dispatch/shadow.h): buffer registration, symmetric
+// memory windows, the device API's host half, and ncclMemAlloc's memory. Stock NCCL's own
+// handles (registrations, windows) are what the caller gets back; Loom remembers which they
+// are, so that the calls that take them back go to the library that made them.
+#pragma once
+
+#include <nccl.h>
+
+#include <string>
+
+#include "api/comm.h"
+#include "base/error.h"
+#include "dispatch/stock_nccl.h"
+
+namespace loom::api {
+
+// Stock NCCL's entry point `member` (named `name`), or throws kInvalidUsage naming `fn`:
+// the stock library in use predates it.
+template <class F>
+F stockEntry(const dispatch::StockNccl& lib, F dispatch::StockApi::*member, const char* name,
+             const char* fn) {
+  F f = lib.api().*member;
+  if (!f)
+    throwError(Code::kInvalidUsage,
+               "%s: stock NCCL %d (%s), which serves this communicator's device memory, has no "
+               "%s (too old for it)",
+               fn, lib.version(), lib.path().c_str(), name);
+  return f;
+}
+
+// Throws stock's result `rc` of `fn` on `comm` (after a non-blocking shadow settles an
+// ncclInProgress) with stock's own message; returns when it succeeded.
+void checkStock(ncclComm_t comm, ncclResult_t rc, const char* fn);
+
+// Symmetric memory windows that stock NCCL made for a Loom communicator.
+void noteStockWindow(ncclWindow_t win, ncclComm_t comm);
+// Forgets `win` if `comm` made it; false if it is not a window of `comm`.
+bool takeStockWindow(ncclWindow_t win, ncclComm_t comm);
+// The communicator whose stock NCCL window `win` is, or nullptr.
+ncclComm_t stockWindowComm(ncclWindow_t win);
+// At `comm`'s destruction (stock NCCL frees its windows with its communicator).
+void forgetStockWindowsOf(ncclComm_t comm);
+
+// What ncclMemAlloc allocated through stock NCCL (which must free it).
+void noteStockAllocation(const void* ptr);
+// Forgets `ptr`; false if stock NCCL did not allocate it.
+bool takeStockAllocation(const void* ptr);
+
+// Live communicators of this process whose device memory on CUDA device `dev` Loom serves
+// (no shadow): ncclMemAlloc then keeps to cuMemAlloc, whose memory CUDA IPC can share
+// between processes on one GPU (stock NCCL's cuMem memory cannot be).
+void countLoomServedDevice(int dev, int delta);
+bool loomServesDevice(int dev);
+
+}  // namespace loom::api

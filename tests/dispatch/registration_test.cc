@@ -1,0 +1,247 @@
+// Registration, symmetric memory windows, NCCL's device API and ncclMemAlloc where stock
+// NCCL serves a communicator's device memory (api/registration.cc, api/device_api.cc,
+// api/mem_alloc.cc): stock NCCL's handles come back and go back to it; where Loom serves
+// device memory, windows and the device API are refused saying why. Built twice, as
+// fallback_routing_test.cc (see there): the stand-in stock NCCL and the machine's real one.
+#include <cstring>
+
+#include "base/mem_kind.h"
+#include "dispatch/nccl_extra_abi.h"
+#include "dispatch/routing_fixture.h"
+
+namespace {
+
+using namespace routing;
+
+[[maybe_unused]] bool sameTeam(ncclTeam_t a, ncclTeam_t b) {
+  return a.nRanks == b.nRanks && a.rank == b.rank && a.stride == b.stride;
+}
+
+#ifdef LOOM_STAND_IN_NCCL_PATH
+
+TEST_F(StandInStock, DeviceBuffersAreRegisteredWithStockAndHostBuffersStayWithLoom) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* d0 = deviceFloats(64, 0, 1);
+  std::vector<float> host(64, 1);
+  void* h = nullptr;
+  void* hh = nullptr;
+  ASSERT_EQ(ncclCommRegister(c[0], d0, 256, &h), ncclSuccess) << ncclGetLastError(c[0]);
+  ASSERT_EQ(ncclCommRegister(c[0], host.data(), 256, &hh), ncclSuccess);
+  std::string calls = log_.str();
+  EXPECT_EQ(countOf(calls, "CommRegister "), 1u) << calls;
+  char want[64];
+  snprintf(want, sizeof want, "buff=%p size=256", static_cast<void*>(d0));
+  EXPECT_TRUE(has(calls, want)) << calls;
+  EXPECT_NE(h, static_cast<void*>(d0)) << "stock NCCL's handle, not Loom's";
+  EXPECT_EQ(hh, static_cast<void*>(host.data())) << "Loom's own no-op handle";
+  ASSERT_EQ(ncclCommDeregister(c[0], hh), ncclSuccess);
+  EXPECT_EQ(countOf(log_.str(), "CommDeregister"), 0u) << log_.str();
+  ASSERT_EQ(ncclCommDeregister(c[0], h), ncclSuccess) << ncclGetLastError(c[0]);
+  EXPECT_EQ(countOf(log_.str(), "CommDeregister rank=0"), 1u) << log_.str();
+}
+
+TEST_F(StandInStock, WindowsAreStocksAndShowEachRanksBuffer) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* d0 = deviceFloats(64, 0, 1);
+  float* d1 = deviceFloats(64, 1, 10);
+  ncclWindow_t w0 = nullptr, w1 = nullptr;
+  // One thread registering both ranks: inside a group, as NCCL wants it, the windows are
+  // made at the group's end.
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclCommWindowRegister(c[0], d0, 256, &w0, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess)
+      << ncclGetLastError(c[0]);
+  ASSERT_EQ(ncclCommWindowRegister(c[1], d1, 256, &w1, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  EXPECT_EQ(w0, nullptr) << "set at the group's end";
+  EXPECT_EQ(countOf(log_.str(), "CommWindowRegister"), 0u) << log_.str();
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_NE(w0, nullptr);
+  ASSERT_NE(w1, nullptr);
+  std::string calls = log_.str();
+  EXPECT_TRUE(has(calls, "CommWindowRegister rank=0 size=256 flags=1 round=0")) << calls;
+  EXPECT_TRUE(has(calls, "CommWindowRegister rank=1 size=256 flags=1 round=0")) << calls;
+
+  // What a window is, asked of stock NCCL: rank 0's window shows rank 1's buffer.
+  void* p = nullptr;
+  ASSERT_EQ(ncclGetPeerDevicePointer(w0, 16, 1, &p), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(p, reinterpret_cast<char*>(d1) + 16);
+  ASSERT_EQ(ncclWinGetUserPtr(c[0], w0, &p), ncclSuccess) << ncclGetLastError(c[0]);
+  EXPECT_EQ(p, static_cast<void*>(d0));
+  EXPECT_EQ(ncclWinGetUserPtr(c[1], w0, &p), ncclInvalidArgument);
+  EXPECT_TRUE(has(ncclGetLastError(c[1]), "is not a window of this communicator"))
+      << ncclGetLastError(c[1]);
+  EXPECT_EQ(ncclGetLsaMultimemDevicePointer(w0, 0, &p), ncclInvalidUsage);
+  EXPECT_TRUE(has(ncclGetLastError(nullptr), "stand-in: no multimem")) << ncclGetLastError(nullptr);
+  int notAWindow = 0;
+  EXPECT_EQ(ncclGetPeerDevicePointer(reinterpret_cast<ncclWindow_t>(&notAWindow), 0, 1, &p),
+            ncclInvalidUsage);
+  EXPECT_TRUE(has(ncclGetLastError(nullptr), "is not stock NCCL's")) << ncclGetLastError(nullptr);
+
+  // Collectives on the windows' buffers are stock NCCL's too.
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(d0, d0, 64, ncclFloat, ncclSum, c[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(d1, d1, 64, ncclFloat, ncclSum, c[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(d0[i], 11 + 2 * (i % 7)) << i;
+
+  EXPECT_EQ(ncclCommWindowDeregister(c[1], w0), ncclInvalidArgument);
+  EXPECT_TRUE(has(ncclGetLastError(c[1]), "is not a window of this communicator"))
+      << ncclGetLastError(c[1]);
+  ASSERT_EQ(ncclCommWindowDeregister(c[0], w0), ncclSuccess) << ncclGetLastError(c[0]);
+  ASSERT_EQ(ncclCommWindowDeregister(c[1], w1), ncclSuccess) << ncclGetLastError(c[1]);
+  EXPECT_EQ(countOf(log_.str(), "CommWindowDeregister"), 2u) << log_.str();
+  EXPECT_EQ(ncclCommWindowDeregister(c[0], w0), ncclInvalidArgument);
+  EXPECT_EQ(ncclGetPeerDevicePointer(w0, 0, 1, &p), ncclInvalidUsage) << "deregistered";
+}
+
+TEST_F(StandInStock, DeviceApiRunsOnStocksCommunicator) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  alignas(64) char reqs[256] = {};
+  alignas(64) int dev0[64] = {}, dev1[64] = {};
+  auto* r = reinterpret_cast<ncclDevCommRequirements_t*>(reqs);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclDevCommCreate(c[0], r, reinterpret_cast<ncclDevComm_t*>(dev0)), ncclSuccess)
+      << ncclGetLastError(c[0]);
+  ASSERT_EQ(ncclDevCommCreate(c[1], r, reinterpret_cast<ncclDevComm_t*>(dev1)), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  // Filled by stock NCCL with its own communicators' ranks.
+  EXPECT_EQ(dev0[0], 0);
+  EXPECT_EQ(dev0[1], 2);
+  EXPECT_EQ(dev1[0], 1);
+  EXPECT_EQ(dev1[1], 2);
+  EXPECT_TRUE(sameTeam(ncclTeamWorld(c[1]), {2, 1, 1}));
+  EXPECT_TRUE(sameTeam(ncclTeamLsa(c[0]), {2, 0, 1}));
+  EXPECT_TRUE(sameTeam(ncclTeamRail(c[0]), {1, 0, 1}));
+  EXPECT_EQ(ncclTeamRankToWorld(c[0], {2, 0, 3}, 1), 3);
+  EXPECT_EQ(ncclTeamRankToLsa(c[0], {2, 0, 2}, 1), 2);
+  alignas(64) char handle[256] = {}, req[256] = {};
+  EXPECT_EQ(ncclGinBarrierCreateRequirement(c[0], {2, 0, 1}, 4,
+                                            reinterpret_cast<ncclGinBarrierHandle_t*>(handle),
+                                            reinterpret_cast<ncclDevResourceRequirements_t*>(req)),
+            ncclSuccess);
+  EXPECT_EQ(ncclLsaBarrierCreateRequirement({2, 0, 1}, 5,
+                                            reinterpret_cast<ncclLsaBarrierHandle_t*>(handle),
+                                            reinterpret_cast<ncclDevResourceRequirements_t*>(req)),
+            ncclSuccess);
+  EXPECT_EQ(ncclLLA2ACalcSlots(64, 16), 128);
+  EXPECT_EQ(ncclLLA2ACreateRequirement(2, 128, reinterpret_cast<ncclLLA2AHandle_t*>(handle),
+                                       reinterpret_cast<ncclDevResourceRequirements_t*>(req)),
+            ncclSuccess);
+  EXPECT_EQ(ncclDevCommDestroy(c[0], reinterpret_cast<ncclDevComm_t*>(dev0)), ncclSuccess);
+  std::string calls = log_.str();
+  for (const char* call : {"DevCommCreate rank=0", "DevCommCreate rank=1",
+                           "GinBarrierCreateRequirement rank=0 n=4",
+                           "LsaBarrierCreateRequirement nRanks=2 n=5",
+                           "LLA2ACreateRequirement nBlocks=2 nSlots=128", "DevCommDestroy rank=0"})
+    EXPECT_TRUE(has(calls, call)) << call << "\n" << calls;
+  EXPECT_EQ(ncclDevCommCreate(c[0], nullptr, reinterpret_cast<ncclDevComm_t*>(dev0)),
+            ncclInvalidArgument);
+}
+
+TEST_F(StandInStock, WindowsAndTheDeviceApiAreRefusedWhereLoomServesDeviceMemory) {
+  ScopedFallback off("off");
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* d0 = deviceFloats(64, 0, 1);
+  ncclWindow_t w = nullptr;
+  EXPECT_EQ(ncclCommWindowRegister(c[0], d0, 256, &w, NCCL_WIN_DEFAULT), ncclInvalidUsage);
+  std::string msg = ncclGetLastError(c[0]);
+  EXPECT_TRUE(has(msg, "symmetric memory windows are stock NCCL's")) << msg;
+  EXPECT_TRUE(has(msg, "LOOM_NCCL_FALLBACK=off")) << msg;
+  alignas(64) char reqs[256] = {}, devComm[256] = {};
+  EXPECT_EQ(ncclDevCommCreate(c[0], reinterpret_cast<ncclDevCommRequirements_t*>(reqs),
+                              reinterpret_cast<ncclDevComm_t*>(devComm)),
+            ncclInvalidUsage);
+  EXPECT_TRUE(has(ncclGetLastError(c[0]), "device-side API (nccl_device.h) is stock NCCL's"))
+      << ncclGetLastError(c[0]);
+  EXPECT_TRUE(sameTeam(ncclTeamWorld(c[0]), {0, 0, 1})) << "the empty team";
+  EXPECT_TRUE(has(ncclGetLastError(c[0]), "ncclTeamWorld")) << ncclGetLastError(c[0]);
+  EXPECT_EQ(ncclLLA2ACalcSlots(64, 16), -1);
+  EXPECT_TRUE(has(ncclGetLastError(nullptr), "LOOM_NCCL_FALLBACK=off")) << ncclGetLastError(nullptr);
+  // Registration stays a no-op: Loom's collectives need none.
+  void* h = nullptr;
+  ASSERT_EQ(ncclCommRegister(c[0], d0, 256, &h), ncclSuccess);
+  EXPECT_EQ(h, static_cast<void*>(d0));
+  ASSERT_EQ(ncclCommDeregister(c[0], h), ncclSuccess);
+  std::string calls = log_.str();
+  for (const char* call : {"CommRegister", "CommWindowRegister", "DevCommCreate", "MemAlloc"})
+    EXPECT_FALSE(has(calls, call)) << call << "\n" << calls;
+}
+
+// ncclMemAlloc: stock NCCL's memory (cuMem, what its windows need) unless the fallback is
+// off or a communicator whose device memory Loom serves is on the device; cuMemAlloc where
+// stock NCCL's allocation fails.
+TEST_F(StandInStock, MemAllocTakesStocksMemoryUnlessLoomServesTheDevice) {
+  hooks_.setCurrentDevice(2);
+  auto alloc = [&](const char* why, bool byStock) {
+    SCOPED_TRACE(why);
+    log_.clear();
+    void* p = nullptr;
+    ASSERT_EQ(ncclMemAlloc(&p, 1000), ncclSuccess) << ncclGetLastError(nullptr);
+    loom::MemInfo info = loom::classifyPointer(p);
+    EXPECT_EQ(info.kind, loom::MemKind::kDevice);
+    EXPECT_EQ(info.device, 2);
+    EXPECT_EQ(has(log_.str(), "MemAlloc size=1000 device=2"), byStock) << log_.str();
+    ASSERT_EQ(ncclMemFree(p), ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(has(log_.str(), "MemFree"), byStock) << log_.str();
+  };
+  alloc("auto, no communicator", true);
+  {
+    ScopedFallback off("off");
+    alloc("off", false);
+  }
+  {
+    std::unique_ptr<Comms> loomServed;
+    {
+      ScopedFallback off("off");
+      loomServed = std::make_unique<Comms>(std::vector<int>{2});
+      ASSERT_EQ(loomServed->rc, ncclSuccess) << loomServed->error;
+    }
+    alloc("auto, a communicator on device 2 that Loom serves", false);
+    Comms other({1});
+    ASSERT_EQ(other.rc, ncclSuccess) << other.error;
+    loomServed.reset();
+    alloc("auto, that communicator destroyed", true);
+  }
+  log_.failMemAlloc(1);
+  alloc("stock's allocation fails", false);
+  EXPECT_TRUE(has(log_.str(), "MemAlloc size=1000 failed")) << log_.str();
+  log_.failMemAlloc(0);
+  hooks_.setCurrentDevice(0);
+}
+
+#else  // the machine's real stock NCCL, which finds no GPU here
+
+TEST_F(RealStock, MemAllocFallsBackToLoomWhereStockCannotAllocate) {
+  hooks_.setCurrentDevice(1);
+  void* p = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&p, 4096), ncclSuccess) << ncclGetLastError(nullptr);
+  loom::MemInfo info = loom::classifyPointer(p);
+  EXPECT_EQ(info.kind, loom::MemKind::kDevice);
+  EXPECT_EQ(info.device, 1);
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess) << ncclGetLastError(nullptr);
+  hooks_.setCurrentDevice(0);
+}
+
+TEST_F(RealStock, WindowsSayWhyStockServesNothing) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* d0 = deviceFloats(64, 0, 1);
+  ncclWindow_t w = nullptr;
+  EXPECT_EQ(ncclCommWindowRegister(c[0], d0, 256, &w, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidUsage);
+  std::string msg = ncclGetLastError(c[0]);
+  EXPECT_TRUE(has(msg, "symmetric memory windows are stock NCCL's")) << msg;
+  EXPECT_TRUE(has(msg, "could not create its communicator")) << msg;
+  alignas(64) char reqs[256] = {}, devComm[256] = {};
+  EXPECT_EQ(ncclDevCommCreate(c[1], reinterpret_cast<ncclDevCommRequirements_t*>(reqs),
+                              reinterpret_cast<ncclDevComm_t*>(devComm)),
+            ncclInvalidUsage);
+  EXPECT_TRUE(has(ncclGetLastError(c[1]), "could not create its communicator"))
+      << ncclGetLastError(c[1]);
+}
+
+#endif
+
+}  // namespace
