@@ -32,8 +32,10 @@ struct ncclComm {
   std::string deviceServer;
   bool staged = false;  // no shadow: Loom's staged path serves device memory (engine/staged.h)
   bool countedLoomDevice = false;  // in countLoomServedDevice (api/stock_route.h)
-  // Stock NCCL's handles of ncclCommRegister (device buffers on a shadow), under opsMu.
+  // ncclCommRegister's handles, under opsMu: stock NCCL's (device buffers on a shadow), and
+  // Loom's own no-op ones.
   std::vector<void*> stockRegistrations;
+  std::vector<void*> loomRegistrations;
   uint64_t serial = 0;  // set by registerComm: which communicator lives at this address
   std::atomic<bool> abortFlag{false};
   std::atomic<bool> revoked{false};

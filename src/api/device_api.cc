@@ -88,19 +88,20 @@ int teamRank(ncclComm_t comm, ncclTeam_t tm, int rank, F StockApi::*member, cons
 
 }  // namespace
 
-// Collective in NCCL: inside a group it runs at the group's end, as a window registration.
+// Collective in NCCL. Inside a group it joins a stock group that the group's end closes:
+// stock NCCL copies `reqs` now and creates the device communicator then, as it does alone.
 LOOM_NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const* reqs,
                                              ncclDevComm_t* outDevComm) {
   const char* fn = "ncclDevCommCreate";
   return guard(fn, comm, [&] {
     LOOM_CHECK_ARG(reqs != nullptr && outDevComm != nullptr, "%s: reqs or outDevComm is NULL", fn);
     auto create = loom::api::stockEntry(stockOf(comm, fn), &StockApi::devCommCreate, fn, fn);
-    auto run = [=] {
+    if (loom::api::inGroup()) {
+      loom::api::joinStockGroup(comm);
+      loom::api::checkStockQueued(comm, create(comm->shadow->stockComm(), reqs, outDevComm), fn);
+    } else {
       loom::api::checkStock(comm, create(comm->shadow->stockComm(), reqs, outDevComm), fn);
-      return ncclSuccess;
-    };
-    if (!loom::api::inGroup()) return run();
-    loom::api::deferCall(comm, fn, run);
+    }
     return ncclSuccess;
   });
 }
@@ -110,7 +111,12 @@ LOOM_NCCL_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t con
   return guard(fn, comm, [&] {
     LOOM_CHECK_ARG(devComm != nullptr, "%s: devComm is NULL", fn);
     auto destroy = loom::api::stockEntry(stockOf(comm, fn), &StockApi::devCommDestroy, fn, fn);
-    loom::api::checkStock(comm, destroy(comm->shadow->stockComm(), devComm), fn);
+    if (loom::api::inGroup()) {
+      loom::api::joinStockGroup(comm);
+      loom::api::checkStockQueued(comm, destroy(comm->shadow->stockComm(), devComm), fn);
+    } else {
+      loom::api::checkStock(comm, destroy(comm->shadow->stockComm(), devComm), fn);
+    }
     return ncclSuccess;
   });
 }

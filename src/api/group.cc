@@ -33,6 +33,10 @@ struct GroupState {
   std::vector<OpArgs> ops;
   std::vector<DeferredInit> inits;
   std::vector<DeferredCall> calls;
+  // The stock NCCL group joinStockGroup opened, its communicators and what runs after it.
+  const dispatch::StockNccl* stockLib = nullptr;
+  std::vector<DeferredInit> stockComms;
+  std::vector<std::function<void()>> stockThens;
 };
 thread_local GroupState tlsGroup;
 
@@ -282,6 +286,21 @@ void submit(const OpArgs& op) {
   launchOne(op);
 }
 
+void joinStockGroup(ncclComm_t comm, std::function<void()> then) {
+  GroupState& g = tlsGroup;
+  if (!g.stockLib) {
+    const dispatch::StockNccl& lib = comm->shadow->lib();  // one per process
+    if (ncclResult_t rc = lib.api().groupStart(); rc != ncclSuccess)
+      throwError(static_cast<Code>(rc), "stock ncclGroupStart: %s",
+                 lib.errorText(rc, nullptr).c_str());
+    g.stockLib = &lib;
+  }
+  if (std::none_of(g.stockComms.begin(), g.stockComms.end(),
+                   [&](const DeferredInit& d) { return d.comm == comm; }))
+    g.stockComms.push_back({comm, comm->serial});
+  if (then) g.stockThens.push_back(std::move(then));
+}
+
 void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back({comm, comm->serial}); }
 
 void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run) {
@@ -302,8 +321,34 @@ LOOM_NCCL_API ncclResult_t ncclGroupStart(void) {
 namespace loom::api {
 namespace {
 
-// The outermost end runs the group's communicator inits, then launches its operations,
-// or, with `sim`, prices them instead.
+// Closes the stock group joinStockGroup opened: its calls run (stock NCCL's group end), the
+// non-blocking shadows among them settle, then the notes run.
+void closeStockGroup(GroupState& g) {
+  if (!g.stockLib) return;
+  const dispatch::StockNccl& lib = *g.stockLib;
+  std::vector<DeferredInit> comms = std::move(g.stockComms);
+  std::vector<std::function<void()>> thens = std::move(g.stockThens);
+  g.stockLib = nullptr;
+  g.stockComms.clear();
+  g.stockThens.clear();
+  ncclResult_t rc = lib.api().groupEnd();
+  if (rc == ncclInProgress) {
+    rc = ncclSuccess;
+    for (const DeferredInit& d : comms) {
+      if (!enterCall(d.comm, d.serial)) continue;  // aborted meanwhile: its own error says so
+      CallScope scope(CallScope::kEntered, d.comm);
+      if (ncclResult_t r = d.comm->shadow->settle(ncclInProgress); rc == ncclSuccess) rc = r;
+    }
+  }
+  if (rc != ncclSuccess)
+    throwError(static_cast<Code>(rc), "stock ncclGroupEnd (window registrations or device "
+               "communicators of %zu communicators): %s", comms.size(),
+               lib.errorText(rc, nullptr).c_str());
+  for (auto& then : thens) then();
+}
+
+// The outermost end closes the stock group of the calls that joined one, runs the group's
+// communicator inits, then launches its operations, or, with `sim`, prices them instead.
 ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   auto& g = tlsGroup;
   LOOM_CHECK_USAGE(g.depth > 0, "%s: no matching ncclGroupStart", fn);
@@ -314,7 +359,14 @@ ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   g.calls.clear();
   g.inits.clear();
   g.ops.clear();
+  std::exception_ptr stockFailed;
+  try {
+    closeStockGroup(g);
+  } catch (...) {
+    stockFailed = std::current_exception();
+  }
   const bool background = (!inits.empty() || !calls.empty()) && runDeferred(inits, calls);
+  if (stockFailed) std::rethrow_exception(stockFailed);
   if (sim) sim->estimatedTime = static_cast<float>(estimateGroupMicros(ops));
   else if (!ops.empty()) launch(ops);
   return background ? ncclInProgress : ncclSuccess;

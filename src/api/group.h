@@ -43,6 +43,12 @@ void deferInit(ncclComm_t comm);
 // `run` returns ncclInProgress where it leaves work in the background (a non-blocking
 // communicator's init): the group end then returns ncclInProgress too.
 void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run);
+// Inside a group: stock NCCL calls on `comm`'s shadow made from now on (window
+// registration, the device API) join a stock NCCL group on this thread, as NCCL defers such
+// calls to the group's end. The outermost end closes it first (before the group's inits,
+// management calls and operations) and settles non-blocking shadows; then each `then` given
+// since runs (a window's note), unless the stock group failed.
+void joinStockGroup(ncclComm_t comm, std::function<void()> then = nullptr);
 // The cost model's time (microseconds) for a group's operations: what
 // ncclGroupSimulateEnd reports.
 double estimateGroupMicros(const std::vector<OpArgs>& ops);

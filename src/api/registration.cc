@@ -2,10 +2,11 @@
 // and their undoing), and the window lookups NCCL 2.29/2.30 added.
 //
 // Loom's own collectives need no registration: host buffers, and device buffers that Loom
-// serves, are accepted as a no-op. Where a shadow communicator serves the communicator's
-// device memory (stock NCCL, LOOM_NCCL_FALLBACK), device buffers are registered with stock
-// NCCL, which serves every call on them, and windows are stock NCCL's: its zero-copy and
-// symmetric kernels then run as they would without Loom in the process.
+// serves, are registered as a no-op (the handle is remembered, so that a handle this
+// communicator never gave out is refused, as NCCL refuses it). Where a shadow communicator
+// serves the communicator's device memory (stock NCCL, LOOM_NCCL_FALLBACK), device buffers
+// are registered with stock NCCL, which serves every call on them, and windows are stock
+// NCCL's: its zero-copy and symmetric kernels then run as they would without Loom.
 #include <nccl.h>
 
 #include <algorithm>
@@ -22,12 +23,11 @@ using loom::dispatch::StockApi;
 
 namespace {
 
-// Runs a collective registration call now, or at the group's end inside a group (as NCCL
-// does: one thread registering for every rank it drives must not wait on itself).
-ncclResult_t nowOrAtGroupEnd(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run) {
-  if (!loom::api::inGroup()) return run();
-  loom::api::deferCall(comm, fn, std::move(run));
-  return ncclSuccess;
+bool take(std::vector<void*>& handles, void* h) {
+  auto it = std::find(handles.begin(), handles.end(), h);
+  if (it == handles.end()) return false;
+  handles.erase(it);
+  return true;
 }
 
 }  // namespace
@@ -40,7 +40,8 @@ LOOM_NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, s
     LOOM_CHECK_ARG(handle != nullptr, "%s: handle is NULL", fn);
     LOOM_CHECK_ARG(buff != nullptr || size == 0, "%s: buff is NULL", fn);
     // Device memory that stock NCCL serves is registered there (an optimisation: a stock
-    // library without the call serves it unregistered, as Loom does).
+    // library without the call serves it unregistered, as Loom does). Stock NCCL may give
+    // NULL (registration off there): nothing to give back then.
     const StockApi* stock = comm->shadow ? &comm->shadow->lib().api() : nullptr;
     if (stock && stock->commRegister && stock->commDeregister && buff &&
         loom::classifyPointer(buff).kind == loom::MemKind::kDevice) {
@@ -48,30 +49,32 @@ LOOM_NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, s
       loom::api::checkStock(comm, stock->commRegister(comm->shadow->stockComm(), buff, size, &h),
                             fn);
       std::lock_guard<std::mutex> lock(comm->opsMu);
-      comm->stockRegistrations.push_back(h);
+      if (h) comm->stockRegistrations.push_back(h);
       *handle = h;
       return ncclSuccess;
     }
-    // Loom's own: the handle is the buffer address (1 for an empty one), never stock's.
-    *handle = buff ? buff : reinterpret_cast<void*>(1);
+    // Loom's own: the handle is the buffer address (1 for an empty one).
+    void* h = buff ? buff : reinterpret_cast<void*>(1);
+    std::lock_guard<std::mutex> lock(comm->opsMu);
+    comm->loomRegistrations.push_back(h);
+    *handle = h;
     return ncclSuccess;
   });
 }
 
+// A NULL handle is a no-op, as in NCCL (its registration may have given NULL).
 LOOM_NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   const char* fn = "ncclCommDeregister";
   return guard(fn, comm, [&] {
     loom::api::checkCommForManagement(comm, fn);
-    LOOM_CHECK_ARG(handle != nullptr, "%s: handle is NULL", fn);
+    if (!handle) return ncclSuccess;
     bool stocks = false;
     {
       std::lock_guard<std::mutex> lock(comm->opsMu);
-      auto& regs = comm->stockRegistrations;
-      auto it = std::find(regs.begin(), regs.end(), handle);
-      if (it != regs.end()) {
-        regs.erase(it);
-        stocks = true;
-      }
+      stocks = take(comm->stockRegistrations, handle);
+      LOOM_CHECK_USAGE(stocks || take(comm->loomRegistrations, handle),
+                       "%s: handle %p was not registered on this communicator (or was "
+                       "deregistered already)", fn, handle);
     }
     if (stocks)
       loom::api::checkStock(
@@ -80,46 +83,58 @@ LOOM_NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handl
   });
 }
 
+// Collective, as in NCCL: inside a group the registration joins a stock group that the
+// group's end closes (one thread may register for every rank it drives), and *win is set
+// then. Stock NCCL gives NULL where it has no symmetric memory for the communicator.
 LOOM_NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
                                                   ncclWindow_t* win, int winFlags) {
   const char* fn = "ncclCommWindowRegister";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
     LOOM_CHECK_ARG(win != nullptr, "%s: win is NULL", fn);
-    LOOM_CHECK_ARG(buff != nullptr || size == 0, "%s: buff is NULL", fn);
+    LOOM_CHECK_ARG(buff != nullptr && size > 0, "%s: buff is NULL or size is 0", fn);
     LOOM_CHECK_USAGE(comm->shadow != nullptr,
                      "%s: symmetric memory windows are stock NCCL's (CUDA memory mapped across "
                      "the ranks' GPUs), and this communicator's device memory is served by %s",
                      fn, comm->deviceServer.c_str());
     auto reg = loom::api::stockEntry(comm->shadow->lib(), &StockApi::commWindowRegister,
                                      "ncclCommWindowRegister", fn);
-    return nowOrAtGroupEnd(comm, fn, [=] {
-      ncclWindow_t w = nullptr;
-      loom::api::checkStock(comm, reg(comm->shadow->stockComm(), buff, size, &w, winFlags), fn);
-      loom::api::noteStockWindow(w, comm);
-      *win = w;
+    if (loom::api::inGroup()) {
+      const uint64_t serial = comm->serial;
+      loom::api::joinStockGroup(comm, [comm, serial, win] {
+        if (*win && loom::api::isLiveComm(comm, serial)) loom::api::noteStockWindow(*win, comm);
+      });
+      loom::api::checkStockQueued(comm, reg(comm->shadow->stockComm(), buff, size, win, winFlags),
+                                  fn);
       return ncclSuccess;
-    });
+    }
+    ncclWindow_t w = nullptr;
+    loom::api::checkStock(comm, reg(comm->shadow->stockComm(), buff, size, &w, winFlags), fn);
+    if (w) loom::api::noteStockWindow(w, comm);
+    *win = w;
+    return ncclSuccess;
   });
 }
 
+// A NULL window is a no-op, as in NCCL.
 LOOM_NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   const char* fn = "ncclCommWindowDeregister";
   return guard(fn, comm, [&] {
     loom::api::checkCommForManagement(comm, fn);
-    LOOM_CHECK_ARG(win != nullptr, "%s: win is NULL", fn);
-    LOOM_CHECK_ARG(comm->shadow && loom::api::stockWindowComm(win) == comm,
+    if (!win) return ncclSuccess;
+    LOOM_CHECK_ARG(comm->shadow && loom::api::takeStockWindow(win, comm),
                    "%s: %p is not a window of this communicator (not registered on it, or "
                    "deregistered already)",
                    fn, static_cast<void*>(win));
     auto dereg = loom::api::stockEntry(comm->shadow->lib(), &StockApi::commWindowDeregister,
                                        "ncclCommWindowDeregister", fn);
-    return nowOrAtGroupEnd(comm, fn, [=] {
-      LOOM_CHECK_ARG(loom::api::takeStockWindow(win, comm),
-                     "%s: %p is not a window of this communicator", fn, static_cast<void*>(win));
-      loom::api::checkStock(comm, dereg(comm->shadow->stockComm(), win), fn);
+    if (loom::api::inGroup()) {
+      loom::api::joinStockGroup(comm);
+      loom::api::checkStockQueued(comm, dereg(comm->shadow->stockComm(), win), fn);
       return ncclSuccess;
-    });
+    }
+    loom::api::checkStock(comm, dereg(comm->shadow->stockComm(), win), fn);
+    return ncclSuccess;
   });
 }
 
@@ -128,7 +143,8 @@ LOOM_NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_
 namespace {
 
 const loom::dispatch::StockNccl& stockOfWindow(ncclWindow_t win, const char* fn) {
-  LOOM_CHECK_USAGE(win && loom::api::stockWindowComm(win) != nullptr,
+  LOOM_CHECK_ARG(win != nullptr, "%s: window is NULL", fn);
+  LOOM_CHECK_USAGE(loom::api::stockWindowComm(win) != nullptr,
                    "%s: window %p is not stock NCCL's: windows exist only on communicators whose "
                    "device memory stock NCCL serves (ncclCommWindowRegister)",
                    fn, static_cast<void*>(win));
@@ -137,14 +153,25 @@ const loom::dispatch::StockNccl& stockOfWindow(ncclWindow_t win, const char* fn)
   return *lib;
 }
 
+void checkCommless(const loom::dispatch::StockNccl& lib, ncclResult_t rc, const char* fn) {
+  if (rc != ncclSuccess)
+    loom::throwError(static_cast<loom::Code>(rc), "%s (served by stock NCCL): %s", fn,
+                     lib.errorText(rc, nullptr).c_str());
+}
+
 }  // namespace
 
+// A NULL window's user pointer is NULL, as in NCCL.
 LOOM_NCCL_API ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win,
                                              void** outUserPtr) {
   const char* fn = "ncclWinGetUserPtr";
   return guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
     LOOM_CHECK_ARG(outUserPtr != nullptr, "%s: outUserPtr is NULL", fn);
+    if (!win) {
+      *outUserPtr = nullptr;
+      return ncclSuccess;
+    }
     LOOM_CHECK_ARG(comm->shadow && loom::api::stockWindowComm(win) == comm,
                    "%s: %p is not a window of this communicator", fn, static_cast<void*>(win));
     auto get = loom::api::stockEntry(comm->shadow->lib(), &StockApi::winGetUserPtr,
@@ -161,9 +188,7 @@ LOOM_NCCL_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t win, siz
     LOOM_CHECK_ARG(outPtr != nullptr, "%s: outPtr is NULL", fn);
     const auto& lib = stockOfWindow(win, fn);
     auto get = loom::api::stockEntry(lib, &StockApi::getLsaMultimemDevicePointer, fn, fn);
-    if (ncclResult_t rc = get(win, offset, outPtr); rc != ncclSuccess)
-      loom::throwError(static_cast<loom::Code>(rc), "%s (served by stock NCCL): %s", fn,
-                       lib.errorText(rc, nullptr).c_str());
+    checkCommless(lib, get(win, offset, outPtr), fn);
     return ncclSuccess;
   });
 }
@@ -175,14 +200,13 @@ LOOM_NCCL_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t win, size_t off
     LOOM_CHECK_ARG(outPtr != nullptr, "%s: outPtr is NULL", fn);
     const auto& lib = stockOfWindow(win, fn);
     auto get = loom::api::stockEntry(lib, &StockApi::getPeerDevicePointer, fn, fn);
-    if (ncclResult_t rc = get(win, offset, peer, outPtr); rc != ncclSuccess)
-      loom::throwError(static_cast<loom::Code>(rc), "%s (served by stock NCCL): %s", fn,
-                       lib.errorText(rc, nullptr).c_str());
+    checkCommless(lib, get(win, offset, peer, outPtr), fn);
     return ncclSuccess;
   });
 }
 
-// The pncclX profiling names (nccl.h declares both for 2.28.9's; NCCL exports both).
+// The pncclX profiling names (NCCL exports both: nccl.h declares them for its 2.28.9 calls,
+// NCCL 2.29/2.30's headers for the lookups).
 LOOM_NCCL_PROFILING_ALIAS(ncclCommRegister);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommDeregister);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommWindowRegister);

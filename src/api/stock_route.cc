@@ -27,6 +27,12 @@ void checkStock(ncclComm_t comm, ncclResult_t rc, const char* fn) {
              comm->shadow->lib().errorText(rc, comm->shadow->stockComm()).c_str());
 }
 
+void checkStockQueued(ncclComm_t comm, ncclResult_t rc, const char* fn) {
+  if (rc == ncclSuccess || rc == ncclInProgress) return;
+  throwError(static_cast<Code>(rc), "%s (rank %d, served by stock NCCL): %s", fn, comm->rank,
+             comm->shadow->lib().errorText(rc, comm->shadow->stockComm()).c_str());
+}
+
 void noteStockWindow(ncclWindow_t win, ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(handles().mu);
   handles().windows[win] = comm;

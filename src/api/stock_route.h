@@ -33,6 +33,10 @@ F stockEntry(const dispatch::StockNccl& lib, F dispatch::StockApi::*member, cons
 // ncclInProgress) with stock's own message; returns when it succeeded.
 void checkStock(ncclComm_t comm, ncclResult_t rc, const char* fn);
 
+// For a call made inside a group (joined to the stock group, api/group.h): success and
+// ncclInProgress pass (stock NCCL finishes it at the group's end); a failure throws.
+void checkStockQueued(ncclComm_t comm, ncclResult_t rc, const char* fn);
+
 // Symmetric memory windows that stock NCCL made for a Loom communicator.
 void noteStockWindow(ncclWindow_t win, ncclComm_t comm);
 // Forgets `win` if `comm` made it; false if it is not a window of `comm`.

@@ -102,8 +102,11 @@ TEST(DeviceApiTest, CallsWithoutACommunicatorAreStockNcclsUnlessTheFallbackIsOff
   unsetenv("LOOM_NCCL_FALLBACK");
   const int slots = ncclLLA2ACalcSlots(1024, 8);
   if (slots == -1) {
-    expectRecorded("ncclLLA2ACalcSlots", "stock NCCL's, and there is none here");
-    GTEST_SKIP() << "no stock NCCL on this machine: " << ncclGetLastError(nullptr);
+    const std::string why = ncclGetLastError(nullptr);
+    EXPECT_TRUE(why.find("there is none here") != std::string::npos ||
+                why.find("too old for it") != std::string::npos)
+        << why;
+    GTEST_SKIP() << "no stock NCCL with the device API on this machine: " << why;
   }
   EXPECT_GT(slots, 0) << "stock NCCL's own count";
 }

@@ -4,6 +4,7 @@
 // device memory, windows and the device API are refused saying why. Built twice, as
 // fallback_routing_test.cc (see there): the stand-in stock NCCL and the machine's real one.
 #include <cstring>
+#include <thread>
 
 #include "base/mem_kind.h"
 #include "dispatch/nccl_extra_abi.h"
@@ -39,6 +40,42 @@ TEST_F(StandInStock, DeviceBuffersAreRegisteredWithStockAndHostBuffersStayWithLo
   EXPECT_EQ(countOf(log_.str(), "CommDeregister"), 0u) << log_.str();
   ASSERT_EQ(ncclCommDeregister(c[0], h), ncclSuccess) << ncclGetLastError(c[0]);
   EXPECT_EQ(countOf(log_.str(), "CommDeregister rank=0"), 1u) << log_.str();
+  // A handle this communicator did not give out (or gave back already) is refused, as
+  // NCCL refuses it; NULL is a no-op.
+  EXPECT_EQ(ncclCommDeregister(c[0], h), ncclInvalidUsage);
+  EXPECT_TRUE(has(ncclGetLastError(c[0]), "was not registered on this communicator"))
+      << ncclGetLastError(c[0]);
+  EXPECT_EQ(ncclCommDeregister(c[0], hh), ncclInvalidUsage);
+  EXPECT_EQ(ncclCommDeregister(c[0], nullptr), ncclSuccess);
+  EXPECT_EQ(countOf(log_.str(), "CommDeregister"), 1u) << log_.str();
+}
+
+// Stock NCCL gives NULL for a registration or a window where it has none to give (its
+// registration off, no symmetric memory): NULL comes back, and giving it back is a no-op.
+TEST_F(StandInStock, NullHandlesFromStockAreNoOps) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* d0 = deviceFloats(64, 0, 1);
+  float* d1 = deviceFloats(64, 1, 1);
+  log_.nullHandles(1);
+  void* h = &h;
+  ASSERT_EQ(ncclCommRegister(c[0], d0, 256, &h), ncclSuccess) << ncclGetLastError(c[0]);
+  EXPECT_EQ(h, nullptr);
+  EXPECT_EQ(ncclCommDeregister(c[0], h), ncclSuccess) << ncclGetLastError(c[0]);
+  ncclWindow_t w0 = nullptr, w1 = nullptr;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclCommWindowRegister(c[0], d0, 256, &w0, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  ASSERT_EQ(ncclCommWindowRegister(c[1], d1, 256, &w1, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  log_.nullHandles(0);
+  EXPECT_EQ(w0, nullptr);
+  EXPECT_EQ(w1, nullptr);
+  void* p = &p;
+  EXPECT_EQ(ncclWinGetUserPtr(c[0], w0, &p), ncclSuccess) << ncclGetLastError(c[0]);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(ncclCommWindowDeregister(c[0], w0), ncclSuccess) << ncclGetLastError(c[0]);
+  EXPECT_EQ(ncclGetPeerDevicePointer(w0, 0, 1, &p), ncclInvalidArgument);
+  EXPECT_EQ(countOf(log_.str(), "Deregister"), 0u) << log_.str();
 }
 
 TEST_F(StandInStock, WindowsAreStocksAndShowEachRanksBuffer) {
@@ -54,13 +91,17 @@ TEST_F(StandInStock, WindowsAreStocksAndShowEachRanksBuffer) {
       << ncclGetLastError(c[0]);
   ASSERT_EQ(ncclCommWindowRegister(c[1], d1, 256, &w1, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
   EXPECT_EQ(w0, nullptr) << "set at the group's end";
-  EXPECT_EQ(countOf(log_.str(), "CommWindowRegister"), 0u) << log_.str();
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
   ASSERT_NE(w0, nullptr);
   ASSERT_NE(w1, nullptr);
+  // Both reached stock NCCL inside one stock group (the stand-in's registration is
+  // collective: one thread registering its ranks one after another outside a group would
+  // wait for the other rank).
   std::string calls = log_.str();
-  EXPECT_TRUE(has(calls, "CommWindowRegister rank=0 size=256 flags=1 round=0")) << calls;
-  EXPECT_TRUE(has(calls, "CommWindowRegister rank=1 size=256 flags=1 round=0")) << calls;
+  EXPECT_TRUE(has(calls, "GroupStart\nCommWindowRegister rank=0 size=256 flags=1 round=0 group=1\n"
+                         "CommWindowRegister rank=1 size=256 flags=1 round=0 group=1\nGroupEnd"))
+      << calls;
+  EXPECT_EQ(ncclCommWindowRegister(c[0], nullptr, 0, &w0, NCCL_WIN_DEFAULT), ncclInvalidArgument);
 
   // What a window is, asked of stock NCCL: rank 0's window shows rank 1's buffer.
   void* p = nullptr;
@@ -95,22 +136,55 @@ TEST_F(StandInStock, WindowsAreStocksAndShowEachRanksBuffer) {
   EXPECT_EQ(ncclGetPeerDevicePointer(w0, 0, 1, &p), ncclInvalidUsage) << "deregistered";
 }
 
+// Each thread registers its own rank's window, outside any group: the calls wait for each
+// other, as stock NCCL's collective registration does.
+TEST_F(StandInStock, WindowsOutsideAGroupAreMadeByEveryRanksThread) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* d[2] = {deviceFloats(64, 0, 1), deviceFloats(64, 1, 1)};
+  ncclWindow_t w[2] = {nullptr, nullptr};
+  ncclResult_t rc[2] = {ncclInternalError, ncclInternalError};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      rc[r] = ncclCommWindowRegister(c[r], d[r], 256, &w[r], NCCL_WIN_COLL_SYMMETRIC);
+    });
+  for (auto& t : ranks) t.join();
+  ASSERT_EQ(rc[0], ncclSuccess) << ncclGetLastError(c[0]);
+  ASSERT_EQ(rc[1], ncclSuccess) << ncclGetLastError(c[1]);
+  void* p = nullptr;
+  ASSERT_EQ(ncclGetPeerDevicePointer(w[1], 8, 0, &p), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(p, reinterpret_cast<char*>(d[0]) + 8);
+  EXPECT_EQ(countOf(log_.str(), "group=0"), 2u) << log_.str();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(ncclCommWindowDeregister(c[r], w[r]), ncclSuccess);
+}
+
 TEST_F(StandInStock, DeviceApiRunsOnStocksCommunicator) {
   Comms c({0, 1});
   ASSERT_EQ(c.rc, ncclSuccess) << c.error;
-  alignas(64) char reqs[256] = {};
   alignas(64) int dev0[64] = {}, dev1[64] = {};
-  auto* r = reinterpret_cast<ncclDevCommRequirements_t*>(reqs);
+  int* devs[2] = {dev0, dev1};
+  // Requirements made afresh for each rank and gone before the group ends (NCCL copies
+  // them when the call is made): the device communicators are created at the group's end.
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-  ASSERT_EQ(ncclDevCommCreate(c[0], r, reinterpret_cast<ncclDevComm_t*>(dev0)), ncclSuccess)
-      << ncclGetLastError(c[0]);
-  ASSERT_EQ(ncclDevCommCreate(c[1], r, reinterpret_cast<ncclDevComm_t*>(dev1)), ncclSuccess);
+  for (int i = 0; i < 2; ++i) {
+    alignas(64) int mine[64] = {};
+    mine[0] = 100 + i;
+    ASSERT_EQ(ncclDevCommCreate(c[i], reinterpret_cast<ncclDevCommRequirements_t*>(mine),
+                                reinterpret_cast<ncclDevComm_t*>(devs[i])),
+              ncclSuccess)
+        << ncclGetLastError(c[i]);
+    memset(mine, 0xff, sizeof mine);
+  }
+  EXPECT_EQ(dev0[1], 0) << "made at the group's end";
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
-  // Filled by stock NCCL with its own communicators' ranks.
+  // Filled by stock NCCL with its own communicators' ranks and the requirements as given.
   EXPECT_EQ(dev0[0], 0);
   EXPECT_EQ(dev0[1], 2);
+  EXPECT_EQ(dev0[2], 100);
   EXPECT_EQ(dev1[0], 1);
   EXPECT_EQ(dev1[1], 2);
+  EXPECT_EQ(dev1[2], 101);
   EXPECT_TRUE(sameTeam(ncclTeamWorld(c[1]), {2, 1, 1}));
   EXPECT_TRUE(sameTeam(ncclTeamLsa(c[0]), {2, 0, 1}));
   EXPECT_TRUE(sameTeam(ncclTeamRail(c[0]), {1, 0, 1}));
@@ -131,7 +205,7 @@ TEST_F(StandInStock, DeviceApiRunsOnStocksCommunicator) {
             ncclSuccess);
   EXPECT_EQ(ncclDevCommDestroy(c[0], reinterpret_cast<ncclDevComm_t*>(dev0)), ncclSuccess);
   std::string calls = log_.str();
-  for (const char* call : {"DevCommCreate rank=0", "DevCommCreate rank=1",
+  for (const char* call : {"DevCommCreate rank=0 group=1", "DevCommCreate rank=1 group=1",
                            "GinBarrierCreateRequirement rank=0 n=4",
                            "LsaBarrierCreateRequirement nRanks=2 n=5",
                            "LLA2ACreateRequirement nBlocks=2 nSlots=128", "DevCommDestroy rank=0"})

@@ -111,10 +111,11 @@ struct StockLog {
     setCommAsyncError =
         reinterpret_cast<void (*)(int, int, int)>(dlsym(h, "standInNcclSetCommAsyncError"));
     failMemAlloc = reinterpret_cast<void (*)(int)>(dlsym(h, "standInNcclFailMemAlloc"));
+    nullHandles = reinterpret_cast<void (*)(int)>(dlsym(h, "standInNcclNullHandles"));
   }
   bool ok() const {
     return text && clear && live && setAsyncError && failInitOfRank && setCommAsyncError &&
-           failMemAlloc;
+           failMemAlloc && nullHandles;
   }
   std::string str() const { return text(); }
   const char* (*text)() = nullptr;
@@ -124,6 +125,7 @@ struct StockLog {
   void (*failInitOfRank)(int) = nullptr;
   void (*setCommAsyncError)(int rank, int nranks, int rc) = nullptr;
   void (*failMemAlloc)(int fail) = nullptr;
+  void (*nullHandles)(int null) = nullptr;
 };
 
 class StandInStock : public Fixture {

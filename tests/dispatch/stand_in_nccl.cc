@@ -15,6 +15,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +80,10 @@ struct State {
   std::vector<ncclComm*> comms;    // live ones
   int liveComms = 0;
   std::atomic<int> asyncError{ncclSuccess};
+  // Window registrations and device communicators made inside a group finish at its end,
+  // as stock NCCL's do; collective calls outside one wait for their peers on `cv`.
+  std::vector<std::function<ncclResult_t()>> atGroupEnd;
+  std::condition_variable cv;
 };
 
 State& state() {
@@ -343,6 +350,12 @@ EXPORT ncclResult_t ncclGroupEnd() {
   std::lock_guard<std::mutex> lock(state().mu);
   logLine("GroupEnd");
   if (--state().groupDepth > 0) return ncclSuccess;
+  std::vector<std::function<ncclResult_t()>> ends;
+  ends.swap(state().atGroupEnd);
+  ncclResult_t rc = ncclSuccess;
+  for (auto& end : ends)
+    if (ncclResult_t r = end(); rc == ncclSuccess) rc = r;
+  if (rc != ncclSuccess) return rc;
   std::vector<ncclComm*> touched;
   touched.swap(state().inGroup);
   for (ncclComm* c : touched) c->pendingPolls = 2;
@@ -378,6 +391,7 @@ struct Extras {
   std::vector<void*> registrations;
   std::vector<void*> allocations;
   bool failMemAlloc = false;
+  bool nullHandles = false;  // registrations and windows come back NULL
 };
 Extras& extras() {
   static Extras* e = new Extras();
@@ -388,9 +402,13 @@ Extras& extras() {
 
 EXPORT ncclResult_t ncclCommRegister(ncclComm_t comm, void* buff, size_t size, void** handle) {
   std::lock_guard<std::mutex> lock(state().mu);
+  logLine("CommRegister rank=%d buff=%p size=%zu", comm->rank, buff, size);
+  if (extras().nullHandles) {  // as stock NCCL with its registration off
+    *handle = nullptr;
+    return ncclSuccess;
+  }
   *handle = new char(1);
   extras().registrations.push_back(*handle);
-  logLine("CommRegister rank=%d buff=%p size=%zu", comm->rank, buff, size);
   return ncclSuccess;
 }
 
@@ -398,26 +416,52 @@ EXPORT ncclResult_t ncclCommDeregister(ncclComm_t comm, void* handle) {
   std::lock_guard<std::mutex> lock(state().mu);
   auto& regs = extras().registrations;
   auto it = std::find(regs.begin(), regs.end(), handle);
-  if (it == regs.end()) return fail(ncclInvalidArgument, "stand-in: unknown registration");
+  if (it == regs.end()) return fail(ncclInvalidUsage, "stand-in: unknown registration");
   regs.erase(it);
   delete static_cast<char*>(handle);
   logLine("CommDeregister rank=%d", comm->rank);
   return ncclSuccess;
 }
 
+namespace {
+bool roundComplete(const std::vector<ncclWindow_vidmem*>& round) {
+  return std::all_of(round.begin(), round.end(), [](ncclWindow_vidmem* w) { return w; });
+}
+}  // namespace
+
+// Collective: every rank of the communicator registers its window of the round. Inside a
+// group *win is set at its end (the round must be complete then); outside one the call
+// waits for the other ranks (5 s, then fails: a caller that registers its ranks one after
+// another on one thread, outside a group, would wait forever on real NCCL).
 EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
                                            ncclWindow_t* win, int flags) {
-  std::lock_guard<std::mutex> lock(state().mu);
+  std::unique_lock<std::mutex> lock(state().mu);
   const int round = extras().windowRounds[comm]++;
   auto& rounds = extras().windows[comm->id];
   if (static_cast<int>(rounds.size()) <= round) rounds.resize(round + 1);
   if (rounds[round].empty()) rounds[round].resize(comm->nranks, nullptr);
   auto* w = new ncclWindow_vidmem{comm, static_cast<char*>(buff), size, round};
   rounds[round][comm->rank] = w;
-  *win = w;
-  logLine("CommWindowRegister rank=%d size=%zu flags=%d round=%d", comm->rank, size, flags,
-          round);
-  return ncclSuccess;
+  logLine("CommWindowRegister rank=%d size=%zu flags=%d round=%d group=%d", comm->rank, size,
+          flags, round, state().groupDepth > 0 ? 1 : 0);
+  const std::string id = comm->id;
+  const bool null = extras().nullHandles;
+  auto finish = [id, round, w, win, null]() -> ncclResult_t {
+    if (!roundComplete(extras().windows[id][round]))
+      return fail(ncclInvalidUsage, "stand-in: a rank never registered its window of the round");
+    *win = null ? nullptr : w;
+    return ncclSuccess;
+  };
+  if (state().groupDepth > 0) {
+    state().atGroupEnd.push_back(finish);
+    return ncclSuccess;
+  }
+  state().cv.notify_all();
+  const bool all = state().cv.wait_for(lock, std::chrono::seconds(5), [&] {
+    return roundComplete(extras().windows[id][round]);
+  });
+  if (!all) return fail(ncclInternalError, "stand-in: the other ranks never registered (5 s)");
+  return finish();
 }
 
 EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
@@ -476,15 +520,26 @@ EXPORT ncclResult_t ncclMemFree(void* ptr) {
   return ncclSuccess;
 }
 
-// The device communicator is NCCL's struct; the stand-in writes its rank and size into the
-// first two ints of whatever the caller passed.
+// The device communicator is NCCL's struct; the stand-in writes its rank, size and the first
+// int of the requirements (copied when the call is made, as stock NCCL copies them) into the
+// first three ints of whatever the caller passed; inside a group at its end.
 EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* out) {
   std::lock_guard<std::mutex> lock(state().mu);
   if (!reqs) return fail(ncclInvalidArgument, "stand-in: no requirements");
-  static_cast<int*>(out)[0] = comm->rank;
-  static_cast<int*>(out)[1] = comm->nranks;
-  logLine("DevCommCreate rank=%d", comm->rank);
-  return ncclSuccess;
+  const int marker = *static_cast<const int*>(reqs);
+  const int rank = comm->rank, nranks = comm->nranks;
+  auto finish = [out, rank, nranks, marker]() -> ncclResult_t {
+    static_cast<int*>(out)[0] = rank;
+    static_cast<int*>(out)[1] = nranks;
+    static_cast<int*>(out)[2] = marker;
+    return ncclSuccess;
+  };
+  logLine("DevCommCreate rank=%d group=%d", rank, state().groupDepth > 0 ? 1 : 0);
+  if (state().groupDepth > 0) {
+    state().atGroupEnd.push_back(finish);
+    return ncclSuccess;
+  }
+  return finish();
 }
 
 EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void*) {
@@ -520,6 +575,10 @@ EXPORT ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void*, v
 
 // ---- test hooks
 
+EXPORT void standInNcclNullHandles(int null) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  extras().nullHandles = null != 0;
+}
 EXPORT void standInNcclFailMemAlloc(int fail) {
   std::lock_guard<std::mutex> lock(state().mu);
   extras().failMemAlloc = fail != 0;
