@@ -47,12 +47,6 @@ const StockNccl& processStock(const char* fn) {
   return *lib;
 }
 
-void checkCommless(const StockNccl& lib, ncclResult_t rc, const char* fn) {
-  if (rc != ncclSuccess)
-    loom::throwError(static_cast<loom::Code>(rc), "%s (served by stock NCCL): %s", fn,
-                     lib.errorText(rc, nullptr).c_str());
-}
-
 // Stock NCCL writes through these without looking: a NULL one would crash it.
 void checkOutputs(const void* outHandle, const void* outReq, const char* fn) {
   LOOM_CHECK_ARG(outHandle != nullptr && outReq != nullptr, "%s: outHandle or outReq is NULL", fn);
@@ -162,7 +156,7 @@ LOOM_NCCL_API ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int 
     checkOutputs(outHandle, outReq, fn);
     const StockNccl& lib = processStock(fn);
     auto f = loom::api::stockEntry(lib, &StockApi::lsaBarrierCreateRequirement, fn, fn);
-    checkCommless(lib, f(team, nBarriers, outHandle, outReq), fn);
+    loom::api::checkStockCommless(lib, f(team, nBarriers, outHandle, outReq), fn);
     return ncclSuccess;
   });
 }
@@ -186,7 +180,7 @@ LOOM_NCCL_API ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots,
     checkOutputs(outHandle, outReq, fn);
     const StockNccl& lib = processStock(fn);
     auto f = loom::api::stockEntry(lib, &StockApi::llA2ACreateRequirement, fn, fn);
-    checkCommless(lib, f(nBlocks, nSlots, outHandle, outReq), fn);
+    loom::api::checkStockCommless(lib, f(nBlocks, nSlots, outHandle, outReq), fn);
     return ncclSuccess;
   });
 }

@@ -153,12 +153,6 @@ const loom::dispatch::StockNccl& stockOfWindow(ncclWindow_t win, const char* fn)
   return *lib;
 }
 
-void checkCommless(const loom::dispatch::StockNccl& lib, ncclResult_t rc, const char* fn) {
-  if (rc != ncclSuccess)
-    loom::throwError(static_cast<loom::Code>(rc), "%s (served by stock NCCL): %s", fn,
-                     lib.errorText(rc, nullptr).c_str());
-}
-
 }  // namespace
 
 // A NULL window's user pointer is NULL, as in NCCL.
@@ -188,7 +182,7 @@ LOOM_NCCL_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t win, siz
     LOOM_CHECK_ARG(outPtr != nullptr, "%s: outPtr is NULL", fn);
     const auto& lib = stockOfWindow(win, fn);
     auto get = loom::api::stockEntry(lib, &StockApi::getLsaMultimemDevicePointer, fn, fn);
-    checkCommless(lib, get(win, offset, outPtr), fn);
+    loom::api::checkStockCommless(lib, get(win, offset, outPtr), fn);
     return ncclSuccess;
   });
 }
@@ -200,7 +194,7 @@ LOOM_NCCL_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t win, size_t off
     LOOM_CHECK_ARG(outPtr != nullptr, "%s: outPtr is NULL", fn);
     const auto& lib = stockOfWindow(win, fn);
     auto get = loom::api::stockEntry(lib, &StockApi::getPeerDevicePointer, fn, fn);
-    checkCommless(lib, get(win, offset, peer, outPtr), fn);
+    loom::api::checkStockCommless(lib, get(win, offset, peer, outPtr), fn);
     return ncclSuccess;
   });
 }

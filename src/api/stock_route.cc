@@ -27,6 +27,12 @@ void checkStock(ncclComm_t comm, ncclResult_t rc, const char* fn) {
              comm->shadow->lib().errorText(rc, comm->shadow->stockComm()).c_str());
 }
 
+void checkStockCommless(const dispatch::StockNccl& lib, ncclResult_t rc, const char* fn) {
+  if (rc != ncclSuccess)
+    throwError(static_cast<Code>(rc), "%s (served by stock NCCL): %s", fn,
+               lib.errorText(rc, nullptr).c_str());
+}
+
 void checkStockQueued(ncclComm_t comm, ncclResult_t rc, const char* fn) {
   if (rc == ncclSuccess || rc == ncclInProgress) return;
   throwError(static_cast<Code>(rc), "%s (rank %d, served by stock NCCL): %s", fn, comm->rank,

@@ -33,6 +33,9 @@ F stockEntry(const dispatch::StockNccl& lib, F dispatch::StockApi::*member, cons
 // ncclInProgress) with stock's own message; returns when it succeeded.
 void checkStock(ncclComm_t comm, ncclResult_t rc, const char* fn);
 
+// The same for a call that takes no communicator, on the process's stock library `lib`.
+void checkStockCommless(const dispatch::StockNccl& lib, ncclResult_t rc, const char* fn);
+
 // For a call made inside a group (joined to the stock group, api/group.h): success and
 // ncclInProgress pass (stock NCCL finishes it at the group's end); a failure throws.
 void checkStockQueued(ncclComm_t comm, ncclResult_t rc, const char* fn);
