@@ -67,8 +67,16 @@ void findStockNccl(FeatureInfo* f) {
   } catch (const Error& e) {
     mode = e.what();
   }
+  // What it serves beside the collectives where it serves a communicator (docs/gpu.md).
+  const dispatch::StockApi& a = lib->api();
+  auto has = [](bool yes) { return yes ? "yes" : "no"; };
   f->detail = "NCCL " + versionText(lib->version()) + "; " + mode +
-              " (each communicator's INIT log says who serves its device buffers and why)";
+              " (each communicator's INIT log says who serves its device buffers and why); "
+              "beside the collectives: registration " + has(a.commRegister && a.commDeregister) +
+              ", windows " + has(a.commWindowRegister && a.commWindowDeregister) +
+              ", device API " + has(a.devCommCreate && a.devCommDestroy) +
+              ", window lookups (NCCL 2.29+) " + has(a.winGetUserPtr) +
+              ", ncclMemAlloc " + has(a.memAlloc && a.memFree);
 }
 
 void findRuntime(const RuntimeSpec& spec, FeatureInfo* f) {
