@@ -23,6 +23,11 @@ struct ncclComm {
   int cudaDev = -1;
   bool blocking = true;
   std::string commName;
+  std::string configNetName;  // ncclConfig_t::netName, for stock NCCL's shadow
+  // The caller's config as NCCL 2.28.9 reads it (UNDEF where not given), its strings pointing
+  // into this object: stock NCCL's shadow is made with it (blocking aside), and a split
+  // given no config passes it on.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   loom::JobId job;
 
   std::unique_ptr<loom::Communicator> core;  // null until init completes

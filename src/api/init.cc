@@ -46,27 +46,35 @@ void logVersionOnce() {
   });
 }
 
-// Applies a user config (NCCL's size/magic/version header rules) onto comm.
+// Applies a user config onto comm, by NCCL's rules for its size/magic/version header: a
+// config from older headers is shorter (the fields it lacks keep their defaults), one from
+// newer headers longer (the fields after NCCL 2.28.9's are not read, as an older NCCL does
+// not read them). The whole config is kept, its strings copied, for stock NCCL's shadow.
 void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
   if (!config) return;
-  if (config->magic != kConfigMagic)
-    LOOM_THROW(kInvalidArgument,
-               "%s: config was not initialized with NCCL_CONFIG_INITIALIZER (magic %#x)", fn,
-               config->magic);
-  if (config->size < offsetof(ncclConfig_t, blocking) + sizeof(int) ||
-      config->size > sizeof(ncclConfig_t))
+  if (config->size < offsetof(ncclConfig_t, blocking) + sizeof(int))
     LOOM_THROW(kInvalidArgument, "%s: config->size=%zu is not a valid ncclConfig_t size", fn,
                config->size);
-  // Older configs are shorter: read only the fields they have.
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-  memcpy(&c, config, config->size);
+  c.magic = 0;
+  memcpy(&c, config, std::min(config->size, sizeof(ncclConfig_t)));
+  if (c.magic != kConfigMagic)
+    LOOM_THROW(kInvalidArgument,
+               "%s: config was not initialized with NCCL_CONFIG_INITIALIZER (magic %#x)", fn,
+               c.magic);
+  if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = NCCL_CONFIG_UNDEF_INT;  // as NCCL
   if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
     if (c.blocking != 0 && c.blocking != 1)
       LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, c.blocking);
     comm->blocking = c.blocking == 1;
   }
-  if (config->size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c.commName)
-    comm->commName = c.commName;
+  if (c.commName) comm->commName = c.commName;
+  if (c.netName) comm->configNetName = c.netName;
+  c.size = sizeof(ncclConfig_t);
+  c.version = NCCL_VERSION_CODE;
+  c.commName = c.commName ? comm->commName.c_str() : nullptr;
+  c.netName = c.netName ? comm->configNetName.c_str() : nullptr;
+  comm->config = c;
 }
 
 // Creates the comm object on CUDA device `cudaDev` (-1: host-only) and starts (or defers)
@@ -252,12 +260,13 @@ loom::JobId childJob(ncclComm_t comm, const std::vector<int>& members, int newRa
   return loom::JobId::decode(idBytes);
 }
 
-// The child's init: the caller's config, else the parent's blocking mode; on the parent's
-// device (whatever is current on this thread).
+// The child's init: the caller's config, else the parent's; on the parent's device
+// (whatever is current on this thread).
 ncclResult_t startChild(ncclComm_t parent, ncclComm_t* newcomm, const std::vector<int>& members,
                         int newRank, const loom::JobId& job, const ncclConfig_t* config,
                         const char* fn) {
-  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+  // As NCCL: a child given no config takes its parent's (names included).
+  ncclConfig_t inherited = parent->config;
   inherited.blocking = parent->blocking ? 1 : 0;
   return startInit(newcomm, static_cast<int>(members.size()), job, newRank,
                    config ? config : &inherited, fn, parent->cudaDev);
@@ -303,26 +312,29 @@ ncclResult_t shrinkNow(ncclComm_t comm, const std::vector<bool>& excluded, ncclC
   return startChild(comm, newcomm, survivors, newRank, job, config, fn);
 }
 
-// A config as the call saw it, for a call that runs at its group's end: the name copied
-// too (it may not outlive the call).
+// A config as the call saw it, for a call that runs at its group's end: the names copied
+// too (they may not outlive the call).
 class ConfigCopy {
  public:
   explicit ConfigCopy(const ncclConfig_t* c) {
     if (!c) return;
     has_ = true;
     memcpy(&c_, c, std::min(sizeof(ncclConfig_t), std::max(c->size, sizeof(size_t))));
-    if (c_.size >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c_.commName) name_ = c_.commName;
+    const size_t seen = std::min(sizeof(ncclConfig_t), c_.size);
+    if (seen >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c_.commName) name_ = c_.commName;
+    if (seen >= offsetof(ncclConfig_t, netName) + sizeof(char*) && c_.netName) net_ = c_.netName;
   }
   const ncclConfig_t* get() {
     if (!has_) return nullptr;
     if (!name_.empty()) c_.commName = name_.c_str();
+    if (!net_.empty()) c_.netName = net_.c_str();
     return &c_;
   }
 
  private:
   bool has_ = false;
   ncclConfig_t c_ = NCCL_CONFIG_INITIALIZER;
-  std::string name_;
+  std::string name_, net_;
 };
 
 }  // namespace

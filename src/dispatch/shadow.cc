@@ -76,11 +76,12 @@ struct ShadowFactory {
   // says how it went, whatever happens, so that the ranks can compare outcomes.
   static std::unique_ptr<Shadow> create(const StockNccl& lib, const IdMessage& id, int rank,
                                         int nranks, const std::atomic<bool>* abortFlag,
-                                        const std::atomic<bool>* revoked, InitOutcome* out) {
+                                        const std::atomic<bool>* revoked,
+                                        const ncclConfig_t* userConfig, InitOutcome* out) {
     out->rc = ncclSuccess;
     out->msg[0] = '\0';
     try {
-      return createOrSay(lib, id, rank, nranks, abortFlag, revoked, out);
+      return createOrSay(lib, id, rank, nranks, abortFlag, revoked, userConfig, out);
     } catch (const std::exception& e) {
       out->rc = ncclInternalError;
       copyText(out->msg, sizeof(out->msg), e.what());
@@ -92,7 +93,7 @@ struct ShadowFactory {
                                              int rank, int nranks,
                                              const std::atomic<bool>* abortFlag,
                                              const std::atomic<bool>* revoked,
-                                             InitOutcome* out) {
+                                             const ncclConfig_t* userConfig, InitOutcome* out) {
     if (id.rc != ncclSuccess) {
       out->rc = id.rc;
       copyText(out->msg, sizeof(out->msg), std::string("rank 0: ") + id.msg);
@@ -101,6 +102,7 @@ struct ShadowFactory {
     ncclUniqueId uid;
     memcpy(uid.internal, id.id, sizeof(uid.internal));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    if (userConfig) config = *userConfig;
     config.blocking = 0;  // so that an abort or the deadline can end the wait
     ncclComm_t comm = nullptr;
     ncclResult_t rc = lib.api().commInitRankConfig(&comm, nranks, uid, rank, &config);
@@ -210,7 +212,7 @@ ncclResult_t Shadow::run(const StockCall& c, std::string* msg) {
 
 FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
                             const std::atomic<bool>* abortFlag, const std::atomic<bool>* revoked,
-                            bool wantsKernel) {
+                            bool wantsKernel, const ncclConfig_t* userConfig) {
   const int rank = bs.rank(), nranks = bs.nranks();
   FallbackSetup out;
   cuda::ScopedDevice device;  // this thread's device is put back on return
@@ -240,7 +242,8 @@ FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
   bs.allGather(ids.data(), sizeof(IdMessage));
   std::vector<InitOutcome> outcomes(nranks);
   std::unique_ptr<Shadow> shadow =
-      ShadowFactory::create(lib, ids[0], rank, nranks, abortFlag, revoked, &outcomes[rank]);
+      ShadowFactory::create(lib, ids[0], rank, nranks, abortFlag, revoked, userConfig,
+                            &outcomes[rank]);
   bs.allGather(outcomes.data(), sizeof(InitOutcome));
   for (int r = 0; r < nranks; ++r) {
     if (outcomes[r].rc == ncclSuccess) continue;

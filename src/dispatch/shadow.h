@@ -77,12 +77,14 @@ struct FallbackSetup {
 
 // Collective: every rank of `bs` calls it after Loom's own init. `cudaDev` is this rank's
 // device (-1: none), `hostHash` its host; `abortFlag` and `revoked` are the communicator's;
-// `wantsKernel` travels in this rank's RankFallbackInfo.
+// `wantsKernel` travels in this rank's RankFallbackInfo. `userConfig` (may be null) is the
+// caller's ncclConfig_t: stock NCCL's communicator is made with it (CTA limits, CGA cluster
+// size, network, traffic class, name, ...), non-blocking whatever it says.
 // Throws on every rank alike when LOOM_NCCL_FALLBACK=force cannot be honoured or a rank's
 // knob is malformed; with auto, a failed shadow leaves `shadow` null and says why in
 // `decision.why`. The calling thread's current CUDA device is as it was on return.
 FallbackSetup setUpFallback(Bootstrap& bs, int cudaDev, uint64_t hostHash,
                             const std::atomic<bool>* abortFlag, const std::atomic<bool>* revoked,
-                            bool wantsKernel = false);
+                            bool wantsKernel = false, const ncclConfig_t* userConfig = nullptr);
 
 }  // namespace loom::dispatch

@@ -150,6 +150,42 @@ TEST(CoreErrorsInit, BadConfig) {
   EXPECT_ERR(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclInvalidArgument, "blocking=5");
 }
 
+// A program built with newer NCCL headers (torch 2.15 has NCCL 2.30's) passes a longer config
+// of a newer version: read as far as NCCL 2.28.9's fields, as an older NCCL reads it. A
+// config of NCCL < 2.14 had no blocking field: its value is not read.
+TEST(CoreErrorsInit, ConfigsOfNewerAndOlderHeadersAreRead) {
+  struct Newer {
+    ncclConfig_t known;
+    int later[8];  // fields NCCL 2.28.9 does not have
+  } newer;
+  newer.known = NCCL_CONFIG_INITIALIZER;
+  newer.known.size = sizeof(Newer);
+  newer.known.version = NCCL_VERSION(2, 30, 7);
+  newer.known.blocking = 0;
+  newer.known.commName = "newer";
+  for (int& v : newer.later) v = -7;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  ncclResult_t rc = ncclCommInitRankConfig(&comm, 1, id, 0, &newer.known);
+  ASSERT_TRUE(rc == ncclSuccess || rc == ncclInProgress) << ncclGetLastError(nullptr);
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(comm, &state), ncclSuccess);
+  ASSERT_EQ(state, ncclSuccess) << ncclGetLastError(comm);
+  EXPECT_EQ(rc, ncclInProgress) << "blocking=0 was read: the init is non-blocking";
+  int32_t v = 5;
+  ASSERT_EQ(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(v, 5);
+  ASSERT_EQ(ncclCommDestroy(comm), ncclSuccess);
+
+  ncclConfig_t old = NCCL_CONFIG_INITIALIZER;
+  old.version = NCCL_VERSION(2, 13, 0);
+  old.blocking = 0;  // not a field of that version: the init blocks
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  EXPECT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &old), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
 TEST(CoreErrorsUsage, GroupEndWithoutStart) {
   EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupStart");
   // Balanced groups still work afterwards.

@@ -191,6 +191,52 @@ TEST_F(StandInStock, SplitChildrenGetShadowsOfTheirOwn) {
   for (ncclComm_t k : child) ASSERT_EQ(ncclCommDestroy(k), ncclSuccess);
 }
 
+// The caller's ncclConfig_t reaches stock NCCL's communicator (non-blocking whatever it
+// says): CTA limits, CGA cluster size, network, traffic class, name. A config from newer
+// headers (longer, of NCCL 2.30) is read as far as NCCL 2.28.9's fields; a split given no
+// config passes its parent's on, as NCCL's does.
+TEST_F(StandInStock, TheCallersConfigReachesStocksCommunicator) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  struct Newer {
+    ncclConfig_t known;
+    int later[8];
+  } cfg;
+  cfg.known = NCCL_CONFIG_INITIALIZER;
+  cfg.known.size = sizeof(Newer);
+  cfg.known.version = NCCL_VERSION(2, 30, 7);
+  cfg.known.blocking = 1;
+  cfg.known.cgaClusterSize = 4;
+  cfg.known.minCTAs = 2;
+  cfg.known.maxCTAs = 8;
+  cfg.known.trafficClass = 3;
+  cfg.known.nvlsCTAs = 5;
+  std::string net = "Socket", name = "tp-group";
+  cfg.known.netName = net.c_str();
+  cfg.known.commName = name.c_str();
+  ncclComm_t kids[2] = {nullptr, nullptr}, grandkids[2] = {nullptr, nullptr};
+  log_.clear();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclCommSplit(c[r], 0, r, &kids[r], &cfg.known), ncclSuccess) << ncclGetLastError(c[r]);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  net = name = "gone";  // the caller's strings need not outlive the call
+  const std::string want = "cga=4 minCTAs=2 maxCTAs=8 net=Socket trafficClass=3 name=tp-group "
+                           "CTAPolicy=-2147483648 nvlsCTAs=5";
+  std::string calls = log_.str();
+  EXPECT_TRUE(has(calls, "CommConfig rank=0 " + want)) << calls;
+  EXPECT_TRUE(has(calls, "CommConfig rank=1 " + want)) << calls;
+  EXPECT_EQ(countOf(calls, "blocking=0"), 2u) << calls;
+  log_.clear();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclCommSplit(kids[r], 0, r, &grandkids[r], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  calls = log_.str();
+  EXPECT_EQ(countOf(calls, want), 2u) << "the parent's config, passed on\n" << calls;
+  for (ncclComm_t k : {grandkids[0], grandkids[1], kids[0], kids[1]}) ncclCommDestroy(k);
+}
+
 TEST_F(StandInStock, OffKeepsStockOutAndRefusesDeviceBuffers) {
   ScopedFallback off("off");
   Comms c({0, 1});
