@@ -187,7 +187,7 @@ void ncclComm::runInit() noexcept {
     auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag);
     loom::dispatch::FallbackSetup fb = loom::dispatch::setUpFallback(
         c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag, &revoked,
-        loom::deviceExecutorWanted(), &config);
+        loom::deviceExecutorWanted(), userConfig());
     shadow = std::move(fb.shadow);
     {
       std::vector<int> pids;

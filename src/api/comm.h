@@ -24,10 +24,13 @@ struct ncclComm {
   bool blocking = true;
   std::string commName;
   std::string configNetName;  // ncclConfig_t::netName, for stock NCCL's shadow
-  // The caller's config as NCCL 2.28.9 reads it (UNDEF where not given), its strings pointing
-  // into this object: stock NCCL's shadow is made with it (blocking aside), and a split
-  // given no config passes it on.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  // The caller's config, every byte it has (a newer NCCL's fields too; at least NCCL 2.28.9's
+  // with their defaults), its strings pointing into this object: stock NCCL's shadow is made
+  // with it (blocking aside), and a split given no config passes it on. Empty: none given.
+  std::vector<unsigned char> config;
+  const ncclConfig_t* userConfig() const {
+    return config.empty() ? nullptr : reinterpret_cast<const ncclConfig_t*>(config.data());
+  }
   loom::JobId job;
 
   std::unique_ptr<loom::Communicator> core;  // null until init completes

@@ -70,11 +70,20 @@ void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
   }
   if (c.commName) comm->commName = c.commName;
   if (c.netName) comm->configNetName = c.netName;
-  c.size = sizeof(ncclConfig_t);
-  c.version = NCCL_VERSION_CODE;
-  c.commName = c.commName ? comm->commName.c_str() : nullptr;
-  c.netName = c.netName ? comm->configNetName.c_str() : nullptr;
-  comm->config = c;
+  // Kept whole for stock NCCL (a newer one reads the fields Loom does not know), capped so
+  // that a wild size reads no further than any NCCL's config could reach.
+  constexpr size_t kMaxConfigBytes = 1024;
+  const size_t bytes = std::min(config->size, kMaxConfigBytes);
+  comm->config.assign(std::max(bytes, sizeof(ncclConfig_t)), 0);
+  memcpy(comm->config.data(), &c, sizeof(ncclConfig_t));
+  if (bytes > sizeof(ncclConfig_t))
+    memcpy(comm->config.data() + sizeof(ncclConfig_t),
+           reinterpret_cast<const unsigned char*>(config) + sizeof(ncclConfig_t),
+           bytes - sizeof(ncclConfig_t));
+  auto* kept = reinterpret_cast<ncclConfig_t*>(comm->config.data());
+  kept->size = bytes;
+  kept->commName = c.commName ? comm->commName.c_str() : nullptr;
+  kept->netName = c.netName ? comm->configNetName.c_str() : nullptr;
 }
 
 // Creates the comm object on CUDA device `cudaDev` (-1: host-only) and starts (or defers)
@@ -266,10 +275,16 @@ ncclResult_t startChild(ncclComm_t parent, ncclComm_t* newcomm, const std::vecto
                         int newRank, const loom::JobId& job, const ncclConfig_t* config,
                         const char* fn) {
   // As NCCL: a child given no config takes its parent's (names included).
-  ncclConfig_t inherited = parent->config;
-  inherited.blocking = parent->blocking ? 1 : 0;
+  std::vector<unsigned char> inherited(parent->config);
+  if (inherited.empty()) {
+    const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+    inherited.assign(reinterpret_cast<const unsigned char*>(&defaults),
+                     reinterpret_cast<const unsigned char*>(&defaults) + sizeof(defaults));
+  }
+  reinterpret_cast<ncclConfig_t*>(inherited.data())->blocking = parent->blocking ? 1 : 0;
   return startInit(newcomm, static_cast<int>(members.size()), job, newRank,
-                   config ? config : &inherited, fn, parent->cudaDev);
+                   config ? config : reinterpret_cast<const ncclConfig_t*>(inherited.data()), fn,
+                   parent->cudaDev);
 }
 
 // The split itself, collective over the parent: colors all-gathered, then the child's job

@@ -101,11 +101,16 @@ struct ShadowFactory {
     }
     ncclUniqueId uid;
     memcpy(uid.internal, id.id, sizeof(uid.internal));
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    if (userConfig) config = *userConfig;
-    config.blocking = 0;  // so that an abort or the deadline can end the wait
+    // The caller's config as given, every byte (a newer stock NCCL reads fields Loom does
+    // not know), non-blocking so that an abort or the deadline can end the wait.
+    const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+    const ncclConfig_t* from = userConfig ? userConfig : &defaults;
+    std::vector<unsigned char> bytes(std::max(from->size, sizeof(ncclConfig_t)));
+    memcpy(bytes.data(), from, from->size);
+    auto* config = reinterpret_cast<ncclConfig_t*>(bytes.data());
+    config->blocking = 0;
     ncclComm_t comm = nullptr;
-    ncclResult_t rc = lib.api().commInitRankConfig(&comm, nranks, uid, rank, &config);
+    ncclResult_t rc = lib.api().commInitRankConfig(&comm, nranks, uid, rank, config);
     std::unique_ptr<Shadow> s;
     if (comm) s.reset(new Shadow(lib, comm, abortFlag, revoked));
     const auto deadline = Clock::now() + std::chrono::seconds(kInitTimeout.get());

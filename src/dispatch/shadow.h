@@ -78,8 +78,9 @@ struct FallbackSetup {
 // Collective: every rank of `bs` calls it after Loom's own init. `cudaDev` is this rank's
 // device (-1: none), `hostHash` its host; `abortFlag` and `revoked` are the communicator's;
 // `wantsKernel` travels in this rank's RankFallbackInfo. `userConfig` (may be null) is the
-// caller's ncclConfig_t: stock NCCL's communicator is made with it (CTA limits, CGA cluster
-// size, network, traffic class, name, ...), non-blocking whatever it says.
+// caller's ncclConfig_t, userConfig->size bytes of it (at least NCCL 2.28.9's): stock NCCL's
+// communicator is made with it (CTA limits, CGA cluster size, network, traffic class, name,
+// a newer NCCL's fields ...), non-blocking whatever it says.
 // Throws on every rank alike when LOOM_NCCL_FALLBACK=force cannot be honoured or a rank's
 // knob is malformed; with auto, a failed shadow leaves `shadow` null and says why in
 // `decision.why`. The calling thread's current CUDA device is as it was on return.

@@ -221,7 +221,9 @@ TEST_F(StandInStock, TheCallersConfigReachesStocksCommunicator) {
     ASSERT_EQ(ncclCommSplit(c[r], 0, r, &kids[r], &cfg.known), ncclSuccess) << ncclGetLastError(c[r]);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
   net = name = "gone";  // the caller's strings need not outlive the call
-  const std::string want = "cga=4 minCTAs=2 maxCTAs=8 net=Socket trafficClass=3 name=tp-group "
+  // Every byte of it: a newer stock NCCL reads the fields Loom does not know.
+  const std::string want = "size=" + std::to_string(sizeof(Newer)) +
+                           " cga=4 minCTAs=2 maxCTAs=8 net=Socket trafficClass=3 name=tp-group "
                            "CTAPolicy=-2147483648 nvlsCTAs=5";
   std::string calls = log_.str();
   EXPECT_TRUE(has(calls, "CommConfig rank=0 " + want)) << calls;

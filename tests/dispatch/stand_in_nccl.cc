@@ -195,8 +195,9 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   logLine("CommInitRank id=%s rank=%d nranks=%d blocking=%d device=%d", c->id.c_str(), rank,
           nranks, blocking ? 1 : 0, currentDevice());
   if (config)  // what the caller's config asked of stock NCCL
-    logLine("CommConfig rank=%d cga=%d minCTAs=%d maxCTAs=%d net=%s trafficClass=%d name=%s "
-            "CTAPolicy=%d nvlsCTAs=%d", rank, config->cgaClusterSize, config->minCTAs,
+    logLine("CommConfig rank=%d size=%zu cga=%d minCTAs=%d maxCTAs=%d net=%s trafficClass=%d "
+            "name=%s CTAPolicy=%d nvlsCTAs=%d", rank, config->size, config->cgaClusterSize,
+            config->minCTAs,
             config->maxCTAs, config->netName ? config->netName : "(none)", config->trafficClass,
             config->commName ? config->commName : "(none)", config->CTAPolicy, config->nvlsCTAs);
   *comm = c;
