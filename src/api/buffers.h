@@ -1,7 +1,7 @@
-// Classifies a call's buffers before anything touches them. Until the CUDA executor exists,
-// device memory is served only by stock NCCL (the fallback's shadow communicator); without
-// one it is refused with a message naming the call and the buffer, instead of reaching a
-// host memcpy (which would kill the process with SIGSEGV).
+// Classifies a call's buffers before anything touches them. Device memory is served by stock
+// NCCL (the fallback's shadow communicator) or Loom's own device paths (engine/staged.h);
+// where neither serves the communicator it is refused with a message naming the call and
+// the buffer, instead of reaching a host memcpy (which would kill the process with SIGSEGV).
 #pragma once
 
 #include <nccl.h>
@@ -25,7 +25,7 @@ MemKind checkBuffersWithDriver(ncclComm_t comm, const char* fn,
 
 // Returns the kind of the call's buffers. Throws kInvalidArgument when the buffers mix
 // kinds or sit on a device other than the communicator's, and kInvalidUsage for device
-// buffers on a communicator that has no shadow (no CUDA executor yet).
+// buffers on a communicator whose device memory nobody serves.
 inline MemKind checkBuffers(ncclComm_t comm, const char* fn,
                             std::initializer_list<NamedBuffer> bufs) {
   if (__builtin_expect(cuda::driver() == nullptr, 1)) return MemKind::kHost;

@@ -3,9 +3,8 @@
 // Loom exports them so that under LD_PRELOAD every nccl* symbol such a program binds
 // lands in Loom (none bound to a stock libnccl.so.2 loaded beside it, which would be
 // handed Loom's communicators). Each here fails with ncclInvalidUsage naming the call and
-// why; the communicator argument is not touched (it may be another library's). The three
-// that ask a window about itself are in registration.cc: stock NCCL answers them for its
-// windows.
+// why; the communicator argument is not touched (it may be another library's). Those on
+// windows (registration.cc, signals.cc) are stock NCCL's where it serves the communicator.
 #include <nccl.h>
 
 #include <cstdint>
@@ -14,7 +13,6 @@
 #include "base/error.h"
 
 // NCCL 2.30's declarations, with its newer types reduced to what the ABI carries.
-struct ncclWaitSignalDesc;
 extern "C" {
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
@@ -22,13 +20,6 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqu
 ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value);  // stat: an enum
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
 ncclResult_t ncclCommResume(ncclComm_t comm);
-ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
-                           ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
-                           unsigned int flags, ncclComm_t comm, cudaStream_t stream);
-ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
-                        cudaStream_t stream);
-ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc* signalDescs, ncclComm_t comm,
-                            cudaStream_t stream);
 }
 
 namespace {
@@ -59,22 +50,9 @@ LOOM_NCCL_API ncclResult_t ncclCommSuspend(ncclComm_t, int) {
 LOOM_NCCL_API ncclResult_t ncclCommResume(ncclComm_t) {
   return newer("ncclCommResume", "restoring a suspended communicator");
 }
-LOOM_NCCL_API ncclResult_t ncclPutSignal(const void*, size_t, ncclDataType_t, int, ncclWindow_t,
-                                         size_t, int, int, unsigned int, ncclComm_t, cudaStream_t) {
-  return newer("ncclPutSignal", "one-sided puts into symmetric windows");
-}
-LOOM_NCCL_API ncclResult_t ncclSignal(int, int, int, unsigned int, ncclComm_t, cudaStream_t) {
-  return newer("ncclSignal", "one-sided signals");
-}
-LOOM_NCCL_API ncclResult_t ncclWaitSignal(int, ncclWaitSignalDesc*, ncclComm_t, cudaStream_t) {
-  return newer("ncclWaitSignal", "one-sided signals");
-}
 
 LOOM_NCCL_PROFILING_ALIAS(ncclCommGetUniqueId);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommGrow);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommMemStats);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommSuspend);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommResume);
-LOOM_NCCL_PROFILING_ALIAS(ncclPutSignal);
-LOOM_NCCL_PROFILING_ALIAS(ncclSignal);
-LOOM_NCCL_PROFILING_ALIAS(ncclWaitSignal);

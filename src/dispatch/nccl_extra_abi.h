@@ -1,8 +1,8 @@
 // NCCL entry points that nccl.h (2.28.9, which Loom's include/nccl.h is, unchanged) does not
 // declare, as the C ABI carries them: the host half of NCCL's device API (nccl_device/*.h)
-// and the window lookups NCCL 2.29/2.30 added. Loom exports them (src/api/device_api.cc,
-// src/api/registration.cc) and hands them to stock NCCL where a shadow communicator serves
-// the caller's communicator (dispatch/stock_nccl.h binds them there).
+// and the window calls NCCL 2.29/2.30 added. Loom exports them (src/api/device_api.cc,
+// registration.cc, signals.cc) and hands them to stock NCCL where a shadow communicator
+// serves the caller's communicator (dispatch/stock_nccl.h binds them there).
 //
 // The structs are opaque to Loom (only pointers to them pass through) except ncclTeam,
 // which is passed and returned by value and so must match NCCL's layout.
@@ -48,6 +48,16 @@ ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int nBarriers,
 int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
 ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t* outHandle,
                                         ncclDevResourceRequirements_t* outReq);
+
+// NCCL 2.29/2.30: one-sided puts and signals through windows (nccl.h 2.30.7)
+struct ncclWaitSignalDesc;  // {opCnt, peer, sigIdx, ctx}: only pointers to it pass
+ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                           unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                        cudaStream_t stream);
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc* signalDescs, ncclComm_t comm,
+                            cudaStream_t stream);
 
 // NCCL 2.29/2.30: what a window is, asked of the window
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);

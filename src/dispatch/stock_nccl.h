@@ -72,6 +72,9 @@ struct StockApi {
   decltype(&ncclWinGetUserPtr) winGetUserPtr = nullptr;
   decltype(&ncclGetLsaMultimemDevicePointer) getLsaMultimemDevicePointer = nullptr;
   decltype(&ncclGetPeerDevicePointer) getPeerDevicePointer = nullptr;
+  decltype(&ncclPutSignal) putSignal = nullptr;
+  decltype(&ncclSignal) signal = nullptr;
+  decltype(&ncclWaitSignal) waitSignal = nullptr;
 };
 
 class StockNccl {

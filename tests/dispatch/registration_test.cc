@@ -20,6 +20,9 @@ using namespace routing;
 
 #ifdef LOOM_STAND_IN_NCCL_PATH
 
+const auto kStream0 = reinterpret_cast<cudaStream_t>(0x5200);
+const auto kStream1 = reinterpret_cast<cudaStream_t>(0x5201);
+
 TEST_F(StandInStock, DeviceBuffersAreRegisteredWithStockAndHostBuffersStayWithLoom) {
   Comms c({0, 1});
   ASSERT_EQ(c.rc, ncclSuccess) << c.error;
@@ -136,6 +139,47 @@ TEST_F(StandInStock, WindowsAreStocksAndShowEachRanksBuffer) {
   EXPECT_EQ(ncclGetPeerDevicePointer(w0, 0, 1, &p), ncclInvalidUsage) << "deregistered";
 }
 
+// NCCL 2.30's one-sided calls are stock NCCL's with its windows: a put lands in the peer's
+// window buffer and its signal is waited for.
+TEST_F(StandInStock, PutsAndSignalsGoThroughStocksWindows) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  float* win[2] = {deviceFloats(64, 0, 0), deviceFloats(64, 1, 0)};
+  float* src = deviceFloats(8, 0, 40);
+  ncclWindow_t w[2] = {nullptr, nullptr};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(ncclCommWindowRegister(c[r], win[r], 256, &w[r], NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  log_.clear();
+  // Rank 0 puts 8 floats at byte 32 of rank 1's window and signals; rank 1 waits for it.
+  ASSERT_EQ(ncclPutSignal(src, 8, ncclFloat, 1, w[0], 32, 0, 0, 0, c[0], kStream0), ncclSuccess)
+      << ncclGetLastError(c[0]);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(win[1][8 + i], 40 + i % 7) << i;
+  struct {
+    int opCnt, peer, sigIdx, ctx;
+  } desc[2] = {{1, 0, 0, 0}, {1, 0, 3, 0}};
+  ASSERT_EQ(ncclSignal(1, 3, 0, 0, c[0], kStream0), ncclSuccess) << ncclGetLastError(c[0]);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclWaitSignal(2, reinterpret_cast<ncclWaitSignalDesc*>(desc), c[1], kStream1),
+            ncclSuccess) << ncclGetLastError(c[1]);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  std::string calls = log_.str();
+  for (const char* call : {"PutSignal rank=0 peer=1 bytes=32 offset=32 sigIdx=0",
+                           "Signal rank=0 peer=1 sigIdx=3", "GroupStart\nWaitSignal rank=1 n=2\nGroupEnd"})
+    EXPECT_TRUE(has(calls, call)) << call << "\n" << calls;
+  // Stock NCCL's own failure comes back (no signal left to wait for); bad arguments never
+  // reach it.
+  EXPECT_EQ(ncclWaitSignal(1, reinterpret_cast<ncclWaitSignalDesc*>(desc), c[1], kStream1),
+            ncclInvalidUsage);
+  EXPECT_TRUE(has(ncclGetLastError(c[1]), "signals not arrived")) << ncclGetLastError(c[1]);
+  EXPECT_EQ(ncclPutSignal(src, 8, ncclFloat, 1, w[1], 0, 0, 0, 0, c[0], kStream0), ncclInvalidArgument);
+  EXPECT_TRUE(has(ncclGetLastError(c[0]), "is not a window of this communicator"));
+  EXPECT_EQ(ncclSignal(2, 0, 0, 0, c[0], kStream0), ncclInvalidArgument);
+  EXPECT_EQ(ncclWaitSignal(1, nullptr, c[1], kStream1), ncclInvalidArgument);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(ncclCommWindowDeregister(c[r], w[r]), ncclSuccess);
+}
+
 // Each thread registers its own rank's window, outside any group: the calls wait for each
 // other, as stock NCCL's collective registration does.
 TEST_F(StandInStock, WindowsOutsideAGroupAreMadeByEveryRanksThread) {
@@ -234,13 +278,16 @@ TEST_F(StandInStock, WindowsAndTheDeviceApiAreRefusedWhereLoomServesDeviceMemory
   EXPECT_TRUE(has(ncclGetLastError(c[0]), "ncclTeamWorld")) << ncclGetLastError(c[0]);
   EXPECT_EQ(ncclLLA2ACalcSlots(64, 16), -1);
   EXPECT_TRUE(has(ncclGetLastError(nullptr), "LOOM_NCCL_FALLBACK=off")) << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclSignal(1, 0, 0, 0, c[0], nullptr), ncclInvalidUsage);
+  EXPECT_TRUE(has(ncclGetLastError(c[0]), "one-sided calls go through symmetric memory windows"))
+      << ncclGetLastError(c[0]);
   // Registration stays a no-op: Loom's collectives need none.
   void* h = nullptr;
   ASSERT_EQ(ncclCommRegister(c[0], d0, 256, &h), ncclSuccess);
   EXPECT_EQ(h, static_cast<void*>(d0));
   ASSERT_EQ(ncclCommDeregister(c[0], h), ncclSuccess);
   std::string calls = log_.str();
-  for (const char* call : {"CommRegister", "CommWindowRegister", "DevCommCreate", "MemAlloc"})
+  for (const char* call : {"CommRegister", "CommWindowRegister", "DevCommCreate", "MemAlloc", "Signal"})
     EXPECT_FALSE(has(calls, call)) << call << "\n" << calls;
 }
 

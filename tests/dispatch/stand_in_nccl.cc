@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
@@ -576,6 +577,65 @@ EXPORT int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) { return maxElts * ma
 EXPORT ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void*, void*) {
   std::lock_guard<std::mutex> lock(state().mu);
   logLine("LLA2ACreateRequirement nBlocks=%d nSlots=%d", nBlocks, nSlots);
+  return ncclSuccess;
+}
+
+// ---- NCCL 2.30's one-sided calls (at once, not in stream order: a test aid)
+
+namespace {
+struct WaitDesc {  // nccl.h 2.30.7's ncclWaitSignalDesc_t
+  int opCnt, peer, sigIdx, ctx;
+};
+size_t typeBytes(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 4;
+  }
+}
+// Signals arrived: (clique, receiver, sender, sigIdx, ctx) -> count.
+std::map<std::tuple<std::string, int, int, int, int>, int>& signals() {
+  static auto* m = new std::map<std::tuple<std::string, int, int, int, int>, int>();
+  return *m;
+}
+}  // namespace
+
+EXPORT ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclWindow_t peerWin, size_t peerWinOffset,
+                                  int sigIdx, int ctx, unsigned int, ncclComm_t comm,
+                                  cudaStream_t) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (!peerWin || peerWin->comm != comm) return fail(ncclInvalidArgument, "stand-in: not its window");
+  auto& round = extras().windows[comm->id][peerWin->round];
+  ncclWindow_vidmem* dst = peer >= 0 && peer < static_cast<int>(round.size()) ? round[peer] : nullptr;
+  const size_t bytes = count * typeBytes(datatype);
+  if (!dst || peerWinOffset + bytes > dst->size)
+    return fail(ncclInvalidArgument, "stand-in: outside the peer's window");
+  memcpy(dst->buff + peerWinOffset, localbuff, bytes);
+  signals()[{comm->id, peer, comm->rank, sigIdx, ctx}]++;
+  logLine("PutSignal rank=%d peer=%d bytes=%zu offset=%zu sigIdx=%d", comm->rank, peer, bytes,
+          peerWinOffset, sigIdx);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int, ncclComm_t comm,
+                               cudaStream_t) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  signals()[{comm->id, peer, comm->rank, sigIdx, ctx}]++;
+  logLine("Signal rank=%d peer=%d sigIdx=%d", comm->rank, peer, sigIdx);
+  return ncclSuccess;
+}
+
+EXPORT ncclResult_t ncclWaitSignal(int nDesc, const WaitDesc* descs, ncclComm_t comm,
+                                   cudaStream_t) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  for (int i = 0; i < nDesc; ++i) {
+    int& arrived = signals()[{comm->id, comm->rank, descs[i].peer, descs[i].sigIdx, descs[i].ctx}];
+    if (arrived < descs[i].opCnt) return fail(ncclInvalidUsage, "stand-in: signals not arrived");
+    arrived -= descs[i].opCnt;
+  }
+  logLine("WaitSignal rank=%d n=%d", comm->rank, nDesc);
   return ncclSuccess;
 }
 

@@ -76,6 +76,7 @@ void findStockNccl(FeatureInfo* f) {
               ", windows " + has(a.commWindowRegister && a.commWindowDeregister) +
               ", device API " + has(a.devCommCreate && a.devCommDestroy) +
               ", window lookups (NCCL 2.29+) " + has(a.winGetUserPtr) +
+              ", puts and signals (NCCL 2.29+) " + has(a.putSignal && a.signal && a.waitSignal) +
               ", ncclMemAlloc " + has(a.memAlloc && a.memFree);
 }
 
