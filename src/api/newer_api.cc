@@ -4,12 +4,15 @@
 // lands in Loom (none bound to a stock libnccl.so.2 loaded beside it, which would be
 // handed Loom's communicators). Each here fails with ncclInvalidUsage naming the call and
 // why; the communicator argument is not touched (it may be another library's). Those on
-// windows (registration.cc, signals.cc) are stock NCCL's where it serves the communicator.
+// windows (registration.cc, signals.cc) and the memory calls below are stock NCCL's where it
+// serves the communicator.
 #include <nccl.h>
 
 #include <cstdint>
 
+#include "api/comm.h"
 #include "api/guard.h"
+#include "api/stock_route.h"
 #include "base/error.h"
 
 // NCCL 2.30's declarations, with its newer types reduced to what the ABI carries.
@@ -17,9 +20,6 @@ extern "C" {
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
                           ncclComm_t* newcomm, ncclConfig_t* config);
-ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value);  // stat: an enum
-ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
-ncclResult_t ncclCommResume(ncclComm_t comm);
 }
 
 namespace {
@@ -41,14 +41,42 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t, int, const ncclUniqueId*, in
                                         ncclConfig_t*) {
   return newer("ncclCommGrow", "adding ranks to a communicator");
 }
-LOOM_NCCL_API ncclResult_t ncclCommMemStats(ncclComm_t, int, uint64_t*) {
-  return newer("ncclCommMemStats", "GPU memory statistics");
+// About stock NCCL's GPU memory: its own where a shadow communicator serves the
+// communicator's device memory and its version has the call. A communicator Loom did not
+// make is not touched (it may be another library's).
+namespace {
+
+template <class F, class... Args>
+ncclResult_t onStockOrNewer(const char* fn, const char* what, ncclComm_t comm,
+                            F loom::dispatch::StockApi::*member, Args... args) {
+  if (!comm || !loom::api::isLiveComm(comm)) return newer(fn, what);
+  return loom::api::guard(fn, comm, [&] {
+    loom::api::checkComm(comm, fn);
+    F f = comm->shadow ? comm->shadow->lib().api().*member : nullptr;
+    LOOM_CHECK_USAGE(f != nullptr,
+                     "%s (%s) came with NCCL 2.29/2.30; Loom implements NCCL 2.28.9's API and "
+                     "hands it only to a stock NCCL that has it and serves the communicator's "
+                     "device memory, which here is served by %s",
+                     fn, what, comm->deviceServer.c_str());
+    loom::api::checkStock(comm, f(comm->shadow->stockComm(), args...), fn);
+    return ncclSuccess;
+  });
 }
-LOOM_NCCL_API ncclResult_t ncclCommSuspend(ncclComm_t, int) {
-  return newer("ncclCommSuspend", "releasing a communicator's GPU memory");
+
+}  // namespace
+
+LOOM_NCCL_API ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value) {
+  if (!value) return newer("ncclCommMemStats", "GPU memory statistics; value is NULL");
+  return onStockOrNewer("ncclCommMemStats", "GPU memory statistics", comm,
+                        &loom::dispatch::StockApi::commMemStats, stat, value);
 }
-LOOM_NCCL_API ncclResult_t ncclCommResume(ncclComm_t) {
-  return newer("ncclCommResume", "restoring a suspended communicator");
+LOOM_NCCL_API ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
+  return onStockOrNewer("ncclCommSuspend", "releasing a communicator's GPU memory", comm,
+                        &loom::dispatch::StockApi::commSuspend, flags);
+}
+LOOM_NCCL_API ncclResult_t ncclCommResume(ncclComm_t comm) {
+  return onStockOrNewer("ncclCommResume", "restoring a suspended communicator", comm,
+                        &loom::dispatch::StockApi::commResume);
 }
 
 LOOM_NCCL_PROFILING_ALIAS(ncclCommGetUniqueId);

@@ -11,6 +11,7 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <cstdint>
 
 extern "C" {
 struct ncclTeam {
@@ -58,6 +59,11 @@ ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclC
                         cudaStream_t stream);
 ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc* signalDescs, ncclComm_t comm,
                             cudaStream_t stream);
+
+// NCCL 2.29/2.30: a communicator's GPU memory (stat: an ncclCommMemStat_t, int-sized)
+ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value);
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
 
 // NCCL 2.29/2.30: what a window is, asked of the window
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);

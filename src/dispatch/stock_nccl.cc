@@ -212,6 +212,9 @@ std::unique_ptr<StockNccl> StockNccl::open(const std::string& path, std::string*
   lib->lib_.bind(a.putSignal, "ncclPutSignal");
   lib->lib_.bind(a.signal, "ncclSignal");
   lib->lib_.bind(a.waitSignal, "ncclWaitSignal");
+  lib->lib_.bind(a.commMemStats, "ncclCommMemStats");
+  lib->lib_.bind(a.commSuspend, "ncclCommSuspend");
+  lib->lib_.bind(a.commResume, "ncclCommResume");
   if (missing) return refuse(std::string("is not an NCCL library (no ") + missing + ")");
   if (a.getVersion(&lib->version_) != ncclSuccess || lib->version_ <= 0)
     return refuse("its ncclGetVersion failed");

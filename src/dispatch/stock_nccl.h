@@ -75,6 +75,9 @@ struct StockApi {
   decltype(&ncclPutSignal) putSignal = nullptr;
   decltype(&ncclSignal) signal = nullptr;
   decltype(&ncclWaitSignal) waitSignal = nullptr;
+  decltype(&ncclCommMemStats) commMemStats = nullptr;
+  decltype(&ncclCommSuspend) commSuspend = nullptr;
+  decltype(&ncclCommResume) commResume = nullptr;
 };
 
 class StockNccl {

@@ -180,6 +180,33 @@ TEST_F(StandInStock, PutsAndSignalsGoThroughStocksWindows) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(ncclCommWindowDeregister(c[r], w[r]), ncclSuccess);
 }
 
+// NCCL 2.30's calls about a communicator's GPU memory are stock NCCL's where it serves the
+// communicator; elsewhere refused saying who serves it.
+TEST_F(StandInStock, MemoryStatisticsAndSuspensionAreStocks) {
+  Comms c({0, 1});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  uint64_t v = 0;
+  ASSERT_EQ(ncclCommMemStats(c[1], 3, &v), ncclSuccess) << ncclGetLastError(c[1]);
+  EXPECT_EQ(v, 8192u) << "the stand-in's figure for its rank 1";
+  ASSERT_EQ(ncclCommSuspend(c[1], 1), ncclSuccess) << ncclGetLastError(c[1]);
+  ASSERT_EQ(ncclCommMemStats(c[1], 1, &v), ncclSuccess);
+  EXPECT_EQ(v, 1u) << "suspended";
+  ASSERT_EQ(ncclCommResume(c[1]), ncclSuccess);
+  ASSERT_EQ(ncclCommMemStats(c[1], 1, &v), ncclSuccess);
+  EXPECT_EQ(v, 0u);
+  EXPECT_EQ(ncclCommMemStats(c[1], 9, &v), ncclInvalidArgument);
+  EXPECT_TRUE(has(ncclGetLastError(c[1]), "stand-in: no such statistic")) << ncclGetLastError(c[1]);
+  EXPECT_TRUE(has(log_.str(), "CommSuspend rank=1 flags=1\nCommResume rank=1")) << log_.str();
+  {
+    ScopedFallback off("off");
+    Comms loomServed({0});
+    ASSERT_EQ(loomServed.rc, ncclSuccess) << loomServed.error;
+    EXPECT_EQ(ncclCommSuspend(loomServed[0], 1), ncclInvalidUsage);
+    EXPECT_TRUE(has(ncclGetLastError(loomServed[0]), "LOOM_NCCL_FALLBACK=off"))
+        << ncclGetLastError(loomServed[0]);
+  }
+}
+
 // Each thread registers its own rank's window, outside any group: the calls wait for each
 // other, as stock NCCL's collective registration does.
 TEST_F(StandInStock, WindowsOutsideAGroupAreMadeByEveryRanksThread) {

@@ -64,6 +64,7 @@ struct ncclComm {
   int pendingPolls = 0;  // ncclInProgress answers left (non-blocking init or group)
   long allReduces = 0;
   int asyncError = ncclSuccess;  // this communicator's own (the process-wide one aside)
+  bool suspended = false;
   std::vector<PreMul> ops;
 };
 
@@ -636,6 +637,27 @@ EXPORT ncclResult_t ncclWaitSignal(int nDesc, const WaitDesc* descs, ncclComm_t 
     arrived -= descs[i].opCnt;
   }
   logLine("WaitSignal rank=%d n=%d", comm->rank, nDesc);
+  return ncclSuccess;
+}
+
+// NCCL 2.30's memory calls: a suspended communicator says so in its statistics.
+EXPORT ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  comm->suspended = true;
+  logLine("CommSuspend rank=%d flags=%d", comm->rank, flags);
+  return ncclSuccess;
+}
+EXPORT ncclResult_t ncclCommResume(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  comm->suspended = false;
+  logLine("CommResume rank=%d", comm->rank);
+  return ncclSuccess;
+}
+EXPORT ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (stat == 1) *value = comm->suspended ? 1 : 0;  // ncclStatGpuMemSuspended
+  else if (stat >= 0 && stat <= 3) *value = 4096u * (comm->rank + 1);
+  else return fail(ncclInvalidArgument, "stand-in: no such statistic");
   return ncclSuccess;
 }
 

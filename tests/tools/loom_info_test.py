@@ -66,11 +66,12 @@ def case_text():
     fb = re.search(r"^  NCCL fallback .*runtime: found .*\(NCCL ([0-9.]+);.*beside the collectives: "
                    r"registration (yes|no), windows (yes|no), device API (yes|no), window lookups "
                    r"\(NCCL 2.29\+\) (yes|no), puts and signals \(NCCL 2.29\+\) (yes|no), "
+                   r"memory statistics and suspension \(NCCL 2.29\+\) (yes|no), "
                    r"ncclMemAlloc (yes|no)\)$", out, re.M)
     if "NCCL fallback     compiled: yes  runtime: found" in out:
         expect(fb, "the fallback's line does not say what stock NCCL serves beside collectives")
         if fb and fb.group(1) == "2.28.9":
-            expect(fb.groups()[1:] == ("yes", "yes", "yes", "no", "no", "yes"), f"NCCL 2.28.9: {fb.groups()}")
+            expect(fb.groups()[1:] == ("yes", "yes", "yes", "no", "no", "no", "yes"), f"NCCL 2.28.9: {fb.groups()}")
     expect(re.search(r"CPU reduction ISA: (generic|avx2|avx512) ", out), "no CPU ISA line")
     expect(re.search(r"^  bootstrap interface: \S+ \S+$", out, re.M), "no bootstrap interface")
     expect(re.search(r"^  host: \S+  id: \S+  hash: 0x[0-9a-f]{16}$", out, re.M), "no host line")

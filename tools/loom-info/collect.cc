@@ -77,6 +77,8 @@ void findStockNccl(FeatureInfo* f) {
               ", device API " + has(a.devCommCreate && a.devCommDestroy) +
               ", window lookups (NCCL 2.29+) " + has(a.winGetUserPtr) +
               ", puts and signals (NCCL 2.29+) " + has(a.putSignal && a.signal && a.waitSignal) +
+              ", memory statistics and suspension (NCCL 2.29+) " +
+              has(a.commMemStats && a.commSuspend && a.commResume) +
               ", ncclMemAlloc " + has(a.memAlloc && a.memFree);
 }
 
