@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/kept_config.h"
 #include "bootstrap/unique_id.h"
 #include "dispatch/shadow.h"
 #include "engine/communicator.h"
@@ -23,14 +24,10 @@ struct ncclComm {
   int cudaDev = -1;
   bool blocking = true;
   std::string commName;
-  std::string configNetName;  // ncclConfig_t::netName, for stock NCCL's shadow
-  // The caller's config, every byte it has (a newer NCCL's fields too; at least NCCL 2.28.9's
-  // with their defaults), its strings pointing into this object: stock NCCL's shadow is made
-  // with it (blocking aside), and a split given no config passes it on. Empty: none given.
-  std::vector<unsigned char> config;
-  const ncclConfig_t* userConfig() const {
-    return config.empty() ? nullptr : reinterpret_cast<const ncclConfig_t*>(config.data());
-  }
+  // The caller's config, kept whole: stock NCCL's shadow is made with it (blocking aside),
+  // and a split given no config passes it on.
+  loom::api::KeptConfig config;
+  const ncclConfig_t* userConfig() const { return config.get(); }
   loom::JobId job;
 
   std::unique_ptr<loom::Communicator> core;  // null until init completes

@@ -13,6 +13,7 @@
 #include "api/comm.h"
 #include "api/group.h"
 #include "api/guard.h"
+#include "api/kept_config.h"
 #include "base/config.h"
 #include "base/cuda_driver.h"
 #include "base/log.h"
@@ -23,7 +24,6 @@ using loom::api::guard;
 
 namespace {
 
-constexpr unsigned kConfigMagic = 0xcafebeef;
 constexpr uint32_t kTagSplit = 0x30000000u;
 constexpr uint32_t kTagShrink = 0x30000001u;
 
@@ -49,41 +49,18 @@ void logVersionOnce() {
 // Applies a user config onto comm, by NCCL's rules for its size/magic/version header: a
 // config from older headers is shorter (the fields it lacks keep their defaults), one from
 // newer headers longer (the fields after NCCL 2.28.9's are not read, as an older NCCL does
-// not read them). The whole config is kept, its strings copied, for stock NCCL's shadow.
+// not read them). The whole config is kept for stock NCCL's shadow (api/kept_config.h).
 void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
   if (!config) return;
-  if (config->size < offsetof(ncclConfig_t, blocking) + sizeof(int))
-    LOOM_THROW(kInvalidArgument, "%s: config->size=%zu is not a valid ncclConfig_t size", fn,
-               config->size);
-  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-  c.magic = 0;
-  memcpy(&c, config, std::min(config->size, sizeof(ncclConfig_t)));
-  if (c.magic != kConfigMagic)
-    LOOM_THROW(kInvalidArgument,
-               "%s: config was not initialized with NCCL_CONFIG_INITIALIZER (magic %#x)", fn,
-               c.magic);
-  if (c.version < NCCL_VERSION(2, 14, 0)) c.blocking = NCCL_CONFIG_UNDEF_INT;  // as NCCL
+  loom::api::KeptConfig kept(config, fn);
+  const ncclConfig_t c = kept.fields();
   if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
     if (c.blocking != 0 && c.blocking != 1)
       LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, c.blocking);
     comm->blocking = c.blocking == 1;
   }
   if (c.commName) comm->commName = c.commName;
-  if (c.netName) comm->configNetName = c.netName;
-  // Kept whole for stock NCCL (a newer one reads the fields Loom does not know), capped so
-  // that a wild size reads no further than any NCCL's config could reach.
-  constexpr size_t kMaxConfigBytes = 1024;
-  const size_t bytes = std::min(config->size, kMaxConfigBytes);
-  comm->config.assign(std::max(bytes, sizeof(ncclConfig_t)), 0);
-  memcpy(comm->config.data(), &c, sizeof(ncclConfig_t));
-  if (bytes > sizeof(ncclConfig_t))
-    memcpy(comm->config.data() + sizeof(ncclConfig_t),
-           reinterpret_cast<const unsigned char*>(config) + sizeof(ncclConfig_t),
-           bytes - sizeof(ncclConfig_t));
-  auto* kept = reinterpret_cast<ncclConfig_t*>(comm->config.data());
-  kept->size = bytes;
-  kept->commName = c.commName ? comm->commName.c_str() : nullptr;
-  kept->netName = c.netName ? comm->configNetName.c_str() : nullptr;
+  comm->config = kept;
 }
 
 // Creates the comm object on CUDA device `cudaDev` (-1: host-only) and starts (or defers)
@@ -275,16 +252,14 @@ ncclResult_t startChild(ncclComm_t parent, ncclComm_t* newcomm, const std::vecto
                         int newRank, const loom::JobId& job, const ncclConfig_t* config,
                         const char* fn) {
   // As NCCL: a child given no config takes its parent's (names included).
-  std::vector<unsigned char> inherited(parent->config);
-  if (inherited.empty()) {
+  loom::api::KeptConfig inherited = parent->config;
+  if (!inherited.get()) {
     const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
-    inherited.assign(reinterpret_cast<const unsigned char*>(&defaults),
-                     reinterpret_cast<const unsigned char*>(&defaults) + sizeof(defaults));
+    inherited = loom::api::KeptConfig(&defaults, fn);
   }
-  reinterpret_cast<ncclConfig_t*>(inherited.data())->blocking = parent->blocking ? 1 : 0;
+  inherited.get()->blocking = parent->blocking ? 1 : 0;
   return startInit(newcomm, static_cast<int>(members.size()), job, newRank,
-                   config ? config : reinterpret_cast<const ncclConfig_t*>(inherited.data()), fn,
-                   parent->cudaDev);
+                   config ? config : inherited.get(), fn, parent->cudaDev);
 }
 
 // The split itself, collective over the parent: colors all-gathered, then the child's job
@@ -327,31 +302,6 @@ ncclResult_t shrinkNow(ncclComm_t comm, const std::vector<bool>& excluded, ncclC
   return startChild(comm, newcomm, survivors, newRank, job, config, fn);
 }
 
-// A config as the call saw it, for a call that runs at its group's end: the names copied
-// too (they may not outlive the call).
-class ConfigCopy {
- public:
-  explicit ConfigCopy(const ncclConfig_t* c) {
-    if (!c) return;
-    has_ = true;
-    memcpy(&c_, c, std::min(sizeof(ncclConfig_t), std::max(c->size, sizeof(size_t))));
-    const size_t seen = std::min(sizeof(ncclConfig_t), c_.size);
-    if (seen >= offsetof(ncclConfig_t, commName) + sizeof(char*) && c_.commName) name_ = c_.commName;
-    if (seen >= offsetof(ncclConfig_t, netName) + sizeof(char*) && c_.netName) net_ = c_.netName;
-  }
-  const ncclConfig_t* get() {
-    if (!has_) return nullptr;
-    if (!name_.empty()) c_.commName = name_.c_str();
-    if (!net_.empty()) c_.netName = net_.c_str();
-    return &c_;
-  }
-
- private:
-  bool has_ = false;
-  ncclConfig_t c_ = NCCL_CONFIG_INITIALIZER;
-  std::string name_, net_;
-};
-
 }  // namespace
 
 LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
@@ -371,7 +321,8 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
     // them), each parent's calls in order on a thread of their own; *newcomm is set then.
     LOOM_CHECK_ARG(comm && loom::api::isLiveComm(comm),
                    "ncclCommSplit: comm %p is not a live communicator", static_cast<void*>(comm));
-    loom::api::deferCall(comm, "ncclCommSplit", [=, copy = ConfigCopy(config)]() mutable {
+    loom::api::KeptConfig kept(config, "ncclCommSplit");  // checked now, kept for the end
+    loom::api::deferCall(comm, "ncclCommSplit", [=, copy = kept]() mutable {
       loom::api::checkCommForManagement(comm, "ncclCommSplit");
       return splitNow(comm, color, key, newcomm, copy.get());
     });
@@ -406,7 +357,8 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
     if (!loom::api::inGroup()) return shrinkNow(comm, excluded, newcomm, config, shrinkFlags);
     // Inside a group, as a split: at the group's end, each parent's calls on a thread of
     // their own (the survivors one thread drives would otherwise wait on each other).
-    loom::api::deferCall(comm, fn, [=, copy = ConfigCopy(config)]() mutable {
+    loom::api::KeptConfig kept(config, fn);
+    loom::api::deferCall(comm, fn, [=, copy = kept]() mutable {
       return shrinkNow(comm, excluded, newcomm, copy.get(), shrinkFlags);
     });
     return ncclSuccess;

@@ -47,11 +47,12 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t, int, const ncclUniqueId*, in
 namespace {
 
 template <class F, class... Args>
-ncclResult_t onStockOrNewer(const char* fn, const char* what, ncclComm_t comm,
+ncclResult_t onStockOrNewer(const char* fn, const char* what, ncclComm_t comm, bool argsOk,
                             F loom::dispatch::StockApi::*member, Args... args) {
   if (!comm || !loom::api::isLiveComm(comm)) return newer(fn, what);
   return loom::api::guard(fn, comm, [&] {
     loom::api::checkComm(comm, fn);
+    LOOM_CHECK_ARG(argsOk, "%s: an output pointer is NULL", fn);
     F f = comm->shadow ? comm->shadow->lib().api().*member : nullptr;
     LOOM_CHECK_USAGE(f != nullptr,
                      "%s (%s) came with NCCL 2.29/2.30; Loom implements NCCL 2.28.9's API and "
@@ -66,16 +67,15 @@ ncclResult_t onStockOrNewer(const char* fn, const char* what, ncclComm_t comm,
 }  // namespace
 
 LOOM_NCCL_API ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value) {
-  if (!value) return newer("ncclCommMemStats", "GPU memory statistics; value is NULL");
-  return onStockOrNewer("ncclCommMemStats", "GPU memory statistics", comm,
+  return onStockOrNewer("ncclCommMemStats", "GPU memory statistics", comm, value != nullptr,
                         &loom::dispatch::StockApi::commMemStats, stat, value);
 }
 LOOM_NCCL_API ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
-  return onStockOrNewer("ncclCommSuspend", "releasing a communicator's GPU memory", comm,
+  return onStockOrNewer("ncclCommSuspend", "releasing a communicator's GPU memory", comm, true,
                         &loom::dispatch::StockApi::commSuspend, flags);
 }
 LOOM_NCCL_API ncclResult_t ncclCommResume(ncclComm_t comm) {
-  return onStockOrNewer("ncclCommResume", "restoring a suspended communicator", comm,
+  return onStockOrNewer("ncclCommResume", "restoring a suspended communicator", comm, true,
                         &loom::dispatch::StockApi::commResume);
 }
 

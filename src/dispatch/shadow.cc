@@ -109,6 +109,8 @@ struct ShadowFactory {
     memcpy(bytes.data(), from, from->size);
     auto* config = reinterpret_cast<ncclConfig_t*>(bytes.data());
     config->blocking = 0;
+    // Before NCCL 2.14 a config had no `blocking`, and stock NCCL would ignore it.
+    config->version = std::max(config->version, static_cast<unsigned>(NCCL_VERSION(2, 14, 0)));
     ncclComm_t comm = nullptr;
     ncclResult_t rc = lib.api().commInitRankConfig(&comm, nranks, uid, rank, config);
     std::unique_ptr<Shadow> s;

@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -203,6 +204,14 @@ TEST(CoreSplitInGroup, BadCallsAndAnAbortedParent) {
   EXPECT_EQ(ncclCommSplit(parent, -7, 0, &child, nullptr), ncclInvalidArgument);
   EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("color=-7"), std::string::npos);
   EXPECT_EQ(ncclCommSplit(parent, 0, 0, nullptr, nullptr), ncclInvalidArgument);
+  // A config not made with NCCL_CONFIG_INITIALIZER is refused at the call, before anything
+  // in it (its name pointers) is read.
+  ncclConfig_t junk;
+  memset(&junk, 0x5a, sizeof junk);
+  junk.size = sizeof junk;
+  EXPECT_EQ(ncclCommSplit(parent, 0, 0, &child, &junk), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(nullptr)).find("NCCL_CONFIG_INITIALIZER"),
+            std::string::npos) << ncclGetLastError(nullptr);
   ASSERT_EQ(ncclCommSplit(parent, 0, 0, &child, nullptr), ncclSuccess);
   EXPECT_EQ(child, nullptr);
   ASSERT_EQ(ncclCommAbort(parent), ncclSuccess);

@@ -214,6 +214,7 @@ TEST_F(StandInStock, TheCallersConfigReachesStocksCommunicator) {
   std::string net = "Socket", name = "tp-group";
   cfg.known.netName = net.c_str();
   cfg.known.commName = name.c_str();
+  for (int i = 0; i < 8; ++i) cfg.later[i] = 100 + i;
   ncclComm_t kids[2] = {nullptr, nullptr}, grandkids[2] = {nullptr, nullptr};
   log_.clear();
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
@@ -223,8 +224,9 @@ TEST_F(StandInStock, TheCallersConfigReachesStocksCommunicator) {
   net = name = "gone";  // the caller's strings need not outlive the call
   // Every byte of it: a newer stock NCCL reads the fields Loom does not know.
   const std::string want = "size=" + std::to_string(sizeof(Newer)) +
-                           " cga=4 minCTAs=2 maxCTAs=8 net=Socket trafficClass=3 name=tp-group "
-                           "CTAPolicy=-2147483648 nvlsCTAs=5";
+                           " newer=100,101,102,103,104,105,106,107 cga=4 minCTAs=2 maxCTAs=8 "
+                           "net=Socket trafficClass=3 name=tp-group CTAPolicy=-2147483648 "
+                           "nvlsCTAs=5";
   std::string calls = log_.str();
   EXPECT_TRUE(has(calls, "CommConfig rank=0 " + want)) << calls;
   EXPECT_TRUE(has(calls, "CommConfig rank=1 " + want)) << calls;

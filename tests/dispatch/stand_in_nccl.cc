@@ -177,6 +177,18 @@ int currentDevice() {
   return dev;
 }
 
+// The ints a newer NCCL's config has after NCCL 2.28.9's fields, as "a,b,c".
+std::string newerFields(const ncclConfig_t* config) {
+  std::string out;
+  const auto* p = reinterpret_cast<const unsigned char*>(config);
+  for (size_t at = sizeof(ncclConfig_t); at + sizeof(int) <= config->size; at += sizeof(int)) {
+    int v;
+    memcpy(&v, p + at, sizeof v);
+    out += (out.empty() ? "" : ",") + std::to_string(v);
+  }
+  return out.empty() ? "-" : out;
+}
+
 EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId uid,
                                            int rank, ncclConfig_t* config) {
   std::lock_guard<std::mutex> lock(state().mu);
@@ -197,9 +209,9 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   logLine("CommInitRank id=%s rank=%d nranks=%d blocking=%d device=%d", c->id.c_str(), rank,
           nranks, blocking ? 1 : 0, currentDevice());
   if (config)  // what the caller's config asked of stock NCCL
-    logLine("CommConfig rank=%d size=%zu cga=%d minCTAs=%d maxCTAs=%d net=%s trafficClass=%d "
-            "name=%s CTAPolicy=%d nvlsCTAs=%d", rank, config->size, config->cgaClusterSize,
-            config->minCTAs,
+    logLine("CommConfig rank=%d size=%zu newer=%s cga=%d minCTAs=%d maxCTAs=%d net=%s "
+            "trafficClass=%d name=%s CTAPolicy=%d nvlsCTAs=%d", rank, config->size,
+            newerFields(config).c_str(), config->cgaClusterSize, config->minCTAs,
             config->maxCTAs, config->netName ? config->netName : "(none)", config->trafficClass,
             config->commName ? config->commName : "(none)", config->CTAPolicy, config->nvlsCTAs);
   *comm = c;
