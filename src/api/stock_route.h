@@ -1,6 +1,7 @@
 // Calls beside the collectives that Loom hands to stock NCCL where a shadow communicator
 // serves a communicator's device memory (dispatch/shadow.h): buffer registration, symmetric
-// memory windows, the device API's host half, and ncclMemAlloc's memory. Stock NCCL's own
+// memory windows and the one-sided calls through them, the device API's host half, NCCL
+// 2.30's memory calls, and ncclMemAlloc's memory. Stock NCCL's own
 // handles (registrations, windows) are what the caller gets back; Loom remembers which they
 // are, so that the calls that take them back go to the library that made them.
 #pragma once
