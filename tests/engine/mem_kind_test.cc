@@ -270,6 +270,59 @@ TEST_F(MEM_KINDS_SUITE, MemAllocGivesMemoryOfTheCurrentDevice) {
   EXPECT_EQ(ncclMemFree(host), ncclSuccess);
 }
 
+// Where stock NCCL serves a communicator's device memory, ncclMemAlloc's memory (stock's
+// cuMem allocation) takes its symmetric windows and registrations, and collectives on it
+// are exact (api/registration.cc, mem_alloc.cc). On a GPU with a stock NCCL
+// (LOOM_NCCL_LIBRARY, as scripts/gpu_check.sh sets it) every step must succeed; on the
+// stand-in, whose stock NCCL (the machine's, if any) finds no GPU, the windows are refused
+// saying why.
+TEST_F(MEM_KINDS_SUITE, StockWindowsOnMemAllocMemory) {
+  unsetenv("LOOM_NCCL_FALLBACK");  // auto: stock NCCL where it can serve
+  mem_->makeCurrent(0);
+  OneRank one;
+  setenv("LOOM_NCCL_FALLBACK", "off", 1);
+  ASSERT_NE(one.get(), nullptr) << ncclGetLastError(nullptr);
+  void* a = nullptr;
+  void* b = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&a, kBytes), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclMemAlloc(&b, kBytes), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(loom::classifyPointer(a).kind, loom::MemKind::kDevice);
+  ncclWindow_t wa = nullptr;
+  ncclResult_t rc = ncclCommWindowRegister(one.get(), a, kBytes, &wa, NCCL_WIN_COLL_SYMMETRIC);
+  const std::string why = rc == ncclSuccess ? "" : ncclGetLastError(one.get());
+#ifdef LOOM_STAND_IN_CUDA_PATH
+  EXPECT_EQ(rc, ncclInvalidUsage);
+  EXPECT_NE(why.find("symmetric memory windows are stock NCCL's"), std::string::npos) << why;
+#else
+  const bool stock = getenv("LOOM_NCCL_LIBRARY") != nullptr;
+  if (!stock && rc != ncclSuccess) {
+    EXPECT_NE(why.find("symmetric memory windows are stock NCCL's"), std::string::npos) << why;
+  } else {
+    ASSERT_EQ(rc, ncclSuccess) << why;
+    ncclWindow_t wb = nullptr;
+    ASSERT_EQ(ncclCommWindowRegister(one.get(), b, kBytes, &wb, NCCL_WIN_COLL_SYMMETRIC),
+              ncclSuccess) << ncclGetLastError(one.get());
+    void* h = nullptr;
+    ASSERT_EQ(ncclCommRegister(one.get(), a, kBytes, &h), ncclSuccess) << ncclGetLastError(one.get());
+    std::vector<float> in(kCount), out(kCount, -1);
+    for (size_t i = 0; i < kCount; ++i) in[i] = static_cast<float>(i % 251);
+    mem_->toDevice(a, in.data(), kBytes);
+    void* stream = mem_->createStream();
+    ASSERT_EQ(ncclAllReduce(a, b, kCount, ncclFloat, ncclSum, one.get(),
+                            static_cast<cudaStream_t>(stream)),
+              ncclSuccess) << ncclGetLastError(one.get());
+    mem_->syncStream(stream);
+    mem_->fromDevice(out.data(), b, kBytes);
+    EXPECT_EQ(out, in);
+    EXPECT_EQ(ncclCommDeregister(one.get(), h), ncclSuccess) << ncclGetLastError(one.get());
+    EXPECT_EQ(ncclCommWindowDeregister(one.get(), wb), ncclSuccess) << ncclGetLastError(one.get());
+    EXPECT_EQ(ncclCommWindowDeregister(one.get(), wa), ncclSuccess) << ncclGetLastError(one.get());
+  }
+#endif
+  EXPECT_EQ(ncclMemFree(a), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_EQ(ncclMemFree(b), ncclSuccess) << ncclGetLastError(nullptr);
+}
+
 // Host memory, pageable and pinned, keeps working on device-bound communicators, and a
 // refused device call in the middle leaves the ranks in step. Runs without a GPU too.
 TEST(MEM_KINDS_HOST_SUITE, HostBuffersGiveExactResults) {
