@@ -63,7 +63,7 @@ template <class F>
 ncclTeam_t team(ncclComm_t comm, F StockApi::*member, const char* fn) {
   ncclTeam_t t = kEmptyTeam;
   (void)guard(fn, comm, [&] {
-    t = loom::api::stockEntry(stockOf(comm, fn), member, fn, fn)(comm->shadow->stockComm());
+    t = loom::api::stockEntry(stockOf(comm, fn), member, fn)(comm->shadow->stockComm());
     return ncclSuccess;
   });
   return t;
@@ -73,7 +73,7 @@ template <class F>
 int teamRank(ncclComm_t comm, ncclTeam_t tm, int rank, F StockApi::*member, const char* fn) {
   int out = -1;
   (void)guard(fn, comm, [&] {
-    out = loom::api::stockEntry(stockOf(comm, fn), member, fn, fn)(comm->shadow->stockComm(), tm,
+    out = loom::api::stockEntry(stockOf(comm, fn), member, fn)(comm->shadow->stockComm(), tm,
                                                                    rank);
     return ncclSuccess;
   });
@@ -89,13 +89,8 @@ LOOM_NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequire
   const char* fn = "ncclDevCommCreate";
   return guard(fn, comm, [&] {
     LOOM_CHECK_ARG(reqs != nullptr && outDevComm != nullptr, "%s: reqs or outDevComm is NULL", fn);
-    auto create = loom::api::stockEntry(stockOf(comm, fn), &StockApi::devCommCreate, fn, fn);
-    if (loom::api::inGroup()) {
-      loom::api::joinStockGroup(comm);
-      loom::api::checkStockQueued(comm, create(comm->shadow->stockComm(), reqs, outDevComm), fn);
-    } else {
-      loom::api::checkStock(comm, create(comm->shadow->stockComm(), reqs, outDevComm), fn);
-    }
+    stockOf(comm, fn);
+    loom::api::callStockOrJoinGroup(comm, fn, &StockApi::devCommCreate, reqs, outDevComm);
     return ncclSuccess;
   });
 }
@@ -104,13 +99,8 @@ LOOM_NCCL_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, ncclDevComm_t con
   const char* fn = "ncclDevCommDestroy";
   return guard(fn, comm, [&] {
     LOOM_CHECK_ARG(devComm != nullptr, "%s: devComm is NULL", fn);
-    auto destroy = loom::api::stockEntry(stockOf(comm, fn), &StockApi::devCommDestroy, fn, fn);
-    if (loom::api::inGroup()) {
-      loom::api::joinStockGroup(comm);
-      loom::api::checkStockQueued(comm, destroy(comm->shadow->stockComm(), devComm), fn);
-    } else {
-      loom::api::checkStock(comm, destroy(comm->shadow->stockComm(), devComm), fn);
-    }
+    stockOf(comm, fn);
+    loom::api::callStockOrJoinGroup(comm, fn, &StockApi::devCommDestroy, devComm);
     return ncclSuccess;
   });
 }
@@ -142,8 +132,9 @@ LOOM_NCCL_API ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, nccl
   const char* fn = "ncclGinBarrierCreateRequirement";
   return guard(fn, comm, [&] {
     checkOutputs(outHandle, outReq, fn);
-    auto f = loom::api::stockEntry(stockOf(comm, fn), &StockApi::ginBarrierCreateRequirement, fn, fn);
-    loom::api::checkStock(comm, f(comm->shadow->stockComm(), team, nBarriers, outHandle, outReq), fn);
+    stockOf(comm, fn);
+    loom::api::callStock(comm, fn, &StockApi::ginBarrierCreateRequirement, team, nBarriers,
+                         outHandle, outReq);
     return ncclSuccess;
   });
 }
@@ -154,9 +145,8 @@ LOOM_NCCL_API ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t team, int 
   const char* fn = "ncclLsaBarrierCreateRequirement";
   return guard(fn, nullptr, [&] {
     checkOutputs(outHandle, outReq, fn);
-    const StockNccl& lib = processStock(fn);
-    auto f = loom::api::stockEntry(lib, &StockApi::lsaBarrierCreateRequirement, fn, fn);
-    loom::api::checkStockCommless(lib, f(team, nBarriers, outHandle, outReq), fn);
+    loom::api::callStockCommless(processStock(fn), fn, &StockApi::lsaBarrierCreateRequirement,
+                                 team, nBarriers, outHandle, outReq);
     return ncclSuccess;
   });
 }
@@ -165,8 +155,8 @@ LOOM_NCCL_API int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
   const char* fn = "ncclLLA2ACalcSlots";
   int out = -1;
   (void)guard(fn, nullptr, [&] {
-    out = loom::api::stockEntry(processStock(fn), &StockApi::llA2ACalcSlots, fn, fn)(maxElts,
-                                                                                    maxEltSize);
+    out = loom::api::stockEntry(processStock(fn), &StockApi::llA2ACalcSlots, fn)(maxElts,
+                                                                                maxEltSize);
     return ncclSuccess;
   });
   return out;
@@ -178,9 +168,8 @@ LOOM_NCCL_API ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots,
   const char* fn = "ncclLLA2ACreateRequirement";
   return guard(fn, nullptr, [&] {
     checkOutputs(outHandle, outReq, fn);
-    const StockNccl& lib = processStock(fn);
-    auto f = loom::api::stockEntry(lib, &StockApi::llA2ACreateRequirement, fn, fn);
-    loom::api::checkStockCommless(lib, f(nBlocks, nSlots, outHandle, outReq), fn);
+    loom::api::callStockCommless(processStock(fn), fn, &StockApi::llA2ACreateRequirement,
+                                 nBlocks, nSlots, outHandle, outReq);
     return ncclSuccess;
   });
 }

@@ -110,14 +110,28 @@ void issueOnStock(const OpArgs& a) {
                opName(a), a.comm->rank, msg.c_str());
 }
 
+// Opens a stock NCCL group on this thread.
+void startStockGroup(const dispatch::StockNccl& lib) {
+  if (ncclResult_t rc = lib.api().groupStart(); rc != ncclSuccess)
+    throwError(static_cast<Code>(rc), "stock ncclGroupStart: %s",
+               lib.errorText(rc, nullptr).c_str());
+}
+
+// Ends it: non-blocking shadows answer ncclInProgress, and then each of `comms` (their calls
+// counted by the caller) settles on its own. The group's result.
+ncclResult_t endStockGroup(const dispatch::StockNccl& lib, const std::vector<ncclComm_t>& comms) {
+  ncclResult_t rc = lib.api().groupEnd();
+  if (rc != ncclInProgress) return rc;
+  rc = ncclSuccess;
+  for (ncclComm_t c : comms)
+    if (ncclResult_t r = c->shadow->settle(ncclInProgress); rc == ncclSuccess) rc = r;
+  return rc;
+}
+
 // A group's stock calls go in one stock group, closed even when one of them fails.
 void launchOnStock(const std::vector<const OpArgs*>& calls) {
   const dispatch::StockNccl& lib = calls[0]->comm->shadow->lib();  // one per process
-  const dispatch::StockApi& api = lib.api();
-  ncclResult_t rc = api.groupStart();
-  if (rc != ncclSuccess)
-    throwError(static_cast<Code>(rc), "stock ncclGroupStart: %s",
-               lib.errorText(rc, nullptr).c_str());
+  startStockGroup(lib);
   std::exception_ptr first;
   for (const OpArgs* a : calls) {
     try {
@@ -126,12 +140,10 @@ void launchOnStock(const std::vector<const OpArgs*>& calls) {
       if (!first) first = std::current_exception();
     }
   }
-  rc = api.groupEnd();
-  if (rc == ncclInProgress) {  // non-blocking shadows: each settles on its own
-    rc = ncclSuccess;
-    for (const OpArgs* a : calls)
-      if (ncclResult_t r = a->comm->shadow->settle(ncclInProgress); rc == ncclSuccess) rc = r;
-  }
+  std::vector<ncclComm_t> comms;
+  for (const OpArgs* a : calls)
+    if (std::find(comms.begin(), comms.end(), a->comm) == comms.end()) comms.push_back(a->comm);
+  const ncclResult_t rc = endStockGroup(lib, comms);
   if (first) std::rethrow_exception(first);
   if (rc != ncclSuccess)
     throwError(static_cast<Code>(rc), "stock ncclGroupEnd (%zu calls on device buffers): %s",
@@ -289,11 +301,8 @@ void submit(const OpArgs& op) {
 void joinStockGroup(ncclComm_t comm, std::function<void()> then) {
   GroupState& g = tlsGroup;
   if (!g.stockLib) {
-    const dispatch::StockNccl& lib = comm->shadow->lib();  // one per process
-    if (ncclResult_t rc = lib.api().groupStart(); rc != ncclSuccess)
-      throwError(static_cast<Code>(rc), "stock ncclGroupStart: %s",
-                 lib.errorText(rc, nullptr).c_str());
-    g.stockLib = &lib;
+    startStockGroup(comm->shadow->lib());  // one per process
+    g.stockLib = &comm->shadow->lib();
   }
   if (std::none_of(g.stockComms.begin(), g.stockComms.end(),
                    [&](const DeferredInit& d) { return d.comm == comm; }))
@@ -331,15 +340,14 @@ void closeStockGroup(GroupState& g) {
   g.stockLib = nullptr;
   g.stockComms.clear();
   g.stockThens.clear();
-  ncclResult_t rc = lib.api().groupEnd();
-  if (rc == ncclInProgress) {
-    rc = ncclSuccess;
-    for (const DeferredInit& d : comms) {
-      if (!enterCall(d.comm, d.serial)) continue;  // aborted meanwhile: its own error says so
-      CallScope scope(CallScope::kEntered, d.comm);
-      if (ncclResult_t r = d.comm->shadow->settle(ncclInProgress); rc == ncclSuccess) rc = r;
-    }
+  std::vector<std::unique_ptr<CallScope>> scopes;
+  std::vector<ncclComm_t> live;  // aborted meanwhile: its own error says so
+  for (const DeferredInit& d : comms) {
+    if (!enterCall(d.comm, d.serial)) continue;
+    scopes.push_back(std::make_unique<CallScope>(CallScope::kEntered, d.comm));
+    live.push_back(d.comm);
   }
+  const ncclResult_t rc = endStockGroup(lib, live);
   if (rc != ncclSuccess)
     throwError(static_cast<Code>(rc), "stock ncclGroupEnd (window registrations or device "
                "communicators of %zu communicators): %s", comms.size(),

@@ -251,15 +251,13 @@ loom::JobId childJob(ncclComm_t comm, const std::vector<int>& members, int newRa
 ncclResult_t startChild(ncclComm_t parent, ncclComm_t* newcomm, const std::vector<int>& members,
                         int newRank, const loom::JobId& job, const ncclConfig_t* config,
                         const char* fn) {
-  // As NCCL: a child given no config takes its parent's (names included).
-  loom::api::KeptConfig inherited = parent->config;
-  if (!inherited.get()) {
-    const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
-    inherited = loom::api::KeptConfig(&defaults, fn);
-  }
+  // As NCCL: a child given no config takes its parent's (names included), and its mode.
+  const int n = static_cast<int>(members.size());
+  if (config) return startInit(newcomm, n, job, newRank, config, fn, parent->cudaDev);
+  const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+  loom::api::KeptConfig inherited(parent->userConfig() ? parent->userConfig() : &defaults, fn);
   inherited.get()->blocking = parent->blocking ? 1 : 0;
-  return startInit(newcomm, static_cast<int>(members.size()), job, newRank,
-                   config ? config : inherited.get(), fn, parent->cudaDev);
+  return startInit(newcomm, n, job, newRank, inherited.get(), fn, parent->cudaDev);
 }
 
 // The split itself, collective over the parent: colors all-gathered, then the child's job

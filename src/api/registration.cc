@@ -76,9 +76,7 @@ LOOM_NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handl
                        "%s: handle %p was not registered on this communicator (or was "
                        "deregistered already)", fn, handle);
     }
-    if (stocks)
-      loom::api::checkStock(
-          comm, comm->shadow->lib().api().commDeregister(comm->shadow->stockComm(), handle), fn);
+    if (stocks) loom::api::callStock(comm, fn, &StockApi::commDeregister, handle);
     return ncclSuccess;
   });
 }
@@ -97,8 +95,7 @@ LOOM_NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, s
                      "%s: symmetric memory windows are stock NCCL's (CUDA memory mapped across "
                      "the ranks' GPUs), and this communicator's device memory is served by %s",
                      fn, comm->deviceServer.c_str());
-    auto reg = loom::api::stockEntry(comm->shadow->lib(), &StockApi::commWindowRegister,
-                                     "ncclCommWindowRegister", fn);
+    auto reg = loom::api::stockEntry(comm->shadow->lib(), &StockApi::commWindowRegister, fn);
     if (loom::api::inGroup()) {
       const uint64_t serial = comm->serial;
       loom::api::joinStockGroup(comm, [comm, serial, win] {
@@ -126,14 +123,7 @@ LOOM_NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_
                    "%s: %p is not a window of this communicator (not registered on it, or "
                    "deregistered already)",
                    fn, static_cast<void*>(win));
-    auto dereg = loom::api::stockEntry(comm->shadow->lib(), &StockApi::commWindowDeregister,
-                                       "ncclCommWindowDeregister", fn);
-    if (loom::api::inGroup()) {
-      loom::api::joinStockGroup(comm);
-      loom::api::checkStockQueued(comm, dereg(comm->shadow->stockComm(), win), fn);
-      return ncclSuccess;
-    }
-    loom::api::checkStock(comm, dereg(comm->shadow->stockComm(), win), fn);
+    loom::api::callStockOrJoinGroup(comm, fn, &StockApi::commWindowDeregister, win);
     return ncclSuccess;
   });
 }
@@ -168,9 +158,7 @@ LOOM_NCCL_API ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win,
     }
     LOOM_CHECK_ARG(comm->shadow && loom::api::stockWindowComm(win) == comm,
                    "%s: %p is not a window of this communicator", fn, static_cast<void*>(win));
-    auto get = loom::api::stockEntry(comm->shadow->lib(), &StockApi::winGetUserPtr,
-                                     "ncclWinGetUserPtr", fn);
-    loom::api::checkStock(comm, get(comm->shadow->stockComm(), win, outUserPtr), fn);
+    loom::api::callStock(comm, fn, &StockApi::winGetUserPtr, win, outUserPtr);
     return ncclSuccess;
   });
 }
@@ -180,9 +168,8 @@ LOOM_NCCL_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t win, siz
   const char* fn = "ncclGetLsaMultimemDevicePointer";
   return guard(fn, nullptr, [&] {
     LOOM_CHECK_ARG(outPtr != nullptr, "%s: outPtr is NULL", fn);
-    const auto& lib = stockOfWindow(win, fn);
-    auto get = loom::api::stockEntry(lib, &StockApi::getLsaMultimemDevicePointer, fn, fn);
-    loom::api::checkStockCommless(lib, get(win, offset, outPtr), fn);
+    loom::api::callStockCommless(stockOfWindow(win, fn), fn,
+                                 &StockApi::getLsaMultimemDevicePointer, win, offset, outPtr);
     return ncclSuccess;
   });
 }
@@ -192,9 +179,8 @@ LOOM_NCCL_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t win, size_t off
   const char* fn = "ncclGetPeerDevicePointer";
   return guard(fn, nullptr, [&] {
     LOOM_CHECK_ARG(outPtr != nullptr, "%s: outPtr is NULL", fn);
-    const auto& lib = stockOfWindow(win, fn);
-    auto get = loom::api::stockEntry(lib, &StockApi::getPeerDevicePointer, fn, fn);
-    loom::api::checkStockCommless(lib, get(win, offset, peer, outPtr), fn);
+    loom::api::callStockCommless(stockOfWindow(win, fn), fn, &StockApi::getPeerDevicePointer,
+                                 win, offset, peer, outPtr);
     return ncclSuccess;
   });
 }

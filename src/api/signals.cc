@@ -2,8 +2,8 @@
 // ncclSignal, ncclWaitSignal. Windows are stock NCCL's (registration.cc), so these are too:
 // where a shadow communicator serves the communicator's device memory and stock NCCL has
 // them, they are handed to it with its communicator, on the caller's stream (inside a group
-// in the stock group the group's end closes, as NCCL would take them). Elsewhere they are
-// ncclInvalidUsage saying why.
+// in the stock group the group's end closes: stock_route.h's runOnStock). Elsewhere they
+// are ncclInvalidUsage saying why.
 #include <nccl.h>
 
 #include "api/comm.h"
@@ -26,18 +26,6 @@ const loom::dispatch::StockNccl& stockOf(ncclComm_t comm, const char* fn) {
   return comm->shadow->lib();
 }
 
-// Issues a stock call of `comm` now, or inside a group in the stock group.
-template <class Call>
-ncclResult_t issue(ncclComm_t comm, const char* fn, Call call) {
-  if (loom::api::inGroup()) {
-    loom::api::joinStockGroup(comm);
-    loom::api::checkStockQueued(comm, call(comm->shadow->stockComm()), fn);
-  } else {
-    loom::api::checkStock(comm, call(comm->shadow->stockComm()), fn);
-  }
-  return ncclSuccess;
-}
-
 void checkPeer(ncclComm_t comm, int peer, const char* fn) {
   LOOM_CHECK_ARG(peer >= 0 && peer < comm->nranks, "%s: peer %d is not a rank of this %d-rank "
                  "communicator", fn, peer, comm->nranks);
@@ -58,11 +46,12 @@ LOOM_NCCL_API ncclResult_t ncclPutSignal(const void* localbuff, size_t count,
     LOOM_CHECK_ARG(peerWin != nullptr && loom::api::stockWindowComm(peerWin) == comm,
                    "%s: window %p is not a window of this communicator", fn,
                    static_cast<void*>(peerWin));
-    auto put = loom::api::stockEntry(lib, &StockApi::putSignal, fn, fn);
-    return issue(comm, fn, [&](ncclComm_t stock) {
+    auto put = loom::api::stockEntry(lib, &StockApi::putSignal, fn);
+    loom::api::runOnStock(comm, fn, [&](ncclComm_t stock) {
       return put(localbuff, count, datatype, peer, peerWin, peerWinOffset, sigIdx, ctx, flags,
                  stock, stream);
     });
+    return ncclSuccess;
   });
 }
 
@@ -72,10 +61,11 @@ LOOM_NCCL_API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned in
   return guard(fn, comm, [&] {
     const auto& lib = stockOf(comm, fn);
     checkPeer(comm, peer, fn);
-    auto sig = loom::api::stockEntry(lib, &StockApi::signal, fn, fn);
-    return issue(comm, fn, [&](ncclComm_t stock) {
+    auto sig = loom::api::stockEntry(lib, &StockApi::signal, fn);
+    loom::api::runOnStock(comm, fn, [&](ncclComm_t stock) {
       return sig(peer, sigIdx, ctx, flags, stock, stream);
     });
+    return ncclSuccess;
   });
 }
 
@@ -86,10 +76,11 @@ LOOM_NCCL_API ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc* signalD
     const auto& lib = stockOf(comm, fn);
     LOOM_CHECK_ARG(nDesc >= 0 && (nDesc == 0 || signalDescs != nullptr),
                    "%s: %d descriptors at %p", fn, nDesc, static_cast<void*>(signalDescs));
-    auto wait = loom::api::stockEntry(lib, &StockApi::waitSignal, fn, fn);
-    return issue(comm, fn, [&](ncclComm_t stock) {
+    auto wait = loom::api::stockEntry(lib, &StockApi::waitSignal, fn);
+    loom::api::runOnStock(comm, fn, [&](ncclComm_t stock) {
       return wait(nDesc, signalDescs, stock, stream);
     });
+    return ncclSuccess;
   });
 }
 

@@ -11,22 +11,22 @@
 #include <string>
 
 #include "api/comm.h"
+#include "api/group.h"
 #include "base/error.h"
 #include "dispatch/stock_nccl.h"
 
 namespace loom::api {
 
-// Stock NCCL's entry point `member` (named `name`), or throws kInvalidUsage naming `fn`:
-// the stock library in use predates it.
+// Stock NCCL's entry point `member` for the call `fn` (its own name), or throws
+// kInvalidUsage naming it: the stock library in use predates it.
 template <class F>
-F stockEntry(const dispatch::StockNccl& lib, F dispatch::StockApi::*member, const char* name,
-             const char* fn) {
+F stockEntry(const dispatch::StockNccl& lib, F dispatch::StockApi::*member, const char* fn) {
   F f = lib.api().*member;
   if (!f)
     throwError(Code::kInvalidUsage,
                "%s: stock NCCL %d (%s), which serves this communicator's device memory, has no "
                "%s (too old for it)",
-               fn, lib.version(), lib.path().c_str(), name);
+               fn, lib.version(), lib.path().c_str(), fn);
   return f;
 }
 
@@ -40,6 +40,39 @@ void checkStockCommless(const dispatch::StockNccl& lib, ncclResult_t rc, const c
 // For a call made inside a group (joined to the stock group, api/group.h): success and
 // ncclInProgress pass (stock NCCL finishes it at the group's end); a failure throws.
 void checkStockQueued(ncclComm_t comm, ncclResult_t rc, const char* fn);
+
+// `fn` on `comm`'s shadow communicator: stock's `member` called now with `args` after the
+// communicator, its failure thrown with stock's message.
+template <class F, class... Args>
+void callStock(ncclComm_t comm, const char* fn, F dispatch::StockApi::*member, Args... args) {
+  F f = stockEntry(comm->shadow->lib(), member, fn);
+  checkStock(comm, f(comm->shadow->stockComm(), args...), fn);
+}
+
+// `call(stockComm)`, a stock call of `fn` on `comm`'s shadow communicator, made now; inside
+// a group it joins the stock group that the group's end closes (api/group.h), as NCCL defers
+// such calls to its group's end. Its failure thrown with stock's message.
+template <class Call>
+void runOnStock(ncclComm_t comm, const char* fn, Call call) {
+  if (!inGroup()) return checkStock(comm, call(comm->shadow->stockComm()), fn);
+  joinStockGroup(comm);
+  checkStockQueued(comm, call(comm->shadow->stockComm()), fn);
+}
+
+// runOnStock of stock's `member`, which takes the communicator first and `args` after it.
+template <class F, class... Args>
+void callStockOrJoinGroup(ncclComm_t comm, const char* fn, F dispatch::StockApi::*member,
+                          Args... args) {
+  F f = stockEntry(comm->shadow->lib(), member, fn);
+  runOnStock(comm, fn, [&](ncclComm_t stock) { return f(stock, args...); });
+}
+
+// `fn`, which takes no communicator, on the process's stock library `lib`.
+template <class F, class... Args>
+void callStockCommless(const dispatch::StockNccl& lib, const char* fn,
+                       F dispatch::StockApi::*member, Args... args) {
+  checkStockCommless(lib, stockEntry(lib, member, fn)(args...), fn);
+}
 
 // Symmetric memory windows that stock NCCL made for a Loom communicator.
 void noteStockWindow(ncclWindow_t win, ncclComm_t comm);
