@@ -300,8 +300,11 @@ void writeDevice(const System& sys, int id, XmlNode& parent, const std::vector<s
         l.set("tclass", t.tclass);
       }
       for (XmlNode& o : other) gpu.addChild(std::move(o));
-      // A GPU known only by its PCI class (Azure-style files) stays that way in the dump.
-      if (!gpu.attrs().empty() || !gpu.children().empty()) el.addChild(std::move(gpu));
+      // A GPU known only by its PCI class (Azure-style files) stays that way in the dump; one
+      // whose class does not say so keeps its (empty) <gpu>, or it would load back as PCI.
+      if (!gpu.attrs().empty() || !gpu.children().empty() ||
+          !startsWith(el.attrOr("class", ""), "0x03"))
+        el.addChild(std::move(gpu));
       writeChildren(sys, id, el, kids);
       break;
     }
