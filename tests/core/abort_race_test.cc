@@ -178,8 +178,11 @@ TEST(CoreRegression, GroupEndAfterItsCommunicatorWasReplacedAtItsAddress) {
     ncclComm_t b = nullptr;
     ncclResult_t brc = ncclInternalError;
     std::thread([&] {
+      // The id first: its root (made on the heap) must not take the freed block.
+      ncclUniqueId id;
+      if (ncclGetUniqueId(&id) != ncclSuccess) return;
       ncclCommAbort(a);
-      brc = makeComm(&b);
+      brc = ncclCommInitRank(&b, 1, id, 0);
     }).join();
     ASSERT_EQ(brc, ncclSuccess);
     sameAddress[deferredInit] += a == b;
