@@ -74,6 +74,12 @@ struct ncclComm {
   std::mutex errMu;
   std::string lastError;
 
+  // ncclCommGetUniqueId's id for the next ncclCommGrow (api/grow.cc): one at a time, each
+  // used once. Under growMu.
+  std::mutex growMu;
+  bool growIdPending = false;
+  uint8_t growId[loom::kUniqueIdBytes] = {};
+
   // Runs the collective init (bootstrap, connections); records the outcome.
   void runInit() noexcept;
   void waitInit();

@@ -13,6 +13,7 @@
 #include "api/comm.h"
 #include "api/group.h"
 #include "api/guard.h"
+#include "api/init.h"
 #include "api/kept_config.h"
 #include "base/config.h"
 #include "base/cuda_driver.h"
@@ -20,7 +21,10 @@
 #include "bootstrap/root.h"
 #include "loom/version_gen.h"
 
+using loom::api::callerDevice;
+using loom::api::checkInitArgs;
 using loom::api::guard;
+using loom::api::startInit;
 
 namespace {
 
@@ -63,9 +67,18 @@ void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
   comm->config = kept;
 }
 
-// Creates the comm object on CUDA device `cudaDev` (-1: host-only) and starts (or defers)
-// its collective init.
-ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int rank,
+// With NCCL_COMM_ID, rank 0 runs the root at the given address.
+void maybeStartEnvRoot(loom::JobId& job, int rank) {
+  loom::JobId env;
+  if (rank == 0 && loom::commIdFromEnv(&env) && env.root.str() == job.root.str())
+    loom::startRoot(job);
+}
+
+}  // namespace
+
+namespace loom::api {
+
+ncclResult_t startInit(ncclComm_t* out, int nranks, const JobId& job, int rank,
                        const ncclConfig_t* config, const char* fn, int cudaDev) {
   auto comm = std::make_unique<ncclComm>();
   comm->rank = rank;
@@ -110,8 +123,6 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const loom::JobId& job, int 
   return ncclSuccess;
 }
 
-// NCCL binds a communicator to the calling thread's current device; -1 (host-only) when
-// there is no driver or no current context.
 int callerDevice() { return loom::cuda::currentDevice(); }
 
 void checkInitArgs(ncclComm_t* comm, int nranks, int rank, const char* fn) {
@@ -122,14 +133,7 @@ void checkInitArgs(ncclComm_t* comm, int nranks, int rank, const char* fn) {
                  nranks);
 }
 
-// With NCCL_COMM_ID, rank 0 runs the root at the given address.
-void maybeStartEnvRoot(loom::JobId& job, int rank) {
-  loom::JobId env;
-  if (rank == 0 && loom::commIdFromEnv(&env) && env.root.str() == job.root.str())
-    loom::startRoot(job);
-}
-
-}  // namespace
+}  // namespace loom::api
 
 LOOM_NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   return guard("ncclGetUniqueId", nullptr, [&] {
@@ -222,42 +226,45 @@ LOOM_NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const in
   });
 }
 
+namespace loom::api {
+
+JobId newJobFrom(ncclComm_t parent) {
+  bool fixed = false;
+  JobId job = newJobId(&fixed);
+  if (fixed) {
+    job.root = parent->core->bootstrap().iface().addr;
+    job.root.setPort(0);
+  }
+  startRoot(job);
+  return job;
+}
+
+ncclResult_t startChild(ncclComm_t parent, ncclComm_t* newcomm, int nranks, int newRank,
+                        const JobId& job, const ncclConfig_t* config, const char* fn) {
+  if (config) return startInit(newcomm, nranks, job, newRank, config, fn, parent->cudaDev);
+  const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+  KeptConfig inherited(parent->userConfig() ? parent->userConfig() : &defaults, fn);
+  inherited.get()->blocking = parent->blocking ? 1 : 0;
+  return startInit(newcomm, nranks, job, newRank, inherited.get(), fn, parent->cudaDev);
+}
+
+}  // namespace loom::api
+
 namespace {
 
 // The new communicator's job for `members` (parent ranks, in their new order): the first
-// makes it (a fresh root; NCCL_COMM_ID names the parent's) and sends its id to the others
-// point to point, so that ranks left out (dead ones, for a shrink) are never waited for.
+// makes it and sends its id to the others point to point, so that ranks left out (dead
+// ones, for a shrink) are never waited for.
 loom::JobId childJob(ncclComm_t comm, const std::vector<int>& members, int newRank, uint32_t tag) {
   loom::Bootstrap& bs = comm->core->bootstrap();
   uint8_t idBytes[loom::kUniqueIdBytes];
   if (newRank == 0) {
-    bool fixed = false;
-    loom::JobId job = loom::newJobId(&fixed);
-    if (fixed) {
-      job.root = bs.iface().addr;
-      job.root.setPort(0);
-    }
-    loom::startRoot(job);
-    job.encode(idBytes);
+    loom::api::newJobFrom(comm).encode(idBytes);
     for (size_t i = 1; i < members.size(); ++i) bs.send(members[i], tag, idBytes, sizeof(idBytes));
   } else {
     bs.recv(members[0], tag, idBytes, sizeof(idBytes));
   }
   return loom::JobId::decode(idBytes);
-}
-
-// The child's init: the caller's config, else the parent's; on the parent's device
-// (whatever is current on this thread).
-ncclResult_t startChild(ncclComm_t parent, ncclComm_t* newcomm, const std::vector<int>& members,
-                        int newRank, const loom::JobId& job, const ncclConfig_t* config,
-                        const char* fn) {
-  // As NCCL: a child given no config takes its parent's (names included), and its mode.
-  const int n = static_cast<int>(members.size());
-  if (config) return startInit(newcomm, n, job, newRank, config, fn, parent->cudaDev);
-  const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
-  loom::api::KeptConfig inherited(parent->userConfig() ? parent->userConfig() : &defaults, fn);
-  inherited.get()->blocking = parent->blocking ? 1 : 0;
-  return startInit(newcomm, n, job, newRank, inherited.get(), fn, parent->cudaDev);
 }
 
 // The split itself, collective over the parent: colors all-gathered, then the child's job
@@ -279,7 +286,8 @@ ncclResult_t splitNow(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
   for (const Entry& e : group) members.push_back(e.rank);
   const int newRank = static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
   const loom::JobId job = childJob(comm, members, newRank, kTagSplit);
-  return startChild(comm, newcomm, members, newRank, job, config, "ncclCommSplit");
+  return loom::api::startChild(comm, newcomm, static_cast<int>(members.size()), newRank, job,
+                               config, "ncclCommSplit");
 }
 
 // The shrink: survivors only talk (point to point from the first), so excluded ranks are
@@ -297,7 +305,8 @@ ncclResult_t shrinkNow(ncclComm_t comm, const std::vector<bool>& excluded, ncclC
   const int newRank = static_cast<int>(
       std::find(survivors.begin(), survivors.end(), comm->rank) - survivors.begin());
   const loom::JobId job = childJob(comm, survivors, newRank, kTagShrink);
-  return startChild(comm, newcomm, survivors, newRank, job, config, fn);
+  return loom::api::startChild(comm, newcomm, static_cast<int>(survivors.size()), newRank, job,
+                               config, fn);
 }
 
 }  // namespace

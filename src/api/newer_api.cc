@@ -1,11 +1,12 @@
-// Entry points NCCL added after 2.28.9, the API Loom implements, that programs built
-// against a newer NCCL import: torch 2.15 (built with NCCL 2.30.7) imports 11 of them.
-// Loom exports them so that under LD_PRELOAD every nccl* symbol such a program binds
-// lands in Loom (none bound to a stock libnccl.so.2 loaded beside it, which would be
-// handed Loom's communicators). Each here fails with ncclInvalidUsage naming the call and
-// why; the communicator argument is not touched (it may be another library's). Those on
-// windows (registration.cc, signals.cc) and the memory calls below are stock NCCL's where it
-// serves the communicator.
+// NCCL 2.29/2.30's calls about a communicator's GPU memory: ncclCommMemStats,
+// ncclCommSuspend and ncclCommResume. Programs built against a newer NCCL import them
+// (torch 2.15, built with NCCL 2.30.7, imports 11 calls newer than 2.28.9, the API Loom
+// implements), and Loom exports every such call so that under LD_PRELOAD none binds to a
+// stock libnccl.so.2 loaded beside it, which would be handed Loom's communicators. These
+// are stock NCCL's where it serves the communicator's device memory, else fail with
+// ncclInvalidUsage naming the call and why; a communicator Loom did not make is not touched
+// (it may be another library's). The others: windows (registration.cc, signals.cc) and
+// growing a communicator (grow.cc).
 #include <nccl.h>
 
 #include <cstdint>
@@ -14,13 +15,6 @@
 #include "api/guard.h"
 #include "api/stock_route.h"
 #include "base/error.h"
-
-// NCCL 2.30's declarations, with its newer types reduced to what the ABI carries.
-extern "C" {
-ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
-ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
-                          ncclComm_t* newcomm, ncclConfig_t* config);
-}
 
 namespace {
 
@@ -34,13 +28,6 @@ ncclResult_t newer(const char* fn, const char* what) {
 
 }  // namespace
 
-LOOM_NCCL_API ncclResult_t ncclCommGetUniqueId(ncclComm_t, ncclUniqueId*) {
-  return newer("ncclCommGetUniqueId", "a communicator's unique id, for ncclCommGrow");
-}
-LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*,
-                                        ncclConfig_t*) {
-  return newer("ncclCommGrow", "adding ranks to a communicator");
-}
 // About stock NCCL's GPU memory: its own where a shadow communicator serves the
 // communicator's device memory and its version has the call. A communicator Loom did not
 // make is not touched (it may be another library's).
@@ -79,8 +66,6 @@ LOOM_NCCL_API ncclResult_t ncclCommResume(ncclComm_t comm) {
                         &loom::dispatch::StockApi::commResume);
 }
 
-LOOM_NCCL_PROFILING_ALIAS(ncclCommGetUniqueId);
-LOOM_NCCL_PROFILING_ALIAS(ncclCommGrow);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommMemStats);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommSuspend);
 LOOM_NCCL_PROFILING_ALIAS(ncclCommResume);

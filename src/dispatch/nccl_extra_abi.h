@@ -2,7 +2,8 @@
 // declare, as the C ABI carries them: the host half of NCCL's device API (nccl_device/*.h)
 // and the window calls NCCL 2.29/2.30 added. Loom exports them (src/api/device_api.cc,
 // registration.cc, signals.cc) and hands them to stock NCCL where a shadow communicator
-// serves the caller's communicator (dispatch/stock_nccl.h binds them there).
+// serves the caller's communicator (dispatch/stock_nccl.h binds them there); ncclCommGrow and
+// ncclCommGetUniqueId (NCCL 2.29) are Loom's own (src/api/grow.cc).
 //
 // The structs are opaque to Loom (only pointers to them pass through) except ncclTeam,
 // which is passed and returned by value and so must match NCCL's layout.
@@ -59,6 +60,11 @@ ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclC
                         cudaStream_t stream);
 ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc* signalDescs, ncclComm_t comm,
                             cudaStream_t stream);
+
+// NCCL 2.29: growing a communicator by ranks that join it (api/grow.cc)
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                          ncclComm_t* newcomm, ncclConfig_t* config);
 
 // NCCL 2.29/2.30: a communicator's GPU memory (stat: an ncclCommMemStat_t, int-sized)
 ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t* value);

@@ -1,0 +1,240 @@
+// ncclCommGrow and ncclCommGetUniqueId (NCCL 2.29): existing ranks keep their ranks, new
+// ranks join with the id the coordinator made; ranks as threads and as processes (the id
+// handed over in shared memory, as a job hands it over out of band); one thread driving an
+// existing and a new rank in one group, as NCCL's own example does; a grown communicator
+// grown again; bad calls, which fail on every existing rank alike instead of leaving the
+// others waiting.
+#include <nccl.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/core_util.h"
+#include "dispatch/nccl_extra_abi.h"
+
+namespace loomtest {
+namespace {
+
+// The grow id, from the coordinator to the new ranks (threads or forked processes).
+struct GrowBox {
+  std::atomic<int> ready{0};
+  ncclUniqueId id{};
+};
+
+std::string waitGrowId(const GrowBox& box, ncclUniqueId* id) {
+  for (int i = 0; i < 60000 && box.ready.load() == 0; ++i) usleep(1000);
+  RANK_CHECK(box.ready.load() == 1, "no grow id from the coordinator after 60 s");
+  *id = box.id;
+  return "";
+}
+
+// Every rank r of `comm` contributes r + 1 in each element: the sum is n (n + 1) / 2.
+std::string checkAllReduce(ncclComm_t comm, int wantRank, int wantSize) {
+  int rank = -1, size = -1;
+  RANK_NCCL(ncclCommUserRank(comm, &rank));
+  RANK_NCCL(ncclCommCount(comm, &size));
+  RANK_CHECK(rank == wantRank && size == wantSize, "rank %d of %d, want %d of %d", rank, size,
+             wantRank, wantSize);
+  constexpr size_t kCount = 50021;
+  std::vector<int32_t> in(kCount, rank + 1), out(kCount, -1);
+  RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
+  const int32_t want = size * (size + 1) / 2;
+  for (size_t i = 0; i < kCount; ++i)
+    RANK_CHECK(out[i] == want, "rank %d of %d: [%zu] = %d, want %d", rank, size, i, out[i], want);
+  return "";
+}
+
+// Two existing ranks grow to four: worker 0 (the coordinator) makes the id, workers 2 and 3
+// join as ranks 2 and 3.
+void twoGrowToFour(Mode mode) {
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60"), stall("LOOM_TIMEOUT", "60");
+  LateId late;
+  SharedBoard<GrowBox> box;
+  auto f = runEach(
+      mode, 4,
+      [&](int w, int) {
+        ncclComm_t grown = nullptr;
+        if (w < 2) {
+          ncclUniqueId id;
+          RANK_TRY(late.wait(&id));
+          ncclComm_t parent = nullptr;
+          RANK_NCCL(ncclCommInitRank(&parent, 2, id, w));
+          RANK_TRY(checkAllReduce(parent, w, 2));
+          ncclUniqueId growId;
+          if (w == 0) {
+            RANK_NCCL(ncclCommGetUniqueId(parent, &growId));
+            box->id = growId;
+            box->ready.store(1);
+          }
+          RANK_NCCL(ncclCommGrow(parent, 4, w == 0 ? &growId : nullptr, -1, &grown, nullptr));
+          RANK_NCCL(ncclCommDestroy(parent));
+        } else {
+          ncclUniqueId growId;
+          RANK_TRY(waitGrowId(*box, &growId));
+          RANK_NCCL(ncclCommGrow(nullptr, 4, &growId, w, &grown, nullptr));
+        }
+        RANK_CHECK(grown != nullptr, "no grown communicator");
+        std::string e = checkAllReduce(grown, w, 4);
+        ncclCommDestroy(grown);
+        return e;
+      },
+      120, [&] { return makeId(late); });
+  EXPECT_TRUE(f.empty()) << joinFailures(f);
+}
+
+TEST(CoreGrow, TwoRankThreadsGrowToFour) { twoGrowToFour(Mode::kThreads); }
+TEST(CoreGrow, TwoRankProcessesGrowToFour) { twoGrowToFour(Mode::kProcesses); }
+
+// NCCL's own example: one thread drives the existing rank and the new one in one group; the
+// grown communicator is grown once more (by a second id of the same coordinator, the first
+// being used), outside a group, its three ranks on threads.
+TEST(CoreGrow, OneThreadDrivesTheExistingAndTheNewRankInAGroup) {
+  EnvGuard stall("LOOM_TIMEOUT", "60");
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t parent = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
+  ncclUniqueId growId;
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << ncclGetLastError(nullptr);
+  ncclComm_t grown[2] = {reinterpret_cast<ncclComm_t>(uintptr_t{1}), nullptr};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclSuccess)
+      << ncclGetLastError(nullptr);
+  EXPECT_EQ(grown[0], nullptr);  // set at the group's end
+  ASSERT_EQ(ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr), ncclSuccess)
+      << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_NE(grown[0], nullptr);
+  ASSERT_NE(grown[1], nullptr);
+  ASSERT_EQ(ncclCommDestroy(parent), ncclSuccess);
+  {
+    std::string errs[2];
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 2; ++r) ts.emplace_back([&, r] { errs[r] = checkAllReduce(grown[r], r, 2); });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(errs[0] + errs[1], "");
+  }
+  // Rank 1 of the grown communicator is the coordinator this time.
+  ncclUniqueId again;
+  ASSERT_EQ(ncclCommGetUniqueId(grown[1], &again), ncclSuccess) << ncclGetLastError(nullptr);
+  EXPECT_NE(std::memcmp(&again, &growId, sizeof again), 0);
+  ncclComm_t third[3] = {};
+  std::string errs[3];
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r) {
+    ts.emplace_back([&, r] {
+      ncclResult_t rc = r < 2 ? ncclCommGrow(grown[r], 3, r == 1 ? &again : nullptr, -1, &third[r], nullptr)
+                              : ncclCommGrow(nullptr, 3, &again, 2, &third[r], nullptr);
+      errs[r] = rc == ncclSuccess ? checkAllReduce(third[r], r, 3)
+                                  : std::string("grow: ") + ncclGetLastError(nullptr);
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(errs[0] + errs[1] + errs[2], "");
+  for (ncclComm_t c : third) {
+    if (c) {
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    }
+  }
+  for (ncclComm_t c : grown) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+std::string lastError() { return ncclGetLastError(nullptr); }
+bool says(const std::string& what) { return lastError().find(what) != std::string::npos; }
+
+// Arguments checked at the call; one id at a time, each used once.
+TEST(CoreGrow, BadCallsAndIdsUsedOnce) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t parent = nullptr, grown = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
+  ncclUniqueId growId;
+  EXPECT_EQ(ncclCommGetUniqueId(parent, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommGetUniqueId(nullptr, &growId), ncclInvalidArgument);
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess);
+  ncclUniqueId second;
+  EXPECT_EQ(ncclCommGetUniqueId(parent, &second), ncclInvalidUsage);
+  EXPECT_TRUE(says("has not been used by ncclCommGrow yet")) << lastError();
+
+  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, 0, &grown, nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(says("an existing rank passes rank=-1")) << lastError();
+  EXPECT_EQ(ncclCommGrow(parent, 1, &growId, -1, &grown, nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(says("nRanks=1 must exceed the communicator's 1 ranks")) << lastError();
+  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommGrow(nullptr, 2, nullptr, 1, &grown, nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(says("a new rank (comm NULL) passes the uniqueId")) << lastError();
+  EXPECT_EQ(ncclCommGrow(nullptr, 2, &growId, 2, &grown, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(grown, nullptr);
+
+  // The lone existing rank passes no id: the grow fails there (no rank waits for one).
+  EXPECT_EQ(ncclCommGrow(parent, 2, nullptr, -1, &grown, nullptr), ncclInvalidUsage);
+  EXPECT_TRUE(says("no existing rank passed a uniqueId")) << lastError();
+  // An id that is not this communicator's.
+  EXPECT_EQ(ncclCommGrow(parent, 2, &id, -1, &grown, nullptr), ncclInvalidUsage);
+  EXPECT_TRUE(says("was not made by ncclCommGetUniqueId on this communicator")) << lastError();
+  // The failed calls left the id unused: it still grows the communicator, once.
+  ncclComm_t pair[2] = {};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclCommGrow(parent, 2, &growId, -1, &pair[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclCommGrow(nullptr, 2, &growId, 1, &pair[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError();
+  for (ncclComm_t c : pair) ASSERT_NE(c, nullptr);
+  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown, nullptr), ncclInvalidUsage);
+  EXPECT_TRUE(says("or an earlier grow used it (each is used once)")) << lastError();
+  // Used: a new id may be made.
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &second), ncclSuccess);
+  for (ncclComm_t c : pair) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
+}
+
+// Existing ranks that disagree fail alike: both pass an id, or ask for different sizes. A
+// new rank joining meanwhile fails once the bootstrap time-out has passed (here 3 s).
+TEST(CoreGrow, ExistingRanksThatDisagreeAllFail) {
+  EnvGuard stall("LOOM_TIMEOUT", "60"), bound("LOOM_BOOTSTRAP_TIMEOUT", "3");
+  for (int round = 0; round < 2; ++round) {
+    std::vector<ncclComm_t> parents(2, nullptr);
+    ASSERT_EQ(ncclCommInitAll(parents.data(), 2, nullptr), ncclSuccess);
+    ncclUniqueId growId;
+    ASSERT_EQ(ncclCommGetUniqueId(parents[0], &growId), ncclSuccess);
+    ncclResult_t rc[2], newRc = ncclSuccess;
+    std::string err[2], newErr;
+    std::vector<std::thread> ts;
+    if (round == 1) {
+      ts.emplace_back([&] {
+        ncclComm_t grown = nullptr;
+        newRc = ncclCommGrow(nullptr, 3, &growId, 2, &grown, nullptr);
+        newErr = ncclGetLastError(nullptr);
+      });
+    }
+    for (int r = 0; r < 2; ++r) {
+      ts.emplace_back([&, r] {
+        ncclComm_t grown = nullptr;
+        // round 0: both pass the id; round 1: rank 1 asks for 4 ranks, rank 0 for 3
+        const ncclUniqueId* passed = round == 0 || r == 0 ? &growId : nullptr;
+        const int n = round == 1 && r == 1 ? 4 : 3;
+        rc[r] = ncclCommGrow(parents[r], n, passed, -1, &grown, nullptr);
+        err[r] = ncclGetLastError(nullptr);
+      });
+    }
+    for (auto& t : ts) t.join();
+    const char* want = round == 0 ? "existing ranks 0 and 1 both passed a uniqueId"
+                                  : "existing ranks ask for different sizes: rank 0 nRanks=3, "
+                                    "rank 1 nRanks=4";
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(rc[r], ncclInvalidUsage) << "round " << round << " rank " << r;
+      EXPECT_NE(err[r].find(want), std::string::npos) << err[r];
+    }
+    if (round == 1) {
+      EXPECT_NE(newRc, ncclSuccess) << "the new rank: " << newErr;
+      EXPECT_NE(newErr.find("timed out after 3 s"), std::string::npos) << newErr;
+      printf("grow: the new rank: %s\n", newErr.c_str());
+    }
+    for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  }
+}
+
+}  // namespace
+}  // namespace loomtest
