@@ -9,6 +9,7 @@
 //    stock NCCL, which has no GPU here: the RealStock suite checks that its own error
 //    reaches every rank cleanly. Where a GPU exists, stock NCCL would succeed instead, so
 //    that suite skips, saying so.
+#include "dispatch/nccl_extra_abi.h"
 #include "dispatch/routing_fixture.h"
 
 namespace {
@@ -189,6 +190,43 @@ TEST_F(StandInStock, SplitChildrenGetShadowsOfTheirOwn) {
   ASSERT_EQ(ncclAllReduce(s, r, 8, ncclFloat, ncclSum, child[1], kStream1), ncclSuccess);
   EXPECT_EQ(r[3], 7);
   for (ncclComm_t k : child) ASSERT_EQ(ncclCommDestroy(k), ncclSuccess);
+}
+
+// ncclCommGrow (NCCL 2.29): the grown communicator is made by an init like any other, so it
+// has a shadow of its own, the existing rank's on its parent's device and the new rank's on
+// the device current on its thread; device buffers then go to stock NCCL.
+TEST_F(StandInStock, GrownCommunicatorGetsAShadowOfItsOwn) {
+  Comms c({0});
+  ASSERT_EQ(c.rc, ncclSuccess) << c.error;
+  ncclUniqueId growId;
+  ASSERT_EQ(ncclCommGetUniqueId(c[0], &growId), ncclSuccess) << ncclGetLastError(c[0]);
+  log_.clear();
+  ncclComm_t grown[2] = {nullptr, nullptr};
+  std::thread t([&] {
+    hooks_.setCurrentDevice(1);
+    EXPECT_EQ(ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr), ncclSuccess)
+        << ncclGetLastError(nullptr);
+  });
+  EXPECT_EQ(ncclCommGrow(c[0], 2, &growId, -1, &grown[0], nullptr), ncclSuccess)
+      << ncclGetLastError(nullptr);
+  t.join();
+  ASSERT_NE(grown[0], nullptr);
+  ASSERT_NE(grown[1], nullptr);
+  std::string calls = log_.str();
+  EXPECT_EQ(countOf(calls, "GetUniqueId"), 1u) << calls;  // rank 0's, for the shadow
+  EXPECT_TRUE(has(calls, "rank=0 nranks=2 blocking=0 device=0")) << calls;
+  EXPECT_TRUE(has(calls, "rank=1 nranks=2 blocking=0 device=1")) << calls;
+  float* s0 = deviceFloats(8, 0, 1), *r0 = deviceFloats(8, 0, 0);
+  float* s1 = deviceFloats(8, 1, 4), *r1 = deviceFloats(8, 1, 0);
+  std::thread t1([&] {
+    EXPECT_EQ(ncclAllReduce(s1, r1, 8, ncclFloat, ncclSum, grown[1], kStream1), ncclSuccess);
+  });
+  EXPECT_EQ(ncclAllReduce(s0, r0, 8, ncclFloat, ncclSum, grown[0], kStream0), ncclSuccess);
+  t1.join();
+  EXPECT_EQ(r0[3], 1 + 3 + 4 + 3);
+  EXPECT_EQ(r1[3], r0[3]);
+  EXPECT_TRUE(has(log_.str(), "AllReduce")) << log_.str();
+  for (ncclComm_t g : grown) ASSERT_EQ(ncclCommDestroy(g), ncclSuccess);
 }
 
 // The caller's ncclConfig_t reaches stock NCCL's communicator (non-blocking whatever it
