@@ -9,6 +9,7 @@
 #include "api/guard.h"
 #include "api/stock_route.h"
 #include "base/log.h"
+#include "bootstrap/root.h"
 #include "engine/staged.h"
 
 namespace loom::api {
@@ -154,6 +155,14 @@ void checkCommForManagement(ncclComm_t comm, const char* fn) {
 
 void destroyComm(ncclComm_t comm) {
   unregisterComm(comm);
+  // A grow id never used: its root's rendezvous is called off (new ranks waiting there fail).
+  {
+    std::lock_guard<std::mutex> lock(comm->growMu);
+    if (comm->growIdPending) {
+      comm->growIdPending = false;
+      cancelRoot(JobId::decode(comm->growId));
+    }
+  }
   // A call entering now has seen it live or will see it gone: wait until it knows which.
   for (Registry::Slot& slot : registry().entering)
     while (slot.n.load() != 0) std::this_thread::yield();

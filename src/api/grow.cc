@@ -12,6 +12,8 @@
 #include <nccl.h>
 
 #include <array>
+#include <iterator>
+#include <string>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -23,56 +25,94 @@
 #include "api/init.h"
 #include "api/kept_config.h"
 #include "base/error.h"
+#include "bootstrap/root.h"
 #include "dispatch/nccl_extra_abi.h"
 
 namespace {
 
 using IdBytes = std::array<uint8_t, loom::kUniqueIdBytes>;
 
+// What an existing rank's call brings to the exchange.
+struct Call {
+  int nRanks = 0;
+  std::optional<IdBytes> id;
+  ncclComm_t* newcomm = nullptr;
+  loom::api::KeptConfig config;
+  // A bad argument of this rank's call: reported on every existing rank after the exchange
+  // (this rank's own words here), so that none waits for a rank that gave up.
+  int bad = 0;  // one of kBadWhy's indexes
+  std::string badMsg;
+};
+
+const char* const kBadWhy[] = {"", "rank is not -1", "nRanks does not exceed the parent's size",
+                               "newcomm is NULL", "its config is invalid"};
+
 // At the call or, inside a group, at its end: collective over the parent's existing ranks.
-ncclResult_t growNow(ncclComm_t comm, int nRanks, const std::optional<IdBytes>& id,
-                     ncclComm_t* newcomm, const ncclConfig_t* config) {
+ncclResult_t growNow(ncclComm_t comm, const Call& call) {
   const char* fn = "ncclCommGrow";
   // id: 0 none, 1 the id this communicator made and no grow has used, 2 another id
   struct Entry {
     int32_t nRanks;
     int32_t id;
+    int32_t bad;
     IdBytes bytes;
   };
-  Entry mine{nRanks, 0, {}};
-  if (id) {
+  Entry mine{call.nRanks, 0, call.bad, {}};
+  if (call.id) {
     std::lock_guard<std::mutex> lock(comm->growMu);
-    const bool ours = comm->growIdPending && std::memcmp(id->data(), comm->growId, id->size()) == 0;
+    const bool ours = comm->growIdPending &&
+                      std::memcmp(call.id->data(), comm->growId, call.id->size()) == 0;
     mine.id = ours ? 1 : 2;
-    mine.bytes = *id;
+    mine.bytes = *call.id;
   }
   std::vector<Entry> all(comm->nranks);
   all[comm->rank] = mine;
   comm->core->bootstrap().allGather(all.data(), sizeof(Entry));
+  // A grow that fails uses up the id this communicator made (passed or not) and calls off
+  // its root's rendezvous, so that the new ranks waiting there fail at once.
+  auto fail = [&](loom::Code code, const std::string& msg) {
+    std::lock_guard<std::mutex> lock(comm->growMu);
+    if (comm->growIdPending) {
+      comm->growIdPending = false;
+      loom::cancelRoot(loom::JobId::decode(comm->growId));
+    }
+    throw loom::Error(code, msg);
+  };
+  if (call.bad) fail(loom::Code::kInvalidArgument, call.badMsg);
   int holder = -1;
   for (int r = 0; r < comm->nranks; ++r) {
-    LOOM_CHECK_USAGE(all[r].nRanks == all[0].nRanks,
-                     "%s: existing ranks ask for different sizes: rank 0 nRanks=%d, rank %d "
-                     "nRanks=%d", fn, all[0].nRanks, r, all[r].nRanks);
+    if (all[r].bad > 0 && all[r].bad < static_cast<int>(std::size(kBadWhy)))
+      fail(loom::Code::kInvalidUsage,
+           loom::strprintf("%s: existing rank %d's call has a bad argument (%s); no rank grows",
+                           fn, r, kBadWhy[all[r].bad]));
+    if (all[r].nRanks != all[0].nRanks)
+      fail(loom::Code::kInvalidUsage,
+           loom::strprintf("%s: existing ranks ask for different sizes: rank 0 nRanks=%d, rank "
+                           "%d nRanks=%d", fn, all[0].nRanks, r, all[r].nRanks));
     if (all[r].id == 0) continue;
-    LOOM_CHECK_USAGE(holder < 0,
-                     "%s: existing ranks %d and %d both passed a uniqueId; only the coordinator "
-                     "passes the one ncclCommGetUniqueId gave it, the other existing ranks NULL",
-                     fn, holder, r);
+    if (holder >= 0)
+      fail(loom::Code::kInvalidUsage,
+           loom::strprintf("%s: existing ranks %d and %d both passed a uniqueId; only the "
+                           "coordinator passes the one ncclCommGetUniqueId gave it, the other "
+                           "existing ranks NULL", fn, holder, r));
     holder = r;
   }
-  LOOM_CHECK_USAGE(holder >= 0,
-                   "%s: no existing rank passed a uniqueId; the coordinator passes the one "
-                   "ncclCommGetUniqueId gave it (and hands it to the new ranks)", fn);
-  LOOM_CHECK_USAGE(all[holder].id == 1,
-                   "%s: the uniqueId rank %d passed was not made by ncclCommGetUniqueId on this "
-                   "communicator, or an earlier grow used it (each is used once)", fn, holder);
+  if (holder < 0)
+    fail(loom::Code::kInvalidUsage,
+         loom::strprintf("%s: no existing rank passed a uniqueId; the coordinator passes the one "
+                         "ncclCommGetUniqueId gave it (and hands it to the new ranks)", fn));
+  if (all[holder].id != 1)
+    fail(loom::Code::kInvalidUsage,
+         loom::strprintf("%s: the uniqueId rank %d passed was not made by ncclCommGetUniqueId on "
+                         "this communicator, or an earlier grow used it (each is used once)",
+                         fn, holder));
   if (holder == comm->rank) {
     std::lock_guard<std::mutex> lock(comm->growMu);
     comm->growIdPending = false;  // used
   }
   const loom::JobId job = loom::JobId::decode(all[holder].bytes.data());
-  return loom::api::startChild(comm, newcomm, nRanks, comm->rank, job, config, fn);
+  return loom::api::startChild(comm, call.newcomm, call.nRanks, comm->rank, job,
+                               call.config.get(), fn);
 }
 
 }  // namespace
@@ -81,6 +121,12 @@ LOOM_NCCL_API ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* un
   const char* fn = "ncclCommGetUniqueId";
   return loom::api::guard(fn, comm, [&] {
     LOOM_CHECK_ARG(uniqueId != nullptr, "%s: uniqueId is NULL", fn);
+    LOOM_CHECK_ARG(comm && loom::api::isLiveComm(comm), "%s: comm %p is not a live communicator",
+                   fn, static_cast<void*>(comm));
+    // Its init may be deferred to this very group's end: waiting for it would never end.
+    LOOM_CHECK_USAGE(!loom::api::inGroup() || comm->asyncError.load() != ncclInProgress,
+                     "%s: the communicator (rank %d) has not finished its init, which inside a "
+                     "group runs at the group's end; call it after ncclGroupEnd", fn, comm->rank);
     loom::api::checkCommForManagement(comm, fn);
     std::lock_guard<std::mutex> lock(comm->growMu);
     LOOM_CHECK_USAGE(!comm->growIdPending,
@@ -106,31 +152,42 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclU
       return loom::api::startInit(newcomm, nRanks, job, rank, config, fn,
                                   loom::api::callerDevice());
     }
-    LOOM_CHECK_ARG(newcomm != nullptr, "%s: newcomm is NULL", fn);
-    *newcomm = nullptr;
     LOOM_CHECK_ARG(loom::api::isLiveComm(comm), "%s: comm %p is not a live communicator", fn,
                    static_cast<void*>(comm));
-    LOOM_CHECK_ARG(rank == -1,
-                   "%s: an existing rank passes rank=-1 (it keeps its rank, %d); got rank=%d", fn,
-                   comm->rank, rank);
-    LOOM_CHECK_ARG(nRanks > comm->nranks,
-                   "%s: nRanks=%d must exceed the communicator's %d ranks", fn, nRanks,
-                   comm->nranks);
-    std::optional<IdBytes> id;
-    if (uniqueId) {
-      id.emplace();
-      std::memcpy(id->data(), uniqueId->internal, id->size());
+    Call call;
+    call.nRanks = nRanks;
+    call.newcomm = newcomm;
+    if (newcomm) *newcomm = nullptr;
+    if (uniqueId) call.id.emplace();
+    if (uniqueId) std::memcpy(call.id->data(), uniqueId->internal, call.id->size());
+    if (rank != -1) {
+      call.bad = 1;
+      call.badMsg = loom::strprintf("%s: an existing rank passes rank=-1 (it keeps its rank, %d); "
+                                    "got rank=%d", fn, comm->rank, rank);
+    } else if (nRanks <= comm->nranks) {
+      call.bad = 2;
+      call.badMsg = loom::strprintf("%s: nRanks=%d must exceed the communicator's %d ranks", fn,
+                                    nRanks, comm->nranks);
+    } else if (!newcomm) {
+      call.bad = 3;
+      call.badMsg = loom::strprintf("%s: newcomm is NULL", fn);
+    } else {
+      try {
+        call.config = loom::api::KeptConfig(config, fn);  // checked now, kept for a group's end
+      } catch (const loom::Error& e) {
+        call.bad = 4;
+        call.badMsg = e.what();
+      }
     }
-    loom::api::KeptConfig kept(config, fn);  // checked now, kept for a group's end
     if (!loom::api::inGroup()) {
       loom::api::checkCommForManagement(comm, fn);
-      return growNow(comm, nRanks, id, newcomm, kept.get());
+      return growNow(comm, call);
     }
     // Inside a group (one thread driving existing and new ranks, or several existing ones):
     // at the group's end, on a thread of its own, as a split.
-    loom::api::deferCall(comm, fn, [=, copy = kept]() mutable {
-      loom::api::checkCommForManagement(comm, fn);
-      return growNow(comm, nRanks, id, newcomm, copy.get());
+    loom::api::deferCall(comm, fn, [comm, call] {
+      loom::api::checkCommForManagement(comm, "ncclCommGrow");
+      return growNow(comm, call);
     });
     return ncclSuccess;
   });

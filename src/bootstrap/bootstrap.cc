@@ -109,6 +109,12 @@ Bootstrap::Bootstrap(const JobId& job, int rank, int nranks, const std::atomic<b
                what.c_str(), r.nranks);
   if (r.status == 2)
     LOOM_THROW(kInvalidUsage, "%s: another process already joined as rank %d", what.c_str(), rank);
+  if (r.status == 4)
+    LOOM_THROW(kRemoteError,
+               "%s: the process that made this unique id cancelled the rendezvous (for an id "
+               "from ncclCommGetUniqueId: the existing ranks' ncclCommGrow failed, or their "
+               "communicator was destroyed before the grow; its error says why)",
+               what.c_str());
   if (r.nranks != nranks)
     LOOM_THROW(kRemoteError, "%s: root reports nranks=%d", what.c_str(), r.nranks);
   std::vector<sockaddr_storage> table(nranks);

@@ -1,6 +1,9 @@
 #include "bootstrap/root.h"
 
 #include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -39,18 +42,36 @@ struct Member {
 
 class RootServer {
  public:
-  RootServer(Socket listener, const JobId& id) : listener_(std::move(listener)), id_(id) {}
+  RootServer(Socket listener, const JobId& id)
+      : listener_(std::move(listener)), id_(id), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~RootServer() {
+    if (wake_ >= 0) ::close(wake_);
+  }
+  RootServer(const RootServer&) = delete;
+  RootServer& operator=(const RootServer&) = delete;
+
+  const JobId& id() const { return id_; }
+  // From another thread (under the root list's lock): the rendezvous is called off; the ranks waiting
+  // and those arriving within the linger time are told (status 4).
+  void cancel() {
+    const uint64_t one = 1;
+    if (wake_ >= 0 && ::write(wake_, &one, sizeof(one)) < 0) {}
+  }
 
   void run() {
     listener_.setNonBlocking(true);
     // After a failure the root lingers (bounded) to tell ranks that arrive late, so no
     // rank waits for one that died.
     uint64_t lingerUntil = 0;
-    while (failed_ >= 0 ? (told_ < nranks_ - 1 && nowNs() < lingerUntil)
+    // (Cancelled, every rank is told, also one that has not arrived yet.)
+    while (failed_ >= 0 ? ((failStatus_ == 4 ? nranks_ < 0 || told_ < nranks_
+                                             : told_ < nranks_ - 1) &&
+                           nowNs() < lingerUntil)
                         : (nranks_ < 0 || registered_ < nranks_)) {
       std::vector<pollfd>& fds = fds_;
       fds.clear();
       fds.push_back({listener_.fd(), POLLIN, 0});
+      fds.push_back({failed_ < 0 ? wake_ : -1, POLLIN, 0});
       for (auto& p : pending_) fds.push_back({p.sock.fd(), POLLIN, 0});
       for (auto& m : members_) fds.push_back({m.sock.isOpen() ? m.sock.fd() : -1, POLLIN, 0});
       int timeout = failed_ >= 0 ? 100 : -1;
@@ -65,12 +86,18 @@ class RootServer {
                   strerror(errno));
         return;
       }
+      if (fds[1].revents && failed_ < 0) {
+        LOOM_INFO(kLogBootstrap, "bootstrap root %s: rendezvous cancelled by its process",
+                  id_.root.str().c_str());
+        failed_ = 0;
+        failStatus_ = 4;
+      }
       // Only the entries polled above: reading a hello may grow members_ and pending_.
       size_t nPending = pending_.size(), nMembers = members_.size();
       for (size_t i = 0; i < nMembers; ++i)
-        if (fds[1 + nPending + i].revents && members_[i].sock.isOpen()) checkMember(members_[i]);
+        if (fds[2 + nPending + i].revents && members_[i].sock.isOpen()) checkMember(members_[i]);
       for (size_t i = 0; i < nPending; ++i)
-        if (fds[1 + i].revents) readPending(pending_[i]);
+        if (fds[2 + i].revents) readPending(pending_[i]);
       if (fds[0].revents) acceptAll();
       expirePending();
       if (failed_ >= 0 && lingerUntil == 0) {
@@ -129,7 +156,7 @@ class RootServer {
       members_.resize(nranks_);
     }
     if (failed_ >= 0) {
-      rejectAndClose(p, h, 3, failed_);
+      rejectAndClose(p, h, failStatus_, failed_);
       ++told_;
       return;
     }
@@ -153,7 +180,8 @@ class RootServer {
               m.sock.peer().str().c_str());
   }
 
-  // status 1: nranks mismatch, 2: duplicate rank, 3: rank `value` died during rendezvous.
+  // status 1: nranks mismatch, 2: duplicate rank, 3: rank `value` died during rendezvous,
+  // 4: cancelled by the root's process (cancelRoot).
   void rejectAndClose(Pending& p, const RootHello& h, uint16_t status, int value) {
     RootReplyHeader r{};
     r.magic = kUniqueIdMagic;
@@ -178,7 +206,10 @@ class RootServer {
     } catch (const Error&) {
       closed = true;
     }
-    if (closed) {
+    if (closed && failed_ >= 0) {  // already failing: it is told no more
+      m.sock.close();
+      ++told_;
+    } else if (closed) {
       LOOM_WARN("bootstrap root %s: rank %d (%s) left before all ranks arrived; failing the "
                 "rendezvous",
                 id_.root.str().c_str(), m.hello.rank, m.sock.peer().str().c_str());
@@ -195,7 +226,7 @@ class RootServer {
       RootReplyHeader r{};
       r.magic = kUniqueIdMagic;
       r.version = kWireVersion;
-      r.status = 3;
+      r.status = failStatus_;
       r.nranks = failed_;
       Digest mac = replyMac(id_, m.hello, r, nullptr, 0);
       memcpy(r.mac, mac.data(), 32);
@@ -247,16 +278,31 @@ class RootServer {
   std::vector<Member> members_;
   int nranks_ = -1;
   int registered_ = 0;
-  int failed_ = -1;  // a rank that left before the rendezvous completed
+  int wake_;  // eventfd: cancel()
+  int failed_ = -1;  // a rank that left before the rendezvous completed (0 when cancelled)
+  uint16_t failStatus_ = 3;  // what the ranks are told: 3 a rank left, 4 cancelled
   int told_ = 0;     // ranks told about the failure
 };
 
-// The roots running in this process. A root whose id no rank uses waits for ranks until
-// the process exits; listed here, what it holds stays reachable from a global, so
-// LeakSanitizer's check at exit does not depend on finding it on a blocked thread's stack
-// (core_test under ASan once reported the poll list of two such roots as leaked).
-std::mutex gRootsMu;
-auto* gRoots = new std::vector<RootServer*>();  // never freed: roots may outlive static dtors
+// The roots running in this process, for cancelRoot. A root whose id no rank uses waits for
+// ranks until the process exits; listed here, what it holds also stays reachable from a
+// global, so LeakSanitizer's check at exit does not depend on finding it on a blocked
+// thread's stack (core_test under ASan once reported the poll lists of two such roots as
+// leaked). Never freed: roots may outlive static destructors. The lock is taken around
+// fork(), so that a child never inherits it held.
+struct RootList {
+  std::mutex mu;
+  std::vector<RootServer*> servers;
+};
+RootList& roots() {
+  static RootList* list = [] {
+    auto* l = new RootList;
+    pthread_atfork([] { roots().mu.lock(); }, [] { roots().mu.unlock(); },
+                   [] { roots().mu.unlock(); });
+    return l;
+  }();
+  return *list;
+}
 
 }  // namespace
 
@@ -266,9 +312,10 @@ void startRoot(JobId& id) {
   id.root = addr;
   LOOM_INFO(kLogBootstrap, "bootstrap root listening on %s", addr.str().c_str());
   auto* server = new RootServer(std::move(listener), id);
+  RootList& list = roots();
   {
-    std::lock_guard<std::mutex> lock(gRootsMu);
-    gRoots->push_back(server);
+    std::lock_guard<std::mutex> lock(list.mu);
+    list.servers.push_back(server);
   }
   std::thread([server, id] {
     try {
@@ -277,11 +324,25 @@ void startRoot(JobId& id) {
       LOOM_WARN("bootstrap root %s failed: %s", id.root.str().c_str(), e.what());
     }
     {
-      std::lock_guard<std::mutex> lock(gRootsMu);
-      gRoots->erase(std::find(gRoots->begin(), gRoots->end(), server));
+      std::lock_guard<std::mutex> lock(roots().mu);
+      auto& v = roots().servers;
+      v.erase(std::find(v.begin(), v.end(), server));
     }
     delete server;
   }).detach();
+}
+
+bool cancelRoot(const JobId& id) {
+  RootList& list = roots();
+  std::lock_guard<std::mutex> lock(list.mu);
+  for (RootServer* server : list.servers) {
+    if (server->id().root.str() == id.root.str() &&
+        std::memcmp(server->id().secret, id.secret, sizeof(id.secret)) == 0) {
+      server->cancel();
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace loom

@@ -7,6 +7,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -145,7 +146,7 @@ TEST(CoreGrow, OneThreadDrivesTheExistingAndTheNewRankInAGroup) {
 std::string lastError() { return ncclGetLastError(nullptr); }
 bool says(const std::string& what) { return lastError().find(what) != std::string::npos; }
 
-// Arguments checked at the call; one id at a time, each used once.
+// Bad calls; one id at a time, each used once; a failed grow uses its id up.
 TEST(CoreGrow, BadCallsAndIdsUsedOnce) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
@@ -158,24 +159,54 @@ TEST(CoreGrow, BadCallsAndIdsUsedOnce) {
   ncclUniqueId second;
   EXPECT_EQ(ncclCommGetUniqueId(parent, &second), ncclInvalidUsage);
   EXPECT_TRUE(says("has not been used by ncclCommGrow yet")) << lastError();
-
-  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, 0, &grown, nullptr), ncclInvalidArgument);
-  EXPECT_TRUE(says("an existing rank passes rank=-1")) << lastError();
-  EXPECT_EQ(ncclCommGrow(parent, 1, &growId, -1, &grown, nullptr), ncclInvalidArgument);
-  EXPECT_TRUE(says("nRanks=1 must exceed the communicator's 1 ranks")) << lastError();
-  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, nullptr, nullptr), ncclInvalidArgument);
+  // New ranks' bad calls fail at the call and leave the id alone.
   EXPECT_EQ(ncclCommGrow(nullptr, 2, nullptr, 1, &grown, nullptr), ncclInvalidArgument);
   EXPECT_TRUE(says("a new rank (comm NULL) passes the uniqueId")) << lastError();
   EXPECT_EQ(ncclCommGrow(nullptr, 2, &growId, 2, &grown, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommGrow(reinterpret_cast<ncclComm_t>(uintptr_t{0x20}), 2, &growId, -1, &grown,
+                         nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(says("is not a live communicator")) << lastError();
   EXPECT_EQ(grown, nullptr);
 
-  // The lone existing rank passes no id: the grow fails there (no rank waits for one).
-  EXPECT_EQ(ncclCommGrow(parent, 2, nullptr, -1, &grown, nullptr), ncclInvalidUsage);
-  EXPECT_TRUE(says("no existing rank passed a uniqueId")) << lastError();
+  // Each bad call of the (lone) existing rank fails, and uses up the id it made: a new one
+  // is made before the next.
+  struct Bad {
+    int nRanks, rank;
+    bool nullOut, passId;
+    ncclResult_t rc;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {2, 0, false, true, ncclInvalidArgument, "an existing rank passes rank=-1"},
+      {1, -1, false, true, ncclInvalidArgument, "nRanks=1 must exceed the communicator's 1 ranks"},
+      {2, -1, true, true, ncclInvalidArgument, "newcomm is NULL"},
+      {2, -1, false, false, ncclInvalidUsage, "no existing rank passed a uniqueId"},
+  };
+  for (const Bad& b : bad) {
+    SCOPED_TRACE(b.says);
+    EXPECT_EQ(ncclCommGrow(parent, b.nRanks, b.passId ? &growId : nullptr, b.rank,
+                           b.nullOut ? nullptr : &grown, nullptr), b.rc);
+    EXPECT_TRUE(says(b.says)) << lastError();
+    EXPECT_EQ(grown, nullptr);
+    // Used up: it is refused, and a new id may be made.
+    EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown, nullptr), ncclInvalidUsage);
+    EXPECT_TRUE(says("or an earlier grow used it (each is used once)")) << lastError();
+    ASSERT_EQ(ncclCommGetUniqueId(parent, &second), ncclSuccess) << lastError();
+    EXPECT_NE(std::memcmp(&second, &growId, sizeof second), 0);
+    growId = second;
+  }
   // An id that is not this communicator's.
   EXPECT_EQ(ncclCommGrow(parent, 2, &id, -1, &grown, nullptr), ncclInvalidUsage);
   EXPECT_TRUE(says("was not made by ncclCommGetUniqueId on this communicator")) << lastError();
-  // The failed calls left the id unused: it still grows the communicator, once.
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
+  // A config not made with NCCL_CONFIG_INITIALIZER.
+  ncclConfig_t junk;
+  memset(&junk, 0x5a, sizeof junk);
+  junk.size = sizeof junk;
+  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown, &junk), ncclInvalidArgument);
+  EXPECT_TRUE(says("NCCL_CONFIG_INITIALIZER")) << lastError();
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
+  // A good grow, in a group; the id is then used.
   ncclComm_t pair[2] = {};
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   ASSERT_EQ(ncclCommGrow(parent, 2, &growId, -1, &pair[0], nullptr), ncclSuccess);
@@ -184,54 +215,127 @@ TEST(CoreGrow, BadCallsAndIdsUsedOnce) {
   for (ncclComm_t c : pair) ASSERT_NE(c, nullptr);
   EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown, nullptr), ncclInvalidUsage);
   EXPECT_TRUE(says("or an earlier grow used it (each is used once)")) << lastError();
-  // Used: a new id may be made.
-  ASSERT_EQ(ncclCommGetUniqueId(parent, &second), ncclSuccess);
   for (ncclComm_t c : pair) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
 }
 
-// Existing ranks that disagree fail alike: both pass an id, or ask for different sizes. A
-// new rank joining meanwhile fails once the bootstrap time-out has passed (here 3 s).
+// Inside a group, the id of a communicator whose init the group defers is refused (waiting
+// for that init would never end); after the group it is given.
+TEST(CoreGrow, IdOfACommunicatorInitializedInTheSameGroupIsRefused) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  ncclUniqueId growId;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  EXPECT_EQ(ncclCommGetUniqueId(comm, &growId), ncclInvalidUsage);
+  EXPECT_TRUE(says("call it after ncclGroupEnd")) << lastError();
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError();
+  EXPECT_EQ(ncclCommGetUniqueId(comm, &growId), ncclSuccess) << lastError();
+  // Destroyed with its id unused: a new rank waiting at the id's root is told at once.
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
+  ncclResult_t rc = ncclSuccess;
+  std::string err;
+  std::thread t([&] {
+    ncclComm_t grown = nullptr;
+    rc = ncclCommGrow(nullptr, 2, &growId, 1, &grown, nullptr);
+    err = ncclGetLastError(nullptr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the new rank at the root
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  t.join();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(rc, ncclRemoteError) << err;
+  EXPECT_NE(err.find("cancelled the rendezvous"), std::string::npos) << err;
+  EXPECT_LT(sec, 10.0) << err;
+}
+
+// A non-blocking parent grown with no config: the existing ranks' new communicator is
+// non-blocking too (its init returns ncclInProgress), the new rank's blocking (the
+// defaults).
+TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
+  EnvGuard stall("LOOM_TIMEOUT", "60");
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.commName = "grown-from";
+  ncclComm_t parent = nullptr;
+  ncclResult_t rc = ncclCommInitRankConfig(&parent, 1, id, 0, &cfg);
+  ASSERT_TRUE(rc == ncclSuccess || rc == ncclInProgress) << lastError();
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(parent, &state), ncclSuccess);
+  ASSERT_EQ(state, ncclSuccess);
+  ncclUniqueId growId;
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
+  ncclComm_t grown[2] = {};
+  ncclResult_t newRc = ncclInternalError;
+  std::thread t([&] { newRc = ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr); });
+  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclInProgress) << lastError();
+  t.join();
+  EXPECT_EQ(newRc, ncclSuccess);
+  ASSERT_NE(grown[0], nullptr);
+  state = ncclInProgress;
+  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(grown[0], &state), ncclSuccess);
+  EXPECT_EQ(state, ncclSuccess);
+  std::string errs[2];
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r) ts.emplace_back([&, r] { errs[r] = checkAllReduce(grown[r], r, 2); });
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(errs[0] + errs[1], "");
+  for (ncclComm_t c : grown) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
+}
+
+// Existing ranks that disagree, or one of which passes a bad argument, fail alike: both
+// pass an id, they ask for different sizes, one passes rank=0. A new rank waiting at the
+// id's root is told at once that the rendezvous was called off.
 TEST(CoreGrow, ExistingRanksThatDisagreeAllFail) {
-  EnvGuard stall("LOOM_TIMEOUT", "60"), bound("LOOM_BOOTSTRAP_TIMEOUT", "3");
-  for (int round = 0; round < 2; ++round) {
+  EnvGuard stall("LOOM_TIMEOUT", "60"), bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
     std::vector<ncclComm_t> parents(2, nullptr);
     ASSERT_EQ(ncclCommInitAll(parents.data(), 2, nullptr), ncclSuccess);
     ncclUniqueId growId;
     ASSERT_EQ(ncclCommGetUniqueId(parents[0], &growId), ncclSuccess);
     ncclResult_t rc[2], newRc = ncclSuccess;
     std::string err[2], newErr;
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> ts;
-    if (round == 1) {
-      ts.emplace_back([&] {
-        ncclComm_t grown = nullptr;
-        newRc = ncclCommGrow(nullptr, 3, &growId, 2, &grown, nullptr);
-        newErr = ncclGetLastError(nullptr);
-      });
-    }
+    ts.emplace_back([&] {
+      ncclComm_t grown = nullptr;
+      newRc = ncclCommGrow(nullptr, 3, &growId, 2, &grown, nullptr);
+      newErr = ncclGetLastError(nullptr);
+    });
     for (int r = 0; r < 2; ++r) {
       ts.emplace_back([&, r] {
         ncclComm_t grown = nullptr;
-        // round 0: both pass the id; round 1: rank 1 asks for 4 ranks, rank 0 for 3
+        // round 0: both pass the id; 1: rank 1 asks for 4 ranks; 2: rank 1 passes rank=0
         const ncclUniqueId* passed = round == 0 || r == 0 ? &growId : nullptr;
         const int n = round == 1 && r == 1 ? 4 : 3;
-        rc[r] = ncclCommGrow(parents[r], n, passed, -1, &grown, nullptr);
+        rc[r] = ncclCommGrow(parents[r], n, passed, round == 2 && r == 1 ? 0 : -1, &grown, nullptr);
         err[r] = ncclGetLastError(nullptr);
       });
     }
     for (auto& t : ts) t.join();
-    const char* want = round == 0 ? "existing ranks 0 and 1 both passed a uniqueId"
-                                  : "existing ranks ask for different sizes: rank 0 nRanks=3, "
-                                    "rank 1 nRanks=4";
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const char* want[3] = {"existing ranks 0 and 1 both passed a uniqueId",
+                           "existing ranks ask for different sizes: rank 0 nRanks=3, rank 1 nRanks=4",
+                           "existing rank 1's call has a bad argument (rank is not -1); no rank grows"};
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(rc[r], ncclInvalidUsage) << "round " << round << " rank " << r;
-      EXPECT_NE(err[r].find(want), std::string::npos) << err[r];
+      if (round == 2 && r == 1) {
+        EXPECT_EQ(rc[r], ncclInvalidArgument);
+        EXPECT_NE(err[r].find("an existing rank passes rank=-1 (it keeps its rank, 1); got rank=0"),
+                  std::string::npos) << err[r];
+        continue;
+      }
+      EXPECT_EQ(rc[r], ncclInvalidUsage) << "rank " << r;
+      EXPECT_NE(err[r].find(want[round]), std::string::npos) << err[r];
     }
-    if (round == 1) {
-      EXPECT_NE(newRc, ncclSuccess) << "the new rank: " << newErr;
-      EXPECT_NE(newErr.find("timed out after 3 s"), std::string::npos) << newErr;
-      printf("grow: the new rank: %s\n", newErr.c_str());
-    }
+    EXPECT_EQ(newRc, ncclRemoteError) << "the new rank: " << newErr;
+    EXPECT_NE(newErr.find("cancelled the rendezvous"), std::string::npos) << newErr;
+    EXPECT_LT(sec, 10.0) << "the new rank waited: " << newErr;
     for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   }
 }

@@ -200,15 +200,20 @@ TEST_F(StandInStock, GrownCommunicatorGetsAShadowOfItsOwn) {
   ASSERT_EQ(c.rc, ncclSuccess) << c.error;
   ncclUniqueId growId;
   ASSERT_EQ(ncclCommGetUniqueId(c[0], &growId), ncclSuccess) << ncclGetLastError(c[0]);
+  ASSERT_TRUE(hooks_.bindStreams());
   log_.clear();
   ncclComm_t grown[2] = {nullptr, nullptr};
   std::thread t([&] {
-    hooks_.setCurrentDevice(1);
+    const int before = hooks_.exchangeThreadDevice(1);  // this thread's own device
     EXPECT_EQ(ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr), ncclSuccess)
         << ncclGetLastError(nullptr);
+    hooks_.exchangeThreadDevice(before);
   });
+  // The existing rank's on its parent's device (0), whatever is current on its thread.
+  const int before = hooks_.exchangeThreadDevice(2);
   EXPECT_EQ(ncclCommGrow(c[0], 2, &growId, -1, &grown[0], nullptr), ncclSuccess)
       << ncclGetLastError(nullptr);
+  hooks_.exchangeThreadDevice(before);
   t.join();
   ASSERT_NE(grown[0], nullptr);
   ASSERT_NE(grown[1], nullptr);
