@@ -247,10 +247,24 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
       }
     });
   for (auto& t : threads) t.join();
+  // An init's failure first; a recorded call's failure is added to its message, as either
+  // may have caused the other (a split whose parent failed its init; a new rank whose grow
+  // was called off by the existing ranks' failed ncclCommGrow).
+  std::string callError;
+  for (const std::exception_ptr& e : errors) {
+    if (!e || !callError.empty()) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      callError = x.what();
+    }
+  }
   for (ncclComm_t c : live)
     if (c->blocking && c->asyncError.load() != ncclSuccess) {
       std::lock_guard<std::mutex> lock(c->errMu);
-      throw Error(static_cast<Code>(c->asyncError.load()), c->lastError);
+      throw Error(static_cast<Code>(c->asyncError.load()),
+                  callError.empty() ? c->lastError
+                                    : c->lastError + " (and a recorded call failed: " + callError + ")");
     }
   LOOM_CHECK_USAGE(goneInits == 0,
                    "ncclGroupEnd: %zu of the group's %zu communicator inits were aborted or "

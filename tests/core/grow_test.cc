@@ -219,6 +219,32 @@ TEST(CoreGrow, BadCallsAndIdsUsedOnce) {
   EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
 }
 
+// One thread drives the existing rank, whose call is bad, and a new rank in one group: the
+// group's end fails at once (the new rank's rendezvous is called off), saying why.
+TEST(CoreGrow, BadCallInAGroupFailsTheGroupsEndAtOnce) {
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
+  ncclUniqueId id, growId;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t parent = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess);
+  ncclComm_t grown[2] = {};
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclCommGrow(parent, 2, &growId, 0, &grown[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr), ncclSuccess);
+  EXPECT_NE(ncclGroupEnd(), ncclSuccess);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(sec, 10.0) << lastError();
+  EXPECT_TRUE(says("an existing rank passes rank=-1")) << lastError();
+  EXPECT_TRUE(says("cancelled the rendezvous")) << lastError();
+  EXPECT_EQ(grown[0], nullptr);
+  // The new rank's communicator failed its init, as a deferred init does: the caller ends it.
+  ASSERT_NE(grown[1], nullptr);
+  EXPECT_EQ(ncclCommAbort(grown[1]), ncclSuccess);
+  EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
+}
+
 // Inside a group, the id of a communicator whose init the group defers is refused (waiting
 // for that init would never end); after the group it is given.
 TEST(CoreGrow, IdOfACommunicatorInitializedInTheSameGroupIsRefused) {
