@@ -3,7 +3,8 @@
 
 Every collective torch offers on a backend, each checked exactly against what the ranks
 contributed; every dtype Loom moves; non-contiguous tensors; asynchronous works; new
-groups and split groups; errors as Python exceptions; a killed rank failing the others; DDP against gloo.
+groups, split groups and shrunk groups; errors as Python exceptions; a killed rank failing the
+others, and the survivors shrinking it out; DDP against gloo.
 
     python -m pytest python/tests -q      (or: python python/tests/test_loom_backend.py)
 """
@@ -272,6 +273,29 @@ class LoomCollectivesTest(LoomTestBase):
         self.assertEqual(t, torch.full((2,), 3.0))
         self.fini()
 
+    def test_shrink_group(self):
+        """shrink_group (torch >= 2.10) shrinks the communicator (ncclCommShrink): the ranks
+        left out do not take part; the survivors' group keeps their order."""
+        if not hasattr(dist, "shrink_group"):
+            self.skipTest("this torch has no shrink_group")
+        self.init()
+        self.assertTrue(dist.group.WORLD._get_backend(torch.device("cpu")).supports_shrinking)
+        t = torch.ones(4)
+        dist.all_reduce(t)
+        self.assertEqual(t, torch.full((4,), 3.0))
+        if self.rank == 1:
+            return  # left out: never calls shrink_group; its communicator goes with the process
+        g = dist.shrink_group([1])
+        self.assertEqual(dist.get_world_size(g), 2)
+        self.assertEqual(dist.get_rank(g), [0, 2].index(self.rank))
+        t = torch.full((5,), float(self.rank + 1))
+        dist.all_reduce(t)  # the shrunk group is the new default
+        self.assertEqual(t, torch.full((5,), 4.0))
+        out = [torch.empty(1) for _ in range(2)]
+        dist.all_gather(out, torch.full((1,), float(self.rank)))
+        self.assertEqual(torch.cat(out), torch.tensor([0.0, 2.0]))
+        self.fini()
+
     def test_errors_are_python_exceptions(self):
         self.init()
         with self.assertRaisesRegex(RuntimeError, "BAND, BOR, BXOR"):
@@ -298,6 +322,30 @@ class LoomFailureTest(LoomTestBase):
                 dist.all_reduce(t)
         self.assertLess(time.time() - start, 30, "the survivors took too long to fail")
         os._exit(0)  # no destroy: the group is broken
+
+    def test_survivors_shrink_the_killed_rank_out_and_carry_on(self):
+        """The fault-tolerance path: a rank dies mid-training; the survivors' collective
+        fails, they shrink it out with SHRINK_ABORT (no new rendezvous, nobody waits for the
+        dead rank) and go on in the smaller group."""
+        if not hasattr(dist, "shrink_group"):
+            self.skipTest("this torch has no shrink_group")
+        self.init()
+        t = torch.ones(1 << 12)
+        dist.all_reduce(t)
+        if self.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        start = time.time()
+        with self.assertRaisesRegex(RuntimeError, "loom rank"):
+            for _ in range(1000):
+                dist.all_reduce(t)
+        g = dist.shrink_group([1], shrink_flags=dist.distributed_c10d.SHRINK_ABORT)
+        self.assertLess(time.time() - start, 30, "the survivors took too long to carry on")
+        self.assertEqual(dist.get_rank(g), [0, 2].index(self.rank))
+        t = torch.full((7,), float(self.rank + 1))
+        dist.all_reduce(t)
+        self.assertEqual(t, torch.full((7,), 4.0))
+        self.fini()
+        os._exit(0)
 
     def _check_return_codes(self, *args):  # (fn, elapsed) or (elapsed), by torch version
         # The victim's SIGKILL is the point of the test; the others must exit cleanly.

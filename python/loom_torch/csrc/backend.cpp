@@ -178,6 +178,35 @@ c10::intrusive_ptr<c10d::Backend> LoomBackend::split(const c10::intrusive_ptr<c1
 }
 #endif
 
+#if LOOM_TORCH_AT_LEAST(2, 10)
+c10::intrusive_ptr<c10d::Backend> LoomBackend::shrink(const std::vector<int64_t>& ranksToExclude,
+                                                      int shrinkFlags,
+                                                      const c10::intrusive_ptr<Options>& opts) {
+  std::vector<int> excluded(ranksToExclude.begin(), ranksToExclude.end());
+  int newRank = rank_, newSize = size_;
+  for (int r : excluded) {
+    TORCH_CHECK(r >= 0 && r < size_, "loom rank ", rank_, ": shrink: rank ", r,
+                " is not in this group of ", size_);
+    TORCH_CHECK(r != rank_, "loom rank ", rank_, ": shrink: an excluded rank calls shrink");
+    newRank -= r < rank_;
+    --newSize;
+  }
+  ncclComm_t child = nullptr;
+  auto run = [&] {
+    check(api_.commShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &child,
+                          nullptr, shrinkFlags),
+          "ncclCommShrink");
+  };
+  if (shrinkFlags == NCCL_SHRINK_ABORT) {
+    run();  // beside the worker: the call it may be stuck in fails first
+  } else {
+    enqueue(OpType::UNKNOWN, "shrink", {}, run)->wait(kNoTimeout);
+  }
+  TORCH_CHECK(child, "loom rank ", rank_, ": ncclCommShrink made no communicator");
+  return c10::make_intrusive<LoomBackend>(child, newRank, newSize, opts ? opts->timeout : timeout_);
+}
+#endif
+
 LoomBackend::~LoomBackend() {
   stop(true);
   if (comm_) api_.commDestroy(comm_);

@@ -140,6 +140,18 @@ class LoomBackend : public c10d::Backend {
                                           const c10::intrusive_ptr<Options>& opts) override;
 #endif
 
+#if LOOM_TORCH_AT_LEAST(2, 10)
+  // torch.distributed.shrink_group (torch >= 2.10): the ranks that stay call it, each with
+  // the same ranks (of this group) to leave out; one ncclCommShrink of this communicator,
+  // which never waits for the excluded ranks (dead ones, typically). SHRINK_DEFAULT runs on
+  // the worker after the work queued before it; SHRINK_ABORT runs at once, and the work in
+  // flight (waiting on a dead rank) fails first. The new backend has the survivors, in order.
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude,
+                                           int shrinkFlags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
+#endif
+
   // Aborts the communicator: operations in flight fail, later ones fail at once.
   void abort() LOOM_NEWER_OVERRIDE;
   // Finishes what was issued, then destroys the communicator.

@@ -35,6 +35,7 @@ LoomApi load() {
   bind(lib, a.commDestroy, "ncclCommDestroy", path);
   bind(lib, a.commAbort, "ncclCommAbort", path);
   bind(lib, a.commSplit, "ncclCommSplit", path);
+  bind(lib, a.commShrink, "ncclCommShrink", path);
   bind(lib, a.getErrorString, "ncclGetErrorString", path);
   bind(lib, a.getLastError, "ncclGetLastError", path);
   bind(lib, a.allReduce, "ncclAllReduce", path);

@@ -16,6 +16,7 @@ struct LoomApi {
   decltype(&ncclCommDestroy) commDestroy;
   decltype(&ncclCommAbort) commAbort;
   decltype(&ncclCommSplit) commSplit;
+  decltype(&ncclCommShrink) commShrink;
   decltype(&ncclGetErrorString) getErrorString;
   decltype(&ncclGetLastError) getLastError;
   decltype(&ncclAllReduce) allReduce;
