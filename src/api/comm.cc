@@ -153,16 +153,15 @@ void checkCommForManagement(ncclComm_t comm, const char* fn) {
                    comm->rank);
 }
 
+void cancelPendingGrowId(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(comm->growMu);
+  if (!comm->growIdPending) return;
+  comm->growIdPending = false;
+  cancelRoot(JobId::decode(comm->growId));
+}
+
 void destroyComm(ncclComm_t comm) {
   unregisterComm(comm);
-  // A grow id never used: its root's rendezvous is called off (new ranks waiting there fail).
-  {
-    std::lock_guard<std::mutex> lock(comm->growMu);
-    if (comm->growIdPending) {
-      comm->growIdPending = false;
-      cancelRoot(JobId::decode(comm->growId));
-    }
-  }
   // A call entering now has seen it live or will see it gone: wait until it knows which.
   for (Registry::Slot& slot : registry().entering)
     while (slot.n.load() != 0) std::this_thread::yield();
@@ -175,6 +174,8 @@ void destroyComm(ncclComm_t comm) {
   // Another thread may still be inside a call that noticed the abort: let it leave. The
   // init's publisher is one until its init thread is set, so the join below sees it.
   while (comm->activeCalls.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // A grow id never used (none can be made from here on): its rendezvous is called off.
+  cancelPendingGrowId(comm);
   if (comm->initThread.joinable()) comm->initThread.join();
   // Stock NCCL's abort for an aborted communicator; its destroy (with the object) otherwise.
   if (comm->shadow && comm->abortFlag.load()) comm->shadow->abort();

@@ -127,5 +127,8 @@ class CallScope {
 
 // Frees a communicator: joins its init thread and releases every resource.
 void destroyComm(ncclComm_t comm);
+// Uses up comm's pending grow id (api/grow.cc), if any, and calls off its root's
+// rendezvous: new ranks waiting there fail at once.
+void cancelPendingGrowId(ncclComm_t comm);
 
 }  // namespace loom::api

@@ -27,6 +27,7 @@ struct DeferredCall {
   uint64_t serial;
   const char* fn;
   std::function<ncclResult_t()> run;
+  std::function<void()> skipped;  // when it does not run (may be empty)
 };
 struct GroupState {
   int depth = 0;
@@ -228,7 +229,14 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
     }
     it->second.push_back(&d);
   }
-  if (goneCalls) perComm.clear();
+  auto skip = [](const DeferredCall* d) {
+    if (d->skipped) d->skipped();
+  };
+  if (goneCalls) {
+    for (const auto& [comm, list] : perComm)
+      for (const DeferredCall* d : list) skip(d);
+    perComm.clear();
+  }
   std::vector<std::thread> threads;
   bool background = false;
   for (ncclComm_t c : live) {
@@ -240,10 +248,13 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
   std::vector<int> inProgress(perComm.size(), 0);
   for (size_t i = 0; i < perComm.size(); ++i)
     threads.emplace_back([&, i] {
+      const auto& list = perComm[i].second;
+      size_t j = 0;
       try {
-        for (const DeferredCall* d : perComm[i].second) inProgress[i] |= d->run() == ncclInProgress;
+        for (; j < list.size(); ++j) inProgress[i] |= list[j]->run() == ncclInProgress;
       } catch (...) {
         errors[i] = std::current_exception();
+        for (++j; j < list.size(); ++j) skip(list[j]);
       }
     });
   for (auto& t : threads) t.join();
@@ -326,8 +337,9 @@ void joinStockGroup(ncclComm_t comm, std::function<void()> then) {
 
 void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back({comm, comm->serial}); }
 
-void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run) {
-  tlsGroup.calls.push_back({comm, comm->serial, fn, std::move(run)});
+void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run,
+               std::function<void()> skipped) {
+  tlsGroup.calls.push_back({comm, comm->serial, fn, std::move(run), std::move(skipped)});
 }
 
 }  // namespace loom::api

@@ -42,7 +42,11 @@ void deferInit(ncclComm_t comm);
 // call of `comm` (counted in it), or fails the group end if `comm` was aborted meanwhile.
 // `run` returns ncclInProgress where it leaves work in the background (a non-blocking
 // communicator's init): the group end then returns ncclInProgress too.
-void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run);
+// `skipped`, if given, runs instead when the call does not run (another recorded call's
+// communicator was gone at the end, or an earlier call of its communicator failed), its
+// communicator still entered.
+void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run,
+               std::function<void()> skipped = {});
 // Inside a group: stock NCCL calls on `comm`'s shadow made from now on (window
 // registration, the device API) join a stock NCCL group on this thread, as NCCL defers such
 // calls to the group's end. The outermost end closes it first (before the group's inits,

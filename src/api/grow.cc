@@ -71,11 +71,7 @@ ncclResult_t growNow(ncclComm_t comm, const Call& call) {
   // A grow that fails uses up the id this communicator made (passed or not) and calls off
   // its root's rendezvous, so that the new ranks waiting there fail at once.
   auto fail = [&](loom::Code code, const std::string& msg) {
-    std::lock_guard<std::mutex> lock(comm->growMu);
-    if (comm->growIdPending) {
-      comm->growIdPending = false;
-      loom::cancelRoot(loom::JobId::decode(comm->growId));
-    }
+    loom::api::cancelPendingGrowId(comm);
     throw loom::Error(code, msg);
   };
   if (call.bad) fail(loom::Code::kInvalidArgument, call.badMsg);
@@ -111,8 +107,14 @@ ncclResult_t growNow(ncclComm_t comm, const Call& call) {
     comm->growIdPending = false;  // used
   }
   const loom::JobId job = loom::JobId::decode(all[holder].bytes.data());
-  return loom::api::startChild(comm, call.newcomm, call.nRanks, comm->rank, job,
-                               call.config.get(), fn);
+  try {
+    return loom::api::startChild(comm, call.newcomm, call.nRanks, comm->rank, job,
+                                 call.config.get(), fn);
+  } catch (...) {
+    // This rank will not join: the new ranks are told at once (the holder runs the root).
+    if (holder == comm->rank) loom::cancelRoot(job);
+    throw;
+  }
 }
 
 }  // namespace
@@ -174,6 +176,10 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclU
     } else {
       try {
         call.config = loom::api::KeptConfig(config, fn);  // checked now, kept for a group's end
+        const ncclConfig_t* c = call.config.get();
+        const int blocking = c ? call.config.fields().blocking : NCCL_CONFIG_UNDEF_INT;
+        if (blocking != NCCL_CONFIG_UNDEF_INT && blocking != 0 && blocking != 1)
+          LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, blocking);
       } catch (const loom::Error& e) {
         call.bad = 4;
         call.badMsg = e.what();
@@ -185,10 +191,13 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclU
     }
     // Inside a group (one thread driving existing and new ranks, or several existing ones):
     // at the group's end, on a thread of its own, as a split.
-    loom::api::deferCall(comm, fn, [comm, call] {
-      loom::api::checkCommForManagement(comm, "ncclCommGrow");
-      return growNow(comm, call);
-    });
+    loom::api::deferCall(
+        comm, fn,
+        [comm, call] {
+          loom::api::checkCommForManagement(comm, "ncclCommGrow");
+          return growNow(comm, call);
+        },
+        [comm] { loom::api::cancelPendingGrowId(comm); });
     return ncclSuccess;
   });
 }

@@ -43,7 +43,10 @@ struct Member {
 class RootServer {
  public:
   RootServer(Socket listener, const JobId& id)
-      : listener_(std::move(listener)), id_(id), wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+      : listener_(std::move(listener)),
+        id_(id),
+        wake_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        pid_(getpid()) {}
   ~RootServer() {
     if (wake_ >= 0) ::close(wake_);
   }
@@ -51,6 +54,7 @@ class RootServer {
   RootServer& operator=(const RootServer&) = delete;
 
   const JobId& id() const { return id_; }
+  pid_t pid() const { return pid_; }
   // From another thread (under the root list's lock): the rendezvous is called off; the ranks waiting
   // and those arriving within the linger time are told (status 4).
   void cancel() {
@@ -279,6 +283,7 @@ class RootServer {
   int nranks_ = -1;
   int registered_ = 0;
   int wake_;  // eventfd: cancel()
+  pid_t pid_;  // the process whose thread runs it
   int failed_ = -1;  // a rank that left before the rendezvous completed (0 when cancelled)
   uint16_t failStatus_ = 3;  // what the ranks are told: 3 a rank left, 4 cancelled
   int told_ = 0;     // ranks told about the failure
@@ -288,21 +293,12 @@ class RootServer {
 // ranks until the process exits; listed here, what it holds also stays reachable from a
 // global, so LeakSanitizer's check at exit does not depend on finding it on a blocked
 // thread's stack (core_test under ASan once reported the poll lists of two such roots as
-// leaked). Never freed: roots may outlive static destructors. The lock is taken around
-// fork(), so that a child never inherits it held.
-struct RootList {
-  std::mutex mu;
-  std::vector<RootServer*> servers;
-};
-RootList& roots() {
-  static RootList* list = [] {
-    auto* l = new RootList;
-    pthread_atfork([] { roots().mu.lock(); }, [] { roots().mu.unlock(); },
-                   [] { roots().mu.unlock(); });
-    return l;
-  }();
-  return *list;
-}
+// leaked). Made when the library loads, never freed (roots may outlive static destructors);
+// the lock is held across fork(), so that a child never inherits it held.
+std::mutex gRootsMu;
+std::vector<RootServer*>* const gRoots = new std::vector<RootServer*>();
+[[maybe_unused]] const int gRootsAtFork = pthread_atfork(
+    [] { gRootsMu.lock(); }, [] { gRootsMu.unlock(); }, [] { gRootsMu.unlock(); });
 
 }  // namespace
 
@@ -312,10 +308,9 @@ void startRoot(JobId& id) {
   id.root = addr;
   LOOM_INFO(kLogBootstrap, "bootstrap root listening on %s", addr.str().c_str());
   auto* server = new RootServer(std::move(listener), id);
-  RootList& list = roots();
   {
-    std::lock_guard<std::mutex> lock(list.mu);
-    list.servers.push_back(server);
+    std::lock_guard<std::mutex> lock(gRootsMu);
+    gRoots->push_back(server);
   }
   std::thread([server, id] {
     try {
@@ -324,19 +319,19 @@ void startRoot(JobId& id) {
       LOOM_WARN("bootstrap root %s failed: %s", id.root.str().c_str(), e.what());
     }
     {
-      std::lock_guard<std::mutex> lock(roots().mu);
-      auto& v = roots().servers;
-      v.erase(std::find(v.begin(), v.end(), server));
+      std::lock_guard<std::mutex> lock(gRootsMu);
+      gRoots->erase(std::find(gRoots->begin(), gRoots->end(), server));
     }
     delete server;
   }).detach();
 }
 
 bool cancelRoot(const JobId& id) {
-  RootList& list = roots();
-  std::lock_guard<std::mutex> lock(list.mu);
-  for (RootServer* server : list.servers) {
-    if (server->id().root.str() == id.root.str() &&
+  std::lock_guard<std::mutex> lock(gRootsMu);
+  for (RootServer* server : *gRoots) {
+    // A forked child inherits the list (and each root's eventfd) without the roots' threads:
+    // only this process's roots are its to cancel.
+    if (server->pid() == getpid() && server->id().root.str() == id.root.str() &&
         std::memcmp(server->id().secret, id.secret, sizeof(id.secret)) == 0) {
       server->cancel();
       return true;

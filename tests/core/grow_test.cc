@@ -6,6 +6,9 @@
 // others waiting.
 #include <nccl.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -245,6 +248,77 @@ TEST(CoreGrow, BadCallInAGroupFailsTheGroupsEndAtOnce) {
   EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
 }
 
+// A grow recorded in a group that does not run (another recorded call's communicator was
+// destroyed before the end) calls off its id's rendezvous: the group's new rank fails at
+// once, and the end says why.
+TEST(CoreGrow, GrowSkippedAtTheGroupsEndCallsOffItsId) {
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
+  ncclUniqueId id, id2, growId;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(ncclGetUniqueId(&id2), ncclSuccess);
+  ncclComm_t parent = nullptr, other = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
+  ASSERT_EQ(ncclCommInitRank(&other, 1, id2, 0), ncclSuccess);
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess);
+  ncclComm_t grown[2] = {}, child = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclCommSplit(other, 0, 0, &child, nullptr), ncclSuccess);
+  std::thread([&] { EXPECT_EQ(ncclCommDestroy(other), ncclSuccess); }).join();
+  EXPECT_NE(ncclGroupEnd(), ncclSuccess);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(sec, 10.0) << lastError();
+  EXPECT_TRUE(says("cancelled the rendezvous")) << lastError();
+  EXPECT_EQ(grown[0], nullptr);
+  EXPECT_EQ(child, nullptr);
+  if (grown[1]) {
+    EXPECT_EQ(ncclCommAbort(grown[1]), ncclSuccess);
+  }
+  // The id is used up: a new one may be made.
+  EXPECT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
+  EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
+}
+
+// A forked child that destroys its copy of a communicator with a pending grow id does not
+// call off the parent process's rendezvous (the child inherits the root's list, not its
+// thread): the parent's grow then succeeds.
+TEST(CoreGrow, ForkedChildLeavesTheParentsRendezvousAlone) {
+  EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "30");
+  ncclUniqueId id, growId;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t parent = nullptr;
+  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess);
+  fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(5);  // a lock inherited held would stop it: the parent's check stands either way
+    ncclCommDestroy(parent);
+    _exit(0);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ncclComm_t grown[2] = {};
+  ncclResult_t newRc = ncclInternalError;
+  std::string newErr;
+  std::thread t([&] {
+    newRc = ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr);
+    newErr = ncclGetLastError(nullptr);
+  });
+  EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclSuccess) << lastError();
+  t.join();
+  EXPECT_EQ(newRc, ncclSuccess) << newErr;
+  for (ncclComm_t c : grown) {
+    if (c) {
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    }
+  }
+  EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
+}
+
 // Inside a group, the id of a communicator whose init the group defers is refused (waiting
 // for that init would never end); after the group it is given.
 TEST(CoreGrow, IdOfACommunicatorInitializedInTheSameGroupIsRefused) {
@@ -319,7 +393,9 @@ TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
 // id's root is told at once that the rendezvous was called off.
 TEST(CoreGrow, ExistingRanksThatDisagreeAllFail) {
   EnvGuard stall("LOOM_TIMEOUT", "60"), bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
-  for (int round = 0; round < 3; ++round) {
+  ncclConfig_t badBlocking = NCCL_CONFIG_INITIALIZER;
+  badBlocking.blocking = 2;
+  for (int round = 0; round < 5; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     std::vector<ncclComm_t> parents(2, nullptr);
     ASSERT_EQ(ncclCommInitAll(parents.data(), 2, nullptr), ncclSuccess);
@@ -337,23 +413,31 @@ TEST(CoreGrow, ExistingRanksThatDisagreeAllFail) {
     for (int r = 0; r < 2; ++r) {
       ts.emplace_back([&, r] {
         ncclComm_t grown = nullptr;
-        // round 0: both pass the id; 1: rank 1 asks for 4 ranks; 2: rank 1 passes rank=0
+        // round 0: both pass the id; 1: rank 1 asks for 4 ranks; rank 1 passes 2: rank=0,
+        // 3: a config with blocking=2, 4: newcomm NULL
+        const bool bad = r == 1;
         const ncclUniqueId* passed = round == 0 || r == 0 ? &growId : nullptr;
-        const int n = round == 1 && r == 1 ? 4 : 3;
-        rc[r] = ncclCommGrow(parents[r], n, passed, round == 2 && r == 1 ? 0 : -1, &grown, nullptr);
+        const int n = round == 1 && bad ? 4 : 3;
+        rc[r] = ncclCommGrow(parents[r], n, passed, round == 2 && bad ? 0 : -1,
+                             round == 4 && bad ? nullptr : &grown,
+                             round == 3 && bad ? &badBlocking : nullptr);
         err[r] = ncclGetLastError(nullptr);
       });
     }
     for (auto& t : ts) t.join();
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const char* want[3] = {"existing ranks 0 and 1 both passed a uniqueId",
+    const char* want[5] = {"existing ranks 0 and 1 both passed a uniqueId",
                            "existing ranks ask for different sizes: rank 0 nRanks=3, rank 1 nRanks=4",
-                           "existing rank 1's call has a bad argument (rank is not -1); no rank grows"};
+                           "existing rank 1's call has a bad argument (rank is not -1); no rank grows",
+                           "existing rank 1's call has a bad argument (its config is invalid)",
+                           "existing rank 1's call has a bad argument (newcomm is NULL)"};
+    const char* ownWords[5] = {nullptr, nullptr,
+                               "an existing rank passes rank=-1 (it keeps its rank, 1); got rank=0",
+                               "config->blocking=2 (expected 0 or 1)", "newcomm is NULL"};
     for (int r = 0; r < 2; ++r) {
-      if (round == 2 && r == 1) {
+      if (round >= 2 && r == 1) {
         EXPECT_EQ(rc[r], ncclInvalidArgument);
-        EXPECT_NE(err[r].find("an existing rank passes rank=-1 (it keeps its rank, 1); got rank=0"),
-                  std::string::npos) << err[r];
+        EXPECT_NE(err[r].find(ownWords[round]), std::string::npos) << err[r];
         continue;
       }
       EXPECT_EQ(rc[r], ncclInvalidUsage) << "rank " << r;
