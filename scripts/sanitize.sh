@@ -77,7 +77,12 @@ if [ "$kind" = address ]; then
   # Every multi-rank test (ranks as threads and as forked processes, shm and TCP, 1-8
   # ranks, every collective and algorithm, errors, bootstrap, transports), then kill, abort,
   # revoke, shrink, hostile connections and chaos.
-  core_filter='*'
+  core_filter='*:-CoreGrow.*'
+  # The grow tests in a process of their own: a grow that fails calls off its root's
+  # rendezvous, whose thread then lingers 60 s answering late ranks, and a later test that
+  # forks ranks while such a thread runs gave ASan false reports in the children (a FIFO
+  # mapped where glibc had freed that thread's stack, its shadow still poisoned; 2026-11-27).
+  grow_filter='CoreGrow.*'
   fault_filter='*'
   # Every hierarchical layout kind (even, uneven, interleaved, mixed networks) once (the
   # default selection on the mixed-network layout only); the
@@ -111,6 +116,7 @@ else
   # Eight rank threads over sockets are the slowest under TSan and add no thread pattern
   # that 2-5 over sockets and 8 over shm lack (the CI budget; "full" runs them).
   core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrorsUsage.*:CoreGrow.*:-*threads_8_socket:CoreGrow.TwoRankProcessesGrowToFour:CoreGrow.ForkedChild*'
+  grow_filter=''
   # The fault and chaos suites fork their ranks: TSan does not follow a fork of a
   # threaded process (its children may not start threads), so they stay out.
   fault_filter=''
@@ -145,7 +151,7 @@ case "$subset" in
     [ -n "$hier_filter" ] && hier_filter='HierPlan.*'
     [ "$chaos_trials" -gt 0 ] && chaos_trials=5 && fault_chaos_trials=3 ;;
   full)
-    core_filter='*'
+    core_filter='*:-CoreGrow.*'
     [ -n "$hier_filter" ] && hier_filter='*'
     [ "$kind" = thread ] && core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrors*.*:CoreGrow.*:-CoreGrow.TwoRankProcessesGrowToFour:CoreGrow.ForkedChild*' ;;
 esac
@@ -178,6 +184,9 @@ run() {  # run <name> <binary> [args...]
 }
 
 run core_test "$build/tests/core/core_test" --gtest_filter="$core_filter"
+if [ -n "${grow_filter:-}" ]; then
+  run core_test_grow "$build/tests/core/core_test" --gtest_filter="$grow_filter"
+fi
 if [ "$chaos_trials" -gt 0 ]; then
   LOOM_CHAOS_TRIALS=$chaos_trials run chaos_test "$build/tests/chaos/chaos_test"
   grep -hE "^chaos: " "$logs/chaos_test.log"
