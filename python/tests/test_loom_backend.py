@@ -309,8 +309,9 @@ class LoomCollectivesTest(LoomTestBase):
 
 
 class LoomFailureTest(LoomTestBase):
-    # Ranks other than the victim are expected to raise; the victim dies by SIGKILL.
-    def test_killed_rank_fails_the_others(self):
+    def _kill_rank_1(self):
+        """Rank 1 dies by SIGKILL after a first all-reduce; the others' all-reduces then
+        raise. Returns when they did, with the time the victim died."""
         self.init()
         t = torch.ones(1 << 12)
         dist.all_reduce(t)
@@ -320,6 +321,11 @@ class LoomFailureTest(LoomTestBase):
         with self.assertRaisesRegex(RuntimeError, "loom rank"):
             for _ in range(1000):
                 dist.all_reduce(t)
+        return start
+
+    # Ranks other than the victim are expected to raise; the victim dies by SIGKILL.
+    def test_killed_rank_fails_the_others(self):
+        start = self._kill_rank_1()
         self.assertLess(time.time() - start, 30, "the survivors took too long to fail")
         os._exit(0)  # no destroy: the group is broken
 
@@ -329,15 +335,7 @@ class LoomFailureTest(LoomTestBase):
         dead rank) and go on in the smaller group."""
         if not hasattr(dist, "shrink_group"):
             self.skipTest("this torch has no shrink_group")
-        self.init()
-        t = torch.ones(1 << 12)
-        dist.all_reduce(t)
-        if self.rank == 1:
-            os.kill(os.getpid(), signal.SIGKILL)
-        start = time.time()
-        with self.assertRaisesRegex(RuntimeError, "loom rank"):
-            for _ in range(1000):
-                dist.all_reduce(t)
+        start = self._kill_rank_1()
         g = dist.shrink_group([1], shrink_flags=dist.distributed_c10d.SHRINK_ABORT)
         self.assertLess(time.time() - start, 30, "the survivors took too long to carry on")
         self.assertEqual(dist.get_rank(g), [0, 2].index(self.rank))

@@ -160,8 +160,7 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclU
     call.nRanks = nRanks;
     call.newcomm = newcomm;
     if (newcomm) *newcomm = nullptr;
-    if (uniqueId) call.id.emplace();
-    if (uniqueId) std::memcpy(call.id->data(), uniqueId->internal, call.id->size());
+    if (uniqueId) std::memcpy(call.id.emplace().data(), uniqueId->internal, sizeof(IdBytes));
     if (rank != -1) {
       call.bad = 1;
       call.badMsg = loom::strprintf("%s: an existing rank passes rank=-1 (it keeps its rank, %d); "
@@ -176,10 +175,6 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclU
     } else {
       try {
         call.config = loom::api::KeptConfig(config, fn);  // checked now, kept for a group's end
-        const ncclConfig_t* c = call.config.get();
-        const int blocking = c ? call.config.fields().blocking : NCCL_CONFIG_UNDEF_INT;
-        if (blocking != NCCL_CONFIG_UNDEF_INT && blocking != 0 && blocking != 1)
-          LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, blocking);
       } catch (const loom::Error& e) {
         call.bad = 4;
         call.badMsg = e.what();

@@ -58,11 +58,7 @@ void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
   if (!config) return;
   loom::api::KeptConfig kept(config, fn);
   const ncclConfig_t c = kept.fields();
-  if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
-    if (c.blocking != 0 && c.blocking != 1)
-      LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, c.blocking);
-    comm->blocking = c.blocking == 1;
-  }
+  if (c.blocking != NCCL_CONFIG_UNDEF_INT) comm->blocking = c.blocking == 1;
   if (c.commName) comm->commName = c.commName;
   comm->config = kept;
 }

@@ -42,6 +42,9 @@ KeptConfig::KeptConfig(const ncclConfig_t* config, const char* fn) {
     hasNetName_ = true;
   }
   repoint();
+  const int blocking = fields().blocking;
+  if (blocking != NCCL_CONFIG_UNDEF_INT && blocking != 0 && blocking != 1)
+    LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, blocking);
 }
 
 KeptConfig& KeptConfig::operator=(const KeptConfig& other) {

@@ -15,8 +15,8 @@ class KeptConfig {
  public:
   KeptConfig() = default;
   // Checks the header as NCCL does (a size that holds `blocking`, NCCL_CONFIG_INITIALIZER's
-  // magic) before reading anything else, then keeps the bytes; throws kInvalidArgument
-  // naming `fn`. A null config keeps nothing.
+  // magic) before reading anything else, then keeps the bytes, and checks `blocking` (0, 1
+  // or unset); throws kInvalidArgument naming `fn`. A null config keeps nothing.
   KeptConfig(const ncclConfig_t* config, const char* fn);
   KeptConfig(const KeptConfig& other) { *this = other; }
   KeptConfig& operator=(const KeptConfig& other);

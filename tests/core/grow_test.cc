@@ -92,17 +92,22 @@ void twoGrowToFour(Mode mode) {
 TEST(CoreGrow, TwoRankThreadsGrowToFour) { twoGrowToFour(Mode::kThreads); }
 TEST(CoreGrow, TwoRankProcessesGrowToFour) { twoGrowToFour(Mode::kProcesses); }
 
+// A one-rank communicator (*parent) and a grow id it made (*growId).
+void oneRankParentWithGrowId(ncclComm_t* parent, ncclUniqueId* growId) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(ncclCommInitRank(parent, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_EQ(ncclCommGetUniqueId(*parent, growId), ncclSuccess) << ncclGetLastError(nullptr);
+}
+
 // NCCL's own example: one thread drives the existing rank and the new one in one group; the
 // grown communicator is grown once more (by a second id of the same coordinator, the first
 // being used), outside a group, its three ranks on threads.
 TEST(CoreGrow, OneThreadDrivesTheExistingAndTheNewRankInAGroup) {
   EnvGuard stall("LOOM_TIMEOUT", "60");
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t parent = nullptr;
-  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess) << ncclGetLastError(nullptr);
   ncclUniqueId growId;
-  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << ncclGetLastError(nullptr);
+  ASSERT_NO_FATAL_FAILURE(oneRankParentWithGrowId(&parent, &growId));
   ncclComm_t grown[2] = {reinterpret_cast<ncclComm_t>(uintptr_t{1}), nullptr};
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   ASSERT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclSuccess)
@@ -155,11 +160,9 @@ bool says(const std::string& what) { return lastError().find(what) != std::strin
 // cancelled root lingering: no fork while such a thread runs, see scripts/sanitize.sh.)
 TEST(CoreGrow, ForkedChildLeavesTheParentsRendezvousAlone) {
   EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "30");
-  ncclUniqueId id, growId;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t parent = nullptr;
-  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
-  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess);
+  ncclUniqueId growId;
+  ASSERT_NO_FATAL_FAILURE(oneRankParentWithGrowId(&parent, &growId));
   fflush(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
@@ -265,11 +268,9 @@ TEST(CoreGrow, BadCallsAndIdsUsedOnce) {
 // group's end fails at once (the new rank's rendezvous is called off), saying why.
 TEST(CoreGrow, BadCallInAGroupFailsTheGroupsEndAtOnce) {
   EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
-  ncclUniqueId id, growId;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclComm_t parent = nullptr;
-  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
-  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess);
+  ncclUniqueId growId;
+  ASSERT_NO_FATAL_FAILURE(oneRankParentWithGrowId(&parent, &growId));
   ncclComm_t grown[2] = {};
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
@@ -292,13 +293,11 @@ TEST(CoreGrow, BadCallInAGroupFailsTheGroupsEndAtOnce) {
 // once, and the end says why.
 TEST(CoreGrow, GrowSkippedAtTheGroupsEndCallsOffItsId) {
   EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
-  ncclUniqueId id, id2, growId;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  ASSERT_EQ(ncclGetUniqueId(&id2), ncclSuccess);
   ncclComm_t parent = nullptr, other = nullptr;
-  ASSERT_EQ(ncclCommInitRank(&parent, 1, id, 0), ncclSuccess);
+  ncclUniqueId growId, id2;
+  ASSERT_NO_FATAL_FAILURE(oneRankParentWithGrowId(&parent, &growId));
+  ASSERT_EQ(ncclGetUniqueId(&id2), ncclSuccess);
   ASSERT_EQ(ncclCommInitRank(&other, 1, id2, 0), ncclSuccess);
-  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess);
   ncclComm_t grown[2] = {}, child = nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
