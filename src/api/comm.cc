@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "api/guard.h"
+#include "api/mgmt_job.h"
 #include "api/stock_route.h"
 #include "base/log.h"
 #include "bootstrap/root.h"
@@ -122,6 +123,7 @@ void checkComm(ncclComm_t comm, const char* fn) {
                "%s: comm %p is not a live communicator (already destroyed, or never created)",
                fn, static_cast<void*>(comm));
   waitInitOrThrow(comm, fn);
+  refuseDuringJob(comm, fn);
   int err = comm->asyncError.load();
   if (err != ncclSuccess) {
     std::string last;
@@ -147,6 +149,7 @@ void checkCommForManagement(ncclComm_t comm, const char* fn) {
     LOOM_THROW(kInvalidArgument, "%s: comm %p is not a live communicator", fn,
                static_cast<void*>(comm));
   waitInitOrThrow(comm, fn);
+  refuseDuringJob(comm, fn);
   LOOM_CHECK_USAGE(comm->core != nullptr, "%s: the communicator (rank %d) never initialized", fn,
                    comm->rank);
   LOOM_CHECK_USAGE(!comm->abortFlag.load(), "%s: communicator (rank %d) has been aborted", fn,
@@ -177,6 +180,7 @@ void destroyComm(ncclComm_t comm) {
   // A grow id never used (none can be made from here on): its rendezvous is called off.
   cancelPendingGrowId(comm);
   if (comm->initThread.joinable()) comm->initThread.join();
+  if (comm->jobThread.joinable()) comm->jobThread.join();  // its last touch is behind it
   // Stock NCCL's abort for an aborted communicator; its destroy (with the object) otherwise.
   if (comm->shadow && comm->abortFlag.load()) comm->shadow->abort();
   if (comm->core && comm->abortFlag.load()) comm->core->recorder().dumpOnEvent("abort");

@@ -50,6 +50,16 @@ struct ncclComm {
   std::condition_variable initCv;
   bool destroying = false;  // under initMu: destroyComm wakes the init's waiters
 
+  // A non-blocking communicator's split, shrink or grow outside a group runs as a job on a
+  // thread of its own (api/mgmt_job.h): jobRunning until it is done; jobFn names the call.
+  // childInInit (under initMu) is the job's new communicator while its init runs, so that
+  // an abort of this one aborts that init too.
+  std::mutex jobMu;
+  std::thread jobThread;
+  std::atomic<bool> jobRunning{false};
+  std::atomic<const char*> jobFn{""};
+  ncclComm* childInInit = nullptr;
+
   std::atomic<int> activeCalls{0};  // API calls running on this comm (abort waits for them)
   // Set by the one call that frees the comm (destroy, abort, or a blocking init that
   // failed), so that two of them racing never free it twice. Read under a CallScope.

@@ -12,6 +12,7 @@
 #include "algo/select.h"
 #include "api/comm.h"
 #include "api/guard.h"
+#include "api/mgmt_job.h"
 #include "base/log.h"
 #include "engine/engine.h"
 
@@ -26,7 +27,8 @@ struct DeferredCall {
   ncclComm_t comm;
   uint64_t serial;
   const char* fn;
-  std::function<ncclResult_t()> run;
+  ncclComm_t* newcomm;
+  std::function<ncclResult_t(ncclComm_t* out)> run;
   std::function<void()> skipped;  // when it does not run (may be empty)
 };
 struct GroupState {
@@ -246,12 +248,26 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
   }
   std::vector<std::exception_ptr> errors(perComm.size());
   std::vector<int> inProgress(perComm.size(), 0);
+  for (size_t i = 0; i < perComm.size(); ++i) {
+    const auto& list = perComm[i].second;
+    if (perComm[i].first->blocking) continue;
+    // A non-blocking communicator's calls: its job, not waited for.
+    std::vector<JobStep> steps;
+    for (const DeferredCall* d : list) steps.push_back({d->fn, d->newcomm, d->run, d->skipped});
+    try {
+      startJob(perComm[i].first, std::move(steps));
+      inProgress[i] = 1;
+    } catch (...) {
+      errors[i] = std::current_exception();
+      for (const DeferredCall* d : list) skip(d);
+    }
+  }
   for (size_t i = 0; i < perComm.size(); ++i)
-    threads.emplace_back([&, i] {
+    if (perComm[i].first->blocking) threads.emplace_back([&, i] {
       const auto& list = perComm[i].second;
       size_t j = 0;
       try {
-        for (; j < list.size(); ++j) inProgress[i] |= list[j]->run() == ncclInProgress;
+        for (; j < list.size(); ++j) inProgress[i] |= list[j]->run(list[j]->newcomm) == ncclInProgress;
       } catch (...) {
         errors[i] = std::current_exception();
         for (++j; j < list.size(); ++j) skip(list[j]);
@@ -337,9 +353,9 @@ void joinStockGroup(ncclComm_t comm, std::function<void()> then) {
 
 void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back({comm, comm->serial}); }
 
-void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run,
-               std::function<void()> skipped) {
-  tlsGroup.calls.push_back({comm, comm->serial, fn, std::move(run), std::move(skipped)});
+void deferCall(ncclComm_t comm, const char* fn, ncclComm_t* newcomm,
+               std::function<ncclResult_t(ncclComm_t* out)> run, std::function<void()> skipped) {
+  tlsGroup.calls.push_back({comm, comm->serial, fn, newcomm, std::move(run), std::move(skipped)});
 }
 
 }  // namespace loom::api

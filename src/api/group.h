@@ -40,13 +40,17 @@ void deferInit(ncclComm_t comm);
 // on a thread of its own beside the group's other such calls (one thread driving several
 // ranks splits them together), after the group's inits, before its operations. It runs as a
 // call of `comm` (counted in it), or fails the group end if `comm` was aborted meanwhile.
-// `run` returns ncclInProgress where it leaves work in the background (a non-blocking
-// communicator's init): the group end then returns ncclInProgress too.
+// `run` makes the call's new communicator into the pointer it is given: `newcomm` (the
+// caller's), or, for a non-blocking `comm`, one whose value its job (api/mgmt_job.h) sets
+// into `newcomm` when the job ends: a non-blocking communicator's recorded calls run as its
+// job, and the group's end does not wait for them. `run` returns ncclInProgress where it
+// leaves work in the background (a non-blocking communicator's init); the group end then
+// returns ncclInProgress too, as it does when a job was started.
 // `skipped`, if given, runs instead when the call does not run (another recorded call's
 // communicator was gone at the end, or an earlier call of its communicator failed), its
 // communicator still entered.
-void deferCall(ncclComm_t comm, const char* fn, std::function<ncclResult_t()> run,
-               std::function<void()> skipped = {});
+void deferCall(ncclComm_t comm, const char* fn, ncclComm_t* newcomm,
+               std::function<ncclResult_t(ncclComm_t* out)> run, std::function<void()> skipped = {});
 // Inside a group: stock NCCL calls on `comm`'s shadow made from now on (window
 // registration, the device API) join a stock NCCL group on this thread, as NCCL defers such
 // calls to the group's end. The outermost end closes it first (before the group's inits,

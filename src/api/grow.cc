@@ -24,6 +24,7 @@
 #include "api/guard.h"
 #include "api/init.h"
 #include "api/kept_config.h"
+#include "api/mgmt_job.h"
 #include "base/error.h"
 #include "bootstrap/root.h"
 #include "dispatch/nccl_extra_abi.h"
@@ -182,14 +183,20 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclU
     }
     if (!loom::api::inGroup()) {
       loom::api::checkCommForManagement(comm, fn);
-      return growNow(comm, call);
+      if (!loom::api::runsAsJob(comm)) return growNow(comm, call);
+      // Its bad arguments too are reported by the job, after the exchange.
+      return loom::api::startJob(comm, {{fn, newcomm, [comm, call](ncclComm_t* out) mutable {
+                                   call.newcomm = out;
+                                   return growNow(comm, call);
+                                 }}});
     }
     // Inside a group (one thread driving existing and new ranks, or several existing ones):
     // at the group's end, on a thread of its own, as a split.
     loom::api::deferCall(
-        comm, fn,
-        [comm, call] {
+        comm, fn, newcomm,
+        [comm, call](ncclComm_t* out) mutable {
           loom::api::checkCommForManagement(comm, "ncclCommGrow");
+          call.newcomm = out;
           return growNow(comm, call);
         },
         [comm] { loom::api::cancelPendingGrowId(comm); });

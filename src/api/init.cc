@@ -15,6 +15,7 @@
 #include "api/guard.h"
 #include "api/init.h"
 #include "api/kept_config.h"
+#include "api/mgmt_job.h"
 #include "base/config.h"
 #include "base/cuda_driver.h"
 #include "base/log.h"
@@ -97,11 +98,23 @@ ncclResult_t startInit(ncclComm_t* out, int nranks, const JobId& job, int rank,
     loom::api::deferInit(c);
     return ncclSuccess;
   }
-  if (!blocking) {
+  // A non-blocking parent's job (api/mgmt_job.h) runs its new communicator's init itself,
+  // as one with it: ended by an abort of the parent too.
+  ncclComm_t jobParent = loom::api::jobParentOfThisThread();
+  if (!blocking && !jobParent) {
     c->initThread = std::thread([c] { c->runInit(); });
     return ncclInProgress;
   }
+  if (jobParent) {
+    std::lock_guard<std::mutex> lock(jobParent->initMu);
+    jobParent->childInInit = c;
+    if (jobParent->abortFlag.load()) c->abortFlag.store(true);
+  }
   c->runInit();
+  if (jobParent) {
+    std::lock_guard<std::mutex> lock(jobParent->initMu);
+    jobParent->childInInit = nullptr;
+  }
   const auto rc = static_cast<ncclResult_t>(c->asyncError.load());
   std::string msg;
   bool mine = false;
@@ -317,6 +330,12 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
     if (!loom::api::inGroup()) {
       // Allowed after ncclCommRevoke or a failure: splitting is how survivors carry on.
       loom::api::checkCommForManagement(comm, "ncclCommSplit");
+      if (loom::api::runsAsJob(comm)) {
+        loom::api::KeptConfig kept(config, "ncclCommSplit");  // the caller's may go
+        return loom::api::startJob(comm, {{"ncclCommSplit", newcomm, [=, copy = kept](ncclComm_t* out) mutable {
+          return splitNow(comm, color, key, out, copy.get());
+        }}});
+      }
       return splitNow(comm, color, key, newcomm, config);
     }
     // Inside a group (one thread splitting the several ranks it drives, as XLA does): the
@@ -325,9 +344,9 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
     LOOM_CHECK_ARG(comm && loom::api::isLiveComm(comm),
                    "ncclCommSplit: comm %p is not a live communicator", static_cast<void*>(comm));
     loom::api::KeptConfig kept(config, "ncclCommSplit");  // checked now, kept for the end
-    loom::api::deferCall(comm, "ncclCommSplit", [=, copy = kept]() mutable {
+    loom::api::deferCall(comm, "ncclCommSplit", newcomm, [=, copy = kept](ncclComm_t* out) mutable {
       loom::api::checkCommForManagement(comm, "ncclCommSplit");
-      return splitNow(comm, color, key, newcomm, copy.get());
+      return splitNow(comm, color, key, out, copy.get());
     });
     return ncclSuccess;
   });
@@ -357,12 +376,19 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
       excluded[r] = true;
     }
     LOOM_CHECK_USAGE(!excluded[comm->rank], "%s: rank %d excludes itself", fn, comm->rank);
-    if (!loom::api::inGroup()) return shrinkNow(comm, excluded, newcomm, config, shrinkFlags);
+    if (!loom::api::inGroup()) {
+      if (!loom::api::runsAsJob(comm)) return shrinkNow(comm, excluded, newcomm, config, shrinkFlags);
+      loom::api::checkCommForManagement(comm, fn);
+      loom::api::KeptConfig kept(config, fn);  // the caller's may go
+      return loom::api::startJob(comm, {{fn, newcomm, [=, copy = kept](ncclComm_t* out) mutable {
+        return shrinkNow(comm, excluded, out, copy.get(), shrinkFlags);
+      }}});
+    }
     // Inside a group, as a split: at the group's end, each parent's calls on a thread of
     // their own (the survivors one thread drives would otherwise wait on each other).
     loom::api::KeptConfig kept(config, fn);
-    loom::api::deferCall(comm, fn, [=, copy = kept]() mutable {
-      return shrinkNow(comm, excluded, newcomm, copy.get(), shrinkFlags);
+    loom::api::deferCall(comm, fn, newcomm, [=, copy = kept](ncclComm_t* out) mutable {
+      return shrinkNow(comm, excluded, out, copy.get(), shrinkFlags);
     });
     return ncclSuccess;
   });
@@ -418,6 +444,7 @@ LOOM_NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
         // Under initMu, so a thread about to wait for the init cannot miss the wake-up.
         std::lock_guard<std::mutex> lock(comm->initMu);
         comm->abortFlag.store(true);
+        if (comm->childInInit) comm->childInInit->abortFlag.store(true);  // its job's
       }
       comm->initCv.notify_all();
     }
@@ -448,6 +475,11 @@ LOOM_NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* 
     // A kernel's failed status reaches the error now (init over: core is set).
     if (comm->asyncError.load() != ncclInProgress && comm->core && comm->core->deviceExec())
       comm->core->deviceExec()->poll();
+    // A split, shrink or grow running as a job (api/mgmt_job.h): its error lands first.
+    if (comm->jobRunning.load()) {
+      *asyncError = ncclInProgress;
+      return ncclSuccess;
+    }
     *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
     // The calls stock NCCL serves fail asynchronously on its side.
     if (*asyncError == ncclSuccess && comm->shadow && !comm->abortFlag.load())

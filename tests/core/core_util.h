@@ -119,6 +119,28 @@ inline std::string expectSameOnAllRanks(ncclComm_t comm, int rank, int nranks, u
   return "";
 }
 
+// One thread's all-reduce over the ranks it drives, in one group: every rank j of `comms`
+// (global rank ranks[j]; null ones skipped) contributes ranks[j] + 1 in each element, and
+// expect[j] is the sum it must get.
+inline std::string allReduceInGroup(const std::vector<ncclComm_t>& comms,
+                                    const std::vector<int>& ranks, const std::vector<int>& expect) {
+  constexpr size_t kCount = 70001;
+  std::vector<std::vector<int32_t>> in(comms.size()), out(comms.size());
+  RANK_NCCL(ncclGroupStart());
+  for (size_t j = 0; j < comms.size(); ++j) {
+    if (!comms[j]) continue;
+    in[j].assign(kCount, ranks[j] + 1);
+    out[j].assign(kCount, -1);
+    RANK_NCCL(ncclAllReduce(in[j].data(), out[j].data(), kCount, ncclInt32, ncclSum, comms[j], nullptr));
+  }
+  RANK_NCCL(ncclGroupEnd());
+  for (size_t j = 0; j < comms.size(); ++j)
+    for (size_t i = 0; comms[j] && i < kCount; ++i)
+      RANK_CHECK(out[j][i] == expect[j], "rank %d: [%zu] = %d, want %d", ranks[j], i,
+                 out[j][i], expect[j]);
+  return "";
+}
+
 // A TCP port on `host` (127.0.0.1 or ::1) that was free a moment ago; 0 if none.
 inline int freePort(const char* host = "127.0.0.1") {
   bool v6 = strchr(host, ':') != nullptr;

@@ -351,9 +351,10 @@ TEST(CoreGrow, IdOfACommunicatorInitializedInTheSameGroupIsRefused) {
   EXPECT_LT(sec, 10.0) << err;
 }
 
-// A non-blocking parent grown with no config: the existing ranks' new communicator is
-// non-blocking too (its init returns ncclInProgress), the new rank's blocking (the
-// defaults).
+// A non-blocking parent grown with no config: its grow runs as a job (api/mgmt_job.h):
+// the call returns ncclInProgress, and the new communicator is there once the parent's
+// state settles. It is non-blocking too (its split returns ncclInProgress), the new
+// rank's blocking (the defaults).
 TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
   EnvGuard stall("LOOM_TIMEOUT", "60");
   ncclUniqueId id;
@@ -375,17 +376,94 @@ TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
   EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclInProgress) << lastError();
   t.join();
   EXPECT_EQ(newRc, ncclSuccess);
-  ASSERT_NE(grown[0], nullptr);
   state = ncclInProgress;
-  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(grown[0], &state), ncclSuccess);
-  EXPECT_EQ(state, ncclSuccess);
+  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(parent, &state), ncclSuccess);
+  EXPECT_EQ(state, ncclSuccess) << ncclGetLastError(parent);
+  ASSERT_NE(grown[0], nullptr);
+  ASSERT_EQ(ncclCommGetAsyncError(grown[0], &state), ncclSuccess);
+  EXPECT_EQ(state, ncclSuccess) << "its init ran in the job";
   std::string errs[2];
   std::vector<std::thread> ts;
   for (int r = 0; r < 2; ++r) ts.emplace_back([&, r] { errs[r] = checkAllReduce(grown[r], r, 2); });
   for (auto& th : ts) th.join();
   EXPECT_EQ(errs[0] + errs[1], "");
+  // Which of them blocks: the new rank's split waits for the other's; the existing rank's
+  // returns at once.
+  ncclComm_t none[2] = {grown[0], grown[1]};
+  std::thread split1([&] { newRc = ncclCommSplit(grown[1], NCCL_SPLIT_NOCOLOR, 0, &none[1], nullptr); });
+  EXPECT_EQ(ncclCommSplit(grown[0], NCCL_SPLIT_NOCOLOR, 0, &none[0], nullptr), ncclInProgress);
+  split1.join();
+  EXPECT_EQ(newRc, ncclSuccess);
+  state = ncclInProgress;
+  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(grown[0], &state), ncclSuccess);
+  EXPECT_EQ(state, ncclSuccess);
+  EXPECT_EQ(none[0], nullptr);
+  EXPECT_EQ(none[1], nullptr);
   for (ncclComm_t c : grown) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   EXPECT_EQ(ncclCommDestroy(parent), ncclSuccess);
+}
+
+// One thread drives two non-blocking existing ranks through a grow without a group (each
+// call returns at once); a third thread is the new rank. Then a bad call from one thread:
+// both parents' states report it (the bad rank's own words, the other naming it), and the
+// new rank learns at once that the rendezvous was called off.
+TEST(CoreGrow, NonBlockingExistingRanksGrowFromOneThread) {
+  EnvGuard stall("LOOM_TIMEOUT", "30"), bound("LOOM_BOOTSTRAP_TIMEOUT", "30");
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "a good grow" : "rank 1 passes rank=0");
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t parents[2] = {};
+    for (int r = 0; r < 2; ++r) ASSERT_EQ(ncclCommInitRankConfig(&parents[r], 2, id, r, &cfg), ncclInProgress);
+    ncclResult_t state = ncclInProgress;
+    for (ncclComm_t p : parents) {
+      state = ncclInProgress;
+      while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(p, &state), ncclSuccess);
+      ASSERT_EQ(state, ncclSuccess);
+    }
+    ncclUniqueId growId;
+    ASSERT_EQ(ncclCommGetUniqueId(parents[0], &growId), ncclSuccess) << lastError();
+    ncclComm_t grown[3] = {};
+    ncclResult_t newRc = ncclInternalError;
+    std::string newErr;
+    std::thread t([&] {
+      newRc = ncclCommGrow(nullptr, 3, &growId, 2, &grown[2], nullptr);
+      newErr = ncclGetLastError(nullptr);
+    });
+    EXPECT_EQ(ncclCommGrow(parents[0], 3, &growId, -1, &grown[0], nullptr), ncclInProgress) << lastError();
+    EXPECT_EQ(ncclCommGrow(parents[1], 3, nullptr, round == 0 ? -1 : 0, &grown[1], nullptr), ncclInProgress)
+        << lastError();
+    ncclResult_t states[2];
+    for (int r = 0; r < 2; ++r) {
+      states[r] = ncclInProgress;
+      while (states[r] == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(parents[r], &states[r]), ncclSuccess);
+    }
+    t.join();
+    if (round == 0) {
+      EXPECT_EQ(states[0], ncclSuccess) << ncclGetLastError(parents[0]);
+      EXPECT_EQ(states[1], ncclSuccess) << ncclGetLastError(parents[1]);
+      EXPECT_EQ(newRc, ncclSuccess) << newErr;
+      std::string errs[3];
+      std::vector<std::thread> ts;
+      for (int r = 0; r < 3; ++r) ts.emplace_back([&, r] { errs[r] = checkAllReduce(grown[r], r, 3); });
+      for (auto& th : ts) th.join();
+      EXPECT_EQ(errs[0] + errs[1] + errs[2], "");
+      for (ncclComm_t c : grown) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    } else {
+      EXPECT_EQ(states[1], ncclInvalidArgument);
+      EXPECT_NE(std::string(ncclGetLastError(parents[1])).find("got rank=0"), std::string::npos)
+          << ncclGetLastError(parents[1]);
+      EXPECT_EQ(states[0], ncclInvalidUsage);
+      EXPECT_NE(std::string(ncclGetLastError(parents[0])).find("existing rank 1's call has a bad argument"),
+                std::string::npos) << ncclGetLastError(parents[0]);
+      for (ncclComm_t c : grown) EXPECT_EQ(c, nullptr);
+      EXPECT_EQ(newRc, ncclRemoteError) << newErr;
+      EXPECT_NE(newErr.find("cancelled the rendezvous"), std::string::npos) << newErr;
+    }
+    for (ncclComm_t p : parents) EXPECT_EQ(ncclCommDestroy(p), ncclSuccess);
+  }
 }
 
 // Existing ranks that disagree, or one of which passes a bad argument, fail alike: both

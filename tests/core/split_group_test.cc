@@ -17,26 +17,6 @@
 namespace loomtest {
 namespace {
 
-// Every rank j of `comms` (global rank ranks[j]) contributes ranks[j] + 1 in each element.
-std::string allReduceInGroup(const std::vector<ncclComm_t>& comms, const std::vector<int>& ranks,
-                             const std::vector<int>& expect) {
-  constexpr size_t kCount = 70001;
-  std::vector<std::vector<int32_t>> in(comms.size()), out(comms.size());
-  RANK_NCCL(ncclGroupStart());
-  for (size_t j = 0; j < comms.size(); ++j) {
-    if (!comms[j]) continue;
-    in[j].assign(kCount, ranks[j] + 1);
-    out[j].assign(kCount, -1);
-    RANK_NCCL(ncclAllReduce(in[j].data(), out[j].data(), kCount, ncclInt32, ncclSum, comms[j], nullptr));
-  }
-  RANK_NCCL(ncclGroupEnd());
-  for (size_t j = 0; j < comms.size(); ++j)
-    for (size_t i = 0; comms[j] && i < kCount; ++i)
-      RANK_CHECK(out[j][i] == expect[j], "rank %d's child: [%zu] = %d, want %d", ranks[j], i,
-                 out[j][i], expect[j]);
-  return "";
-}
-
 // Splits the ranks `ranks` of a 4-rank parent, driven by this thread, in one group: ranks
 // 0 and 2 color 0, rank 1 color 1, rank 3 no color; keys reverse the order (key = -rank).
 std::string splitInGroup(const std::vector<ncclComm_t>& parents, const std::vector<int>& ranks) {
