@@ -115,7 +115,7 @@ else
   report_re="WARNING: ThreadSanitizer|ERROR: ThreadSanitizer|runtime error:|Sanitizer:? CHECK failed"
   # Eight rank threads over sockets are the slowest under TSan and add no thread pattern
   # that 2-5 over sockets and 8 over shm lack (the CI budget; "full" runs them).
-  core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrorsUsage.*:CoreGrow.*:-*threads_8_socket:CoreGrow.TwoRankProcessesGrowToFour:CoreGrow.ForkedChild*'
+  core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrorsUsage.*:CoreGrow.*:CoreJob.*:-*threads_8_socket:CoreGrow.TwoRankProcessesGrowToFour:CoreGrow.ForkedChild*'
   grow_filter=''
   # The fault and chaos suites fork their ranks: TSan does not follow a fork of a
   # threaded process (its children may not start threads), so they stay out.
@@ -153,7 +153,7 @@ case "$subset" in
   full)
     core_filter='*:-CoreGrow.*'
     [ -n "$hier_filter" ] && hier_filter='*'
-    [ "$kind" = thread ] && core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrors*.*:CoreGrow.*:-CoreGrow.TwoRankProcessesGrowToFour:CoreGrow.ForkedChild*' ;;
+    [ "$kind" = thread ] && core_filter='*threads*:CoreTransport.ThreadsLeaveNoShm:CoreRegression.*:CoreErrors*.*:CoreGrow.*:CoreJob.*:-CoreGrow.TwoRankProcessesGrowToFour:CoreGrow.ForkedChild*' ;;
 esac
 
 mkdir -p "$logs"

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -61,6 +62,8 @@ struct Faults {
   int postSendErr = 0;       // ibv_post_send returns this
   int postRecvErr = 0;       // ibv_post_recv returns this
   ibv_wc_status completionStatus = IBV_WC_SUCCESS;  // the next completion polled gets this
+  int failNthCompletion = 0;  // > 0: the completion polled that many from now gets failStatus
+  ibv_wc_status failStatus = IBV_WC_SUCCESS;
   int createdQps = 0;
   std::vector<ibv_qp_attr> rts;  // what each move to RTR/RTS asked for
 };
@@ -101,6 +104,8 @@ int pollCq(ibv_cq* cq, int n, ibv_wc* wc) {
     wc[0].status = gF.completionStatus;
     gF.completionStatus = IBV_WC_SUCCESS;
   }
+  for (int i = 0; i < got && gF.failNthCompletion > 0; ++i)
+    if (--gF.failNthCompletion == 0) wc[i].status = gF.failStatus;
   return got;
 }
 
@@ -353,6 +358,56 @@ TEST_F(IbVerbs, ReceiverCompletionErrorFailsTheReceive) {
   EXPECT_TRUE(has(e, "clear-to-send write failed") &&
               has(e, gReal->wcStatusStr(IBV_WC_REM_ACCESS_ERR)))
       << e;
+}
+
+// A receiver posts receives ahead of the messages: the clear-to-send of one the sender
+// never sends may fail (a sender closing after its last message, seen once in CI as a
+// remote access error) in the same batch of completions as the last real message. That
+// message's receive succeeds; only the receive ahead fails.
+TEST_F(IbVerbs, AFailureAheadLeavesAnArrivedMessageReceived) {
+  Env qps("NCCL_IB_QPS_PER_CONNECTION", "1");  // one receive completion per message
+  make(true);
+  ASSERT_NO_THROW(connect());
+  std::vector<char> out(4096, 0x3a), in0(4096), in1(4096);
+  auto sm = send_->regMr(out.data(), out.size(), loom::NetMemType::kHost);
+  auto rm0 = recv_->regMr(in0.data(), in0.size(), loom::NetMemType::kHost);
+  auto rm1 = recv_->regMr(in1.data(), in1.size(), loom::NetMemType::kHost);
+  size_t b = 0;
+  NetRequest* r0 = recv_->irecv(in0.data(), in0.size(), 0, rm0.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(recv_->test(r0, &b));  // its clear-to-send's completion taken
+  NetRequest* s = nullptr;
+  bool sent = false;
+  auto end = Clock::now() + std::chrono::seconds(10);
+  while (!sent && Clock::now() < end) {
+    if (!s) s = send_->isend(out.data(), out.size(), 0, sm.get());
+    if (s) sent = send_->test(s, &b);
+  }
+  ASSERT_TRUE(sent);
+  // The message is in (its write acknowledged): its receive's completion is queued first,
+  // then the clear-to-send of the receive ahead, which fails.
+  NetRequest* r1 = recv_->irecv(in1.data(), in1.size(), 0, rm1.get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  gF.failStatus = IBV_WC_REM_ACCESS_ERR;
+  gF.failNthCompletion = 2;
+  bool got = false;
+  std::string e0 = errorOf([&] {
+    auto until = Clock::now() + std::chrono::seconds(10);
+    while (!got && Clock::now() < until) got = recv_->test(r0, &b);
+  });
+  EXPECT_EQ(e0, "");
+  EXPECT_TRUE(got);
+  EXPECT_EQ(b, in0.size());
+  EXPECT_TRUE(in0 == out);
+  EXPECT_EQ(gF.failNthCompletion, 0) << "the clear-to-send's completion was not polled";
+  Code c{};
+  std::string e1 = errorOf([&] {
+    auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) recv_->test(r1, &b);
+  }, &c);
+  EXPECT_EQ(c, Code::kRemoteError) << e1;
+  EXPECT_TRUE(has(e1, "clear-to-send write failed") && has(e1, gReal->wcStatusStr(IBV_WC_REM_ACCESS_ERR)))
+      << e1;
 }
 
 // NCCL_IB_TIMEOUT, _RETRY_CNT, _TC, _SL and _QPS_PER_CONNECTION reach every QP.

@@ -38,6 +38,7 @@ struct IbRequest : NetRequest {
   bool ctsLeft = false;  // the receiver's clear-to-send write
   bool oversized = false;
   bool flush = false;    // a receiver's flush: one RDMA READ on the flush QP
+  bool doomed = false;   // a receive posted after the comm failed, or whose posting failed
   uint64_t seq = 0;
   size_t bytes = 0;  // sent; for a receive its capacity, then what arrived
 };
@@ -72,18 +73,32 @@ class IbComm : protected PeerControl {
     broken_ = std::move(why);
   }
 
-  // Takes every completion the CQ (the connection's; else `cq`) holds. The first that failed
-  // breaks the comm for good (those after it are the QP's flushed work).
+  // Takes every completion the CQ (the connection's; else `cq`) holds, the successful ones
+  // after a failed one included. The first that failed breaks the comm for good (those
+  // after it are the QP's flushed work), and is thrown once all are taken.
   void poll(ibv_cq* cq = nullptr) {
     ibv_wc wc[16];
+    bool failed = false;
     for (;;) {
       int n = api_.pollCq(cq ? cq : qps_->cq(), 16, wc);
       if (n < 0) {
         breakWith(Code::kSystemError, who_ + ": ibv_poll_cq failed");
         failIfBroken();
       }
-      for (int i = 0; i < n; ++i) take(wc[i]);
-      if (n < 16) return;
+      for (int i = 0; i < n; ++i) failed |= !take(wc[i]);
+      if (n < 16) break;
+    }
+    if (failed) failIfBroken();
+  }
+  // Polls for `r`: a failure fails the call only while r still waits. A request whose last
+  // completion came in the same batch as a later request's failure is done (a receiver
+  // posts receives ahead, and a sender that has sent its last message may close while
+  // their clear-to-send writes are in flight): the later request's test reports it.
+  void pollFor(const IbRequest& r) {
+    try {
+      poll();
+    } catch (const Error&) {
+      if (r.left || r.ctsLeft) throw;
     }
   }
 
@@ -121,7 +136,8 @@ class IbComm : protected PeerControl {
   Code brokenCode_ = Code::kRemoteError;
 
  private:
-  void take(const ibv_wc& wc) {
+  // False where the completion failed (the comm is then broken).
+  bool take(const ibv_wc& wc) {
     uint64_t kind = wc.wr_id >> 32;
     size_t i = wc.wr_id & 0xffffffffu;
     if (wc.status != IBV_WC_SUCCESS) {
@@ -137,13 +153,14 @@ class IbComm : protected PeerControl {
                                    "ports is down; NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT bound "
                                    "how long this takes to show)"
                                  : ""));
-      failIfBroken();
+      return false;
     }
     if (i >= kMaxRequests || kind < kWrData || kind > kWrFlush) {
       breakWith(Code::kInternalError, who_ + ": a completion for no request of this comm");
-      failIfBroken();
+      return false;
     }
     completed(kind, reqs_[i], wc);
+    return true;
   }
 };
 
@@ -167,6 +184,10 @@ class IbSendComm : public NetSendComm, IbComm {
     for (const IbRequest& r : reqs_)
       if (r.busy && r.left && r.seq < sent) sent = r.seq;
     sayGoodbye(sent);
+    // The QPs go before the FIFO's registration: a clear-to-send the receiver posted ahead
+    // and still writes then finds no QP (dropped, its receive failing at the goodbye) rather
+    // than a live QP without the memory (a remote access error on the receiver's side).
+    qps_.reset();
   }
 
   std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
@@ -230,11 +251,9 @@ class IbSendComm : public NetSendComm, IbComm {
 
   bool test(NetRequest* req, size_t* bytes) override {
     IbRequest* r = check(req);
+    if (r->left) pollFor(*r);
     if (r->left) {
-      failIfBroken();
-      poll();
-    }
-    if (r->left) {
+      failIfBroken();  // what it waits for will not come
       // A write's acknowledgement may trail the end of the receiver's stream a little.
       if (pollControl(nullptr, nullptr) && endedFor(kGraceSec))
         LOOM_THROW(kRemoteError, "%s: the receiver closed the connection with message %llu "
@@ -291,7 +310,8 @@ class IbRecvComm : public NetRecvComm, IbComm {
     r->oversized = false;
     r->left = 0;
     r->ctsLeft = false;
-    if (!broken_.empty()) return r;
+    r->doomed = !broken_.empty();
+    if (r->doomed) return r;
     try {
       for (int q = 0; q < qps_->size(); ++q) {
         ibv_recv_wr wr{};
@@ -301,6 +321,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
         if (rc != 0) {
           breakWith(Code::kSystemError, strprintf("%s: ibv_post_recv failed: %s", who_.c_str(),
                                             strerror(rc > 0 ? rc : errno)));
+          r->doomed = true;
           return r;
         }
         ++r->left;
@@ -322,7 +343,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
       post(0, wr);
       r->ctsLeft = true;
     } catch (const Error&) {
-      // broken_ says why; test() reports it.
+      r->doomed = true;  // broken_ says why; test() reports it
     }
     return r;
   }
@@ -363,6 +384,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
                  strerror(rc > 0 ? rc : errno));
     r->busy = true;
     r->flush = true;
+    r->doomed = false;
     r->left = 1;
     r->ctsLeft = false;
     r->bytes = 0;
@@ -379,10 +401,11 @@ class IbRecvComm : public NetRecvComm, IbComm {
       *bytes = 0;
       return true;
     }
-    // A receive posted after the comm failed has nothing in flight: it fails too.
-    failIfBroken();
-    if (r->left || r->ctsLeft) poll();
+    // A receive posted after the comm failed, or whose posting failed, fails.
+    if (r->doomed) failIfBroken();
+    if (r->left || r->ctsLeft) pollFor(*r);
     if (r->left || r->ctsLeft) {
+      failIfBroken();  // what it waits for will not come
       checkSender(r->seq);
       return false;
     }
