@@ -204,9 +204,12 @@ void launch(const std::vector<OpArgs>& args) {
 // runs as a call of its communicator: an abort on another thread frees it only after. An
 // init whose communicator was aborted or destroyed before the group ended is skipped (the
 // others run); a call's fails the end before any call runs (a split would wait for the
-// missing rank's colors). The first failure is raised once all have returned. True if an
-// init goes on in the background (a non-blocking communicator's).
-bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<DeferredCall>& calls) {
+// missing rank's colors). The first failure is raised once all have returned. A
+// non-blocking communicator's calls run as its job instead (api/mgmt_job.h), not waited
+// for, unless the group also has operations on it: they run after its calls, as NCCL runs a
+// group's jobs before its operations. True if an init or a job goes on in the background.
+bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<DeferredCall>& calls,
+                 const std::vector<OpArgs>& ops) {
   std::vector<std::unique_ptr<CallScope>> scopes;
   size_t goneInits = 0, goneCalls = 0;
   std::vector<ncclComm_t> live;  // inits not aborted meanwhile
@@ -248,9 +251,13 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
   }
   std::vector<std::exception_ptr> errors(perComm.size());
   std::vector<int> inProgress(perComm.size(), 0);
+  auto asJob = [&](ncclComm_t c) {
+    return !c->blocking &&
+           std::none_of(ops.begin(), ops.end(), [c](const OpArgs& a) { return a.comm == c; });
+  };
   for (size_t i = 0; i < perComm.size(); ++i) {
     const auto& list = perComm[i].second;
-    if (perComm[i].first->blocking) continue;
+    if (!asJob(perComm[i].first)) continue;
     // A non-blocking communicator's calls: its job, not waited for.
     std::vector<JobStep> steps;
     for (const DeferredCall* d : list) steps.push_back({d->fn, d->newcomm, d->run, d->skipped});
@@ -263,7 +270,7 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
     }
   }
   for (size_t i = 0; i < perComm.size(); ++i)
-    if (perComm[i].first->blocking) threads.emplace_back([&, i] {
+    if (!asJob(perComm[i].first)) threads.emplace_back([&, i] {
       const auto& list = perComm[i].second;
       size_t j = 0;
       try {
@@ -415,7 +422,7 @@ ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   } catch (...) {
     stockFailed = std::current_exception();
   }
-  const bool background = (!inits.empty() || !calls.empty()) && runDeferred(inits, calls);
+  const bool background = (!inits.empty() || !calls.empty()) && runDeferred(inits, calls, ops);
   if (stockFailed) std::rethrow_exception(stockFailed);
   if (sim) sim->estimatedTime = static_cast<float>(estimateGroupMicros(ops));
   else if (!ops.empty()) launch(ops);

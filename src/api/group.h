@@ -43,7 +43,8 @@ void deferInit(ncclComm_t comm);
 // `run` makes the call's new communicator into the pointer it is given: `newcomm` (the
 // caller's), or, for a non-blocking `comm`, one whose value its job (api/mgmt_job.h) sets
 // into `newcomm` when the job ends: a non-blocking communicator's recorded calls run as its
-// job, and the group's end does not wait for them. `run` returns ncclInProgress where it
+// job, and the group's end does not wait for them (unless the group also has operations on
+// that communicator, which then run after them). `run` returns ncclInProgress where it
 // leaves work in the background (a non-blocking communicator's init); the group end then
 // returns ncclInProgress too, as it does when a job was started.
 // `skipped`, if given, runs instead when the call does not run (another recorded call's

@@ -1,14 +1,16 @@
 // A non-blocking communicator's split, shrink or grow, run as NCCL runs it: as a job on a
-// thread of its own, whether called alone or recorded in a group. The call (or the group's
-// end) returns ncclInProgress at once, so that one thread may drive several non-blocking
+// thread of its own, whether called alone or recorded in a group (where the group has no
+// operations on that communicator: those would follow the calls, so the group's end runs
+// them as before). The call (or the group's end) returns ncclInProgress at once, so that one thread may drive several non-blocking
 // ranks through it, with or without a group (each rank's call would otherwise wait for
 // the others' in the exchange over the parent).
 // - ncclCommGetAsyncError(parent) says ncclInProgress until the exchange over the parent
 //   and the new communicator's init are both done;
 // - *newcomm is set then (NULL until, NULL for a rank that gets no communicator or when the
 //   call failed);
-// - a failure becomes the parent's asynchronous error, with its message, and the parent's
-//   later recorded calls in that job do not run;
+// - a failure becomes the parent's asynchronous error, with its message (unless the parent
+//   had failed before: its own error stays), and the parent's later recorded calls in that
+//   job do not run;
 // - other calls on the parent meanwhile are refused (as NCCL: the previous operation has
 //   not returned ncclSuccess yet); ncclCommAbort(parent) stops the job, its new
 //   communicator's init included, and ncclCommDestroy(parent) waits for it.

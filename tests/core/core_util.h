@@ -8,11 +8,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/rank_harness.h"
@@ -117,6 +119,18 @@ inline std::string expectSameOnAllRanks(ncclComm_t comm, int rank, int nranks, u
                static_cast<unsigned long long>(all[r]), rank,
                static_cast<unsigned long long>(value));
   return "";
+}
+
+// Polls ncclCommGetAsyncError until comm's state is no longer ncclInProgress, for at most
+// `seconds`; the state (ncclInternalError if the poll itself failed).
+inline ncclResult_t settle(ncclComm_t comm, double seconds = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return state;
 }
 
 // One thread's all-reduce over the ranks it drives, in one group: every rank j of `comms`

@@ -365,9 +365,8 @@ TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
   ncclComm_t parent = nullptr;
   ncclResult_t rc = ncclCommInitRankConfig(&parent, 1, id, 0, &cfg);
   ASSERT_TRUE(rc == ncclSuccess || rc == ncclInProgress) << lastError();
+  ASSERT_EQ(settle(parent), ncclSuccess);
   ncclResult_t state = ncclInProgress;
-  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(parent, &state), ncclSuccess);
-  ASSERT_EQ(state, ncclSuccess);
   ncclUniqueId growId;
   ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
   ncclComm_t grown[2] = {};
@@ -376,9 +375,7 @@ TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
   EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclInProgress) << lastError();
   t.join();
   EXPECT_EQ(newRc, ncclSuccess);
-  state = ncclInProgress;
-  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(parent, &state), ncclSuccess);
-  EXPECT_EQ(state, ncclSuccess) << ncclGetLastError(parent);
+  EXPECT_EQ(settle(parent), ncclSuccess) << ncclGetLastError(parent);
   ASSERT_NE(grown[0], nullptr);
   ASSERT_EQ(ncclCommGetAsyncError(grown[0], &state), ncclSuccess);
   EXPECT_EQ(state, ncclSuccess) << "its init ran in the job";
@@ -394,9 +391,7 @@ TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
   EXPECT_EQ(ncclCommSplit(grown[0], NCCL_SPLIT_NOCOLOR, 0, &none[0], nullptr), ncclInProgress);
   split1.join();
   EXPECT_EQ(newRc, ncclSuccess);
-  state = ncclInProgress;
-  while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(grown[0], &state), ncclSuccess);
-  EXPECT_EQ(state, ncclSuccess);
+  EXPECT_EQ(settle(grown[0]), ncclSuccess);
   EXPECT_EQ(none[0], nullptr);
   EXPECT_EQ(none[1], nullptr);
   for (ncclComm_t c : grown) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
@@ -417,12 +412,7 @@ TEST(CoreGrow, NonBlockingExistingRanksGrowFromOneThread) {
     cfg.blocking = 0;
     ncclComm_t parents[2] = {};
     for (int r = 0; r < 2; ++r) ASSERT_EQ(ncclCommInitRankConfig(&parents[r], 2, id, r, &cfg), ncclInProgress);
-    ncclResult_t state = ncclInProgress;
-    for (ncclComm_t p : parents) {
-      state = ncclInProgress;
-      while (state == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(p, &state), ncclSuccess);
-      ASSERT_EQ(state, ncclSuccess);
-    }
+    for (ncclComm_t p : parents) ASSERT_EQ(settle(p), ncclSuccess);
     ncclUniqueId growId;
     ASSERT_EQ(ncclCommGetUniqueId(parents[0], &growId), ncclSuccess) << lastError();
     ncclComm_t grown[3] = {};
@@ -436,10 +426,7 @@ TEST(CoreGrow, NonBlockingExistingRanksGrowFromOneThread) {
     EXPECT_EQ(ncclCommGrow(parents[1], 3, nullptr, round == 0 ? -1 : 0, &grown[1], nullptr), ncclInProgress)
         << lastError();
     ncclResult_t states[2];
-    for (int r = 0; r < 2; ++r) {
-      states[r] = ncclInProgress;
-      while (states[r] == ncclInProgress) ASSERT_EQ(ncclCommGetAsyncError(parents[r], &states[r]), ncclSuccess);
-    }
+    for (int r = 0; r < 2; ++r) states[r] = settle(parents[r]);
     t.join();
     if (round == 0) {
       EXPECT_EQ(states[0], ncclSuccess) << ncclGetLastError(parents[0]);
@@ -464,6 +451,31 @@ TEST(CoreGrow, NonBlockingExistingRanksGrowFromOneThread) {
     }
     for (ncclComm_t p : parents) EXPECT_EQ(ncclCommDestroy(p), ncclSuccess);
   }
+}
+
+// A non-blocking parent's grow whose new rank never comes: its job waits in the grown
+// communicator's init, which the abort of the parent ends at once (no new communicator).
+TEST(CoreGrow, AbortOfTheParentEndsItsGrowsInit) {
+  EnvGuard stall("LOOM_TIMEOUT", "60"), bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t parent = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&parent, 1, id, 0, &cfg), ncclInProgress);
+  ASSERT_EQ(settle(parent), ncclSuccess);
+  ncclUniqueId growId;
+  ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
+  ncclComm_t grown = reinterpret_cast<ncclComm_t>(uintptr_t{1});
+  ASSERT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown, nullptr), ncclInProgress) << lastError();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ncclResult_t state = ncclSuccess;
+  ASSERT_EQ(ncclCommGetAsyncError(parent, &state), ncclSuccess);
+  EXPECT_EQ(state, ncclInProgress) << "the init waits for new rank 1";
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(ncclCommAbort(parent), ncclSuccess);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  EXPECT_EQ(grown, nullptr);
 }
 
 // Existing ranks that disagree, or one of which passes a bad argument, fail alike: both

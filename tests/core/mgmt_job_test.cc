@@ -18,17 +18,6 @@
 namespace loomtest {
 namespace {
 
-// Polls until comm's state is no longer ncclInProgress, for at most `seconds`.
-ncclResult_t settle(ncclComm_t comm, double seconds = 60) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  ncclResult_t state = ncclInProgress;
-  while (state == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
-    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
-    if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return state;
-}
-
 // n non-blocking ranks of one communicator, all made by this thread (each init returns at
 // once), settled.
 std::vector<ncclComm_t> nonBlockingRanks(int n) {
@@ -165,8 +154,10 @@ TEST(CoreJob, OneThreadSplitsItsNonBlockingRanksInSeparateGroups) {
     ASSERT_EQ(ncclCommSplit(parents[r], 0, r, &a[r], nullptr), ncclSuccess);
     ASSERT_EQ(ncclCommSplit(parents[r], r, 0, &b[r], nullptr), ncclSuccess);  // one each
     EXPECT_EQ(ncclGroupEnd(), ncclInProgress) << ncclGetLastError(nullptr);
-    EXPECT_EQ(a[r], nullptr);
-    EXPECT_EQ(b[r], nullptr);
+    if (r == 0) {  // its job waits for rank 1's colors (rank 1's may end at once)
+      EXPECT_EQ(a[0], nullptr);
+      EXPECT_EQ(b[0], nullptr);
+    }
   }
   for (int r = 0; r < 2; ++r) EXPECT_EQ(settle(parents[r]), ncclSuccess) << ncclGetLastError(parents[r]);
   for (int r = 0; r < 2; ++r) {
@@ -180,6 +171,59 @@ TEST(CoreJob, OneThreadSplitsItsNonBlockingRanksInSeparateGroups) {
   EXPECT_EQ(allReduceInGroup({b[0]}, {4}, {5}), "");
   for (ncclComm_t c : {a[0], a[1], b[0], b[1]}) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A group with a split and operations on the same non-blocking parents: the operations
+// run after the splits (as NCCL runs a group's jobs first), not beside a job that
+// exchanges over the same parent.
+TEST(CoreJob, AGroupsOperationsRunAfterItsSplits) {
+  EnvGuard stall("LOOM_TIMEOUT", "30");
+  std::vector<ncclComm_t> parents = nonBlockingRanks(2);
+  ASSERT_FALSE(HasFailure());
+  ncclComm_t children[2] = {};
+  constexpr size_t kCount = 4099;
+  std::vector<int32_t> in[2], out[2];
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(ncclCommSplit(parents[r], 0, 1 - r, &children[r], nullptr), ncclSuccess);
+    in[r].assign(kCount, r + 1);
+    out[r].assign(kCount, -1);
+    ASSERT_EQ(ncclAllReduce(in[r].data(), out[r].data(), kCount, ncclInt32, ncclSum, parents[r], nullptr),
+              ncclSuccess);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  EXPECT_TRUE(end == ncclSuccess || end == ncclInProgress) << ncclGetLastError(nullptr);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(settle(parents[r]), ncclSuccess) << ncclGetLastError(parents[r]);
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(out[r][i], 3) << r << " [" << i << "]";
+    ASSERT_NE(children[r], nullptr);
+    EXPECT_EQ(settle(children[r]), ncclSuccess) << ncclGetLastError(children[r]);
+  }
+  EXPECT_EQ(allReduceInGroup({children[0], children[1]}, {1, 0}, {3, 3}), "");  // keys reversed
+  for (ncclComm_t c : children) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A parent that failed before its split keeps its own error: the split's failure (its
+// peer is gone) does not replace what ncclCommGetAsyncError and ncclGetLastError report.
+TEST(CoreJob, AFailedJobLeavesTheParentsEarlierError) {
+  EnvGuard stall("LOOM_TIMEOUT", "30");
+  std::vector<ncclComm_t> parents = nonBlockingRanks(2);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(ncclCommAbort(parents[1]), ncclSuccess);
+  std::vector<int32_t> buf(1024, 1);
+  const ncclResult_t failed =
+      ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclInt32, ncclSum, parents[0], nullptr);
+  ASSERT_NE(failed, ncclSuccess);
+  ASSERT_EQ(settle(parents[0]), failed);
+  const std::string before = ncclGetLastError(parents[0]);
+  ASSERT_TRUE(contains(before.c_str(), "ncclAllReduce")) << before;
+  ncclComm_t child = reinterpret_cast<ncclComm_t>(uintptr_t{1});
+  ASSERT_EQ(ncclCommSplit(parents[0], 0, 0, &child, nullptr), ncclInProgress) << ncclGetLastError(nullptr);
+  EXPECT_EQ(settle(parents[0], 30), failed);
+  EXPECT_EQ(child, nullptr);
+  EXPECT_EQ(std::string(ncclGetLastError(parents[0])), before);
+  EXPECT_EQ(ncclCommDestroy(parents[0]), ncclSuccess);
 }
 
 }  // namespace
