@@ -18,15 +18,25 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 # scripts/gpu_check.sh runs on), not the release's two.
 cuda_arch=()
 if ! nvidia-smi -L >/dev/null 2>&1; then cuda_arch=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
+# The PyTorch stage's torch (a download of a few GB, mostly waiting on the network) comes
+# in beside the build.
+build="${LOOM_BUILD_DIR:-$repo/build}"
+torch_prep=""
+if [ -z "${LOOM_SKIP_TORCH:-}" ]; then
+  mkdir -p "$build"
+  "$repo/scripts/torch_test.sh" --prepare >"$build/torch-prepare.log" 2>&1 &
+  torch_prep=$!
+fi
 LOOM_CMAKE_ARGS="${cuda_arch[*]:-} ${LOOM_CMAKE_ARGS:-}" LOOM_DEBUG_INFO="${LOOM_DEBUG_INFO:-0}" \
   "$repo/scripts/build.sh"
-build="${LOOM_BUILD_DIR:-$repo/build}"
 ctest_rc=0
 (cd "$build" && ctest --output-on-failure -j "${LOOM_TEST_JOBS:-2}" --timeout 600 "$@") || ctest_rc=$?
 # The chaos suites' summary lines (CTest keeps passing tests' output only in its log).
 grep -h -E "^(chaos|chaos-tcp|hostile \(|pidns|cpu): " "$build/Testing/Temporary/LastTest.log" 2>/dev/null || true
 torch_rc=0
 if [ -z "${LOOM_SKIP_TORCH:-}" ]; then
+  # If the preparation failed, the stage tries once more and reports why.
+  wait "$torch_prep" || { echo "test: torch preparation failed:"; tail -5 "$build/torch-prepare.log"; }
   "$repo/scripts/torch_test.sh" || torch_rc=$?
 else
   echo "test: PyTorch backend stage skipped (LOOM_SKIP_TORCH is set)"
