@@ -363,14 +363,14 @@ TEST_F(IbVerbs, ReceiverCompletionErrorFailsTheReceive) {
 // A receiver posts receives ahead of the messages: the clear-to-send of one the sender
 // never sends may fail (a sender closing after its last message, seen once in CI as a
 // remote access error) in the same batch of completions as the last real message. That
-// message's receive succeeds; only the receive ahead fails.
+// message's receive succeeds (and its flush, in GPU memory); only the receive ahead fails.
 TEST_F(IbVerbs, AFailureAheadLeavesAnArrivedMessageReceived) {
   Env qps("NCCL_IB_QPS_PER_CONNECTION", "1");  // one receive completion per message
   make(true);
   ASSERT_NO_THROW(connect());
   std::vector<char> out(4096, 0x3a), in0(4096), in1(4096);
   auto sm = send_->regMr(out.data(), out.size(), loom::NetMemType::kHost);
-  auto rm0 = recv_->regMr(in0.data(), in0.size(), loom::NetMemType::kHost);
+  auto rm0 = recv_->regMr(in0.data(), in0.size(), loom::NetMemType::kCuda);  // flushed below
   auto rm1 = recv_->regMr(in1.data(), in1.size(), loom::NetMemType::kHost);
   size_t b = 0;
   NetRequest* r0 = recv_->irecv(in0.data(), in0.size(), 0, rm0.get());
@@ -400,6 +400,16 @@ TEST_F(IbVerbs, AFailureAheadLeavesAnArrivedMessageReceived) {
   EXPECT_EQ(b, in0.size());
   EXPECT_TRUE(in0 == out);
   EXPECT_EQ(gF.failNthCompletion, 0) << "the clear-to-send's completion was not polled";
+  // Its flush (GPU memory) too, on the flush QP, though the connection broke since.
+  bool flushed = false;
+  std::string ef = errorOf([&] {
+    NetRequest* f = recv_->iflush(in0.data(), b, rm0.get());
+    ASSERT_NE(f, nullptr);
+    auto until = Clock::now() + std::chrono::seconds(10);
+    while (!flushed && Clock::now() < until) flushed = recv_->test(f, &b);
+  });
+  EXPECT_EQ(ef, "");
+  EXPECT_TRUE(flushed);
   Code c{};
   std::string e1 = errorOf([&] {
     auto until = Clock::now() + std::chrono::seconds(10);
