@@ -26,10 +26,7 @@ struct DeferredInit {
 struct DeferredCall {
   ncclComm_t comm;
   uint64_t serial;
-  const char* fn;
-  ncclComm_t* newcomm;
-  std::function<ncclResult_t(ncclComm_t* out)> run;
-  std::function<void()> skipped;  // when it does not run (may be empty)
+  JobStep step;  // what runs, into which newcomm, and what runs when it does not
 };
 struct GroupState {
   int depth = 0;
@@ -235,7 +232,7 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
     it->second.push_back(&d);
   }
   auto skip = [](const DeferredCall* d) {
-    if (d->skipped) d->skipped();
+    if (d->step.skipped) d->step.skipped();
   };
   if (goneCalls) {
     for (const auto& [comm, list] : perComm)
@@ -260,7 +257,7 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
     if (!asJob(perComm[i].first)) continue;
     // A non-blocking communicator's calls: its job, not waited for.
     std::vector<JobStep> steps;
-    for (const DeferredCall* d : list) steps.push_back({d->fn, d->newcomm, d->run, d->skipped});
+    for (const DeferredCall* d : list) steps.push_back(d->step);
     try {
       startJob(perComm[i].first, std::move(steps));
       inProgress[i] = 1;
@@ -274,7 +271,10 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
       const auto& list = perComm[i].second;
       size_t j = 0;
       try {
-        for (; j < list.size(); ++j) inProgress[i] |= list[j]->run(list[j]->newcomm) == ncclInProgress;
+        for (; j < list.size(); ++j) {
+          const JobStep& step = list[j]->step;
+          inProgress[i] |= step.run(step.newcomm) == ncclInProgress;
+        }
       } catch (...) {
         errors[i] = std::current_exception();
         for (++j; j < list.size(); ++j) skip(list[j]);
@@ -307,7 +307,7 @@ bool runDeferred(const std::vector<DeferredInit>& inits, const std::vector<Defer
   LOOM_CHECK_USAGE(goneCalls == 0,
                    "ncclGroupEnd: the communicators of %zu of the group's %zu recorded %s calls "
                    "were aborted or destroyed before the group ended (no call of the group ran)",
-                   goneCalls, calls.size(), calls.empty() ? "" : calls[0].fn);
+                   goneCalls, calls.size(), calls.empty() ? "" : calls[0].step.fn);
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
   return background || std::find(inProgress.begin(), inProgress.end(), 1) != inProgress.end();
@@ -362,7 +362,7 @@ void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back({comm, comm->serial})
 
 void deferCall(ncclComm_t comm, const char* fn, ncclComm_t* newcomm,
                std::function<ncclResult_t(ncclComm_t* out)> run, std::function<void()> skipped) {
-  tlsGroup.calls.push_back({comm, comm->serial, fn, newcomm, std::move(run), std::move(skipped)});
+  tlsGroup.calls.push_back({comm, comm->serial, {fn, newcomm, std::move(run), std::move(skipped)}});
 }
 
 }  // namespace loom::api

@@ -133,6 +133,21 @@ inline ncclResult_t settle(ncclComm_t comm, double seconds = 60) {
   return state;
 }
 
+// n non-blocking ranks of one communicator, all made by this thread (each init returns at
+// once), settled; failures are the caller's test's (check HasFailure()).
+inline std::vector<ncclComm_t> nonBlockingRanks(int n) {
+  ncclUniqueId id;
+  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  std::vector<ncclComm_t> comms(n, nullptr);
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(ncclCommInitRankConfig(&comms[r], n, id, r, &config), ncclInProgress)
+        << ncclGetLastError(nullptr);
+  for (ncclComm_t c : comms) EXPECT_EQ(settle(c), ncclSuccess) << ncclGetLastError(c);
+  return comms;
+}
+
 // One thread's all-reduce over the ranks it drives, in one group: every rank j of `comms`
 // (global rank ranks[j]; null ones skipped) contributes ranks[j] + 1 in each element, and
 // expect[j] is the sum it must get.

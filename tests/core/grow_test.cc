@@ -35,6 +35,21 @@ std::string waitGrowId(const GrowBox& box, ncclUniqueId* id) {
   return "";
 }
 
+// A new rank's ncclCommGrow on a thread of its own; join() before reading rc and err (its
+// ncclGetLastError).
+struct NewRank {
+  NewRank(const ncclUniqueId& id, int nRanks, int rank, ncclComm_t* out = nullptr)
+      : t([this, id, nRanks, rank, out] {
+          rc = ncclCommGrow(nullptr, nRanks, &id, rank, out ? out : &comm, nullptr);
+          err = ncclGetLastError(nullptr);
+        }) {}
+  void join() { t.join(); }
+  ncclResult_t rc = ncclInternalError;
+  std::string err;
+  ncclComm_t comm = nullptr;  // where the grown communicator goes unless `out` is given
+  std::thread t;              // last: started once the fields above exist
+};
+
 // Every rank r of `comm` contributes r + 1 in each element: the sum is n (n + 1) / 2.
 std::string checkAllReduce(ncclComm_t comm, int wantRank, int wantSize) {
   int rank = -1, size = -1;
@@ -174,15 +189,10 @@ TEST(CoreGrow, ForkedChildLeavesTheParentsRendezvousAlone) {
   int status = 0;
   waitpid(pid, &status, 0);
   ncclComm_t grown[2] = {};
-  ncclResult_t newRc = ncclInternalError;
-  std::string newErr;
-  std::thread t([&] {
-    newRc = ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr);
-    newErr = ncclGetLastError(nullptr);
-  });
+  NewRank newRank(growId, 2, 1, &grown[1]);
   EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclSuccess) << lastError();
-  t.join();
-  EXPECT_EQ(newRc, ncclSuccess) << newErr;
+  newRank.join();
+  EXPECT_EQ(newRank.rc, ncclSuccess) << newRank.err;
   for (ncclComm_t c : grown) {
     if (c) {
       EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
@@ -334,21 +344,15 @@ TEST(CoreGrow, IdOfACommunicatorInitializedInTheSameGroupIsRefused) {
   EXPECT_EQ(ncclCommGetUniqueId(comm, &growId), ncclSuccess) << lastError();
   // Destroyed with its id unused: a new rank waiting at the id's root is told at once.
   EnvGuard bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
-  ncclResult_t rc = ncclSuccess;
-  std::string err;
-  std::thread t([&] {
-    ncclComm_t grown = nullptr;
-    rc = ncclCommGrow(nullptr, 2, &growId, 1, &grown, nullptr);
-    err = ncclGetLastError(nullptr);
-  });
+  NewRank newRank(growId, 2, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the new rank at the root
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
-  t.join();
+  newRank.join();
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(rc, ncclRemoteError) << err;
-  EXPECT_NE(err.find("cancelled the rendezvous"), std::string::npos) << err;
-  EXPECT_LT(sec, 10.0) << err;
+  EXPECT_EQ(newRank.rc, ncclRemoteError) << newRank.err;
+  EXPECT_NE(newRank.err.find("cancelled the rendezvous"), std::string::npos) << newRank.err;
+  EXPECT_LT(sec, 10.0) << newRank.err;
 }
 
 // A non-blocking parent grown with no config: its grow runs as a job (api/mgmt_job.h):
@@ -370,11 +374,10 @@ TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
   ncclUniqueId growId;
   ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
   ncclComm_t grown[2] = {};
-  ncclResult_t newRc = ncclInternalError;
-  std::thread t([&] { newRc = ncclCommGrow(nullptr, 2, &growId, 1, &grown[1], nullptr); });
+  NewRank newRank(growId, 2, 1, &grown[1]);
   EXPECT_EQ(ncclCommGrow(parent, 2, &growId, -1, &grown[0], nullptr), ncclInProgress) << lastError();
-  t.join();
-  EXPECT_EQ(newRc, ncclSuccess);
+  newRank.join();
+  EXPECT_EQ(newRank.rc, ncclSuccess) << newRank.err;
   EXPECT_EQ(settle(parent), ncclSuccess) << ncclGetLastError(parent);
   ASSERT_NE(grown[0], nullptr);
   ASSERT_EQ(ncclCommGetAsyncError(grown[0], &state), ncclSuccess);
@@ -387,6 +390,7 @@ TEST(CoreGrow, ExistingRanksInheritTheParentsConfig) {
   // Which of them blocks: the new rank's split waits for the other's; the existing rank's
   // returns at once.
   ncclComm_t none[2] = {grown[0], grown[1]};
+  ncclResult_t newRc = ncclInternalError;
   std::thread split1([&] { newRc = ncclCommSplit(grown[1], NCCL_SPLIT_NOCOLOR, 0, &none[1], nullptr); });
   EXPECT_EQ(ncclCommSplit(grown[0], NCCL_SPLIT_NOCOLOR, 0, &none[0], nullptr), ncclInProgress);
   split1.join();
@@ -406,32 +410,22 @@ TEST(CoreGrow, NonBlockingExistingRanksGrowFromOneThread) {
   EnvGuard stall("LOOM_TIMEOUT", "30"), bound("LOOM_BOOTSTRAP_TIMEOUT", "30");
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "a good grow" : "rank 1 passes rank=0");
-    ncclUniqueId id;
-    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    ncclComm_t parents[2] = {};
-    for (int r = 0; r < 2; ++r) ASSERT_EQ(ncclCommInitRankConfig(&parents[r], 2, id, r, &cfg), ncclInProgress);
-    for (ncclComm_t p : parents) ASSERT_EQ(settle(p), ncclSuccess);
+    const std::vector<ncclComm_t> parents = nonBlockingRanks(2);
+    ASSERT_FALSE(HasFailure());
     ncclUniqueId growId;
     ASSERT_EQ(ncclCommGetUniqueId(parents[0], &growId), ncclSuccess) << lastError();
     ncclComm_t grown[3] = {};
-    ncclResult_t newRc = ncclInternalError;
-    std::string newErr;
-    std::thread t([&] {
-      newRc = ncclCommGrow(nullptr, 3, &growId, 2, &grown[2], nullptr);
-      newErr = ncclGetLastError(nullptr);
-    });
+    NewRank newRank(growId, 3, 2, &grown[2]);
     EXPECT_EQ(ncclCommGrow(parents[0], 3, &growId, -1, &grown[0], nullptr), ncclInProgress) << lastError();
     EXPECT_EQ(ncclCommGrow(parents[1], 3, nullptr, round == 0 ? -1 : 0, &grown[1], nullptr), ncclInProgress)
         << lastError();
     ncclResult_t states[2];
     for (int r = 0; r < 2; ++r) states[r] = settle(parents[r]);
-    t.join();
+    newRank.join();
     if (round == 0) {
       EXPECT_EQ(states[0], ncclSuccess) << ncclGetLastError(parents[0]);
       EXPECT_EQ(states[1], ncclSuccess) << ncclGetLastError(parents[1]);
-      EXPECT_EQ(newRc, ncclSuccess) << newErr;
+      EXPECT_EQ(newRank.rc, ncclSuccess) << newRank.err;
       std::string errs[3];
       std::vector<std::thread> ts;
       for (int r = 0; r < 3; ++r) ts.emplace_back([&, r] { errs[r] = checkAllReduce(grown[r], r, 3); });
@@ -446,8 +440,8 @@ TEST(CoreGrow, NonBlockingExistingRanksGrowFromOneThread) {
       EXPECT_NE(std::string(ncclGetLastError(parents[0])).find("existing rank 1's call has a bad argument"),
                 std::string::npos) << ncclGetLastError(parents[0]);
       for (ncclComm_t c : grown) EXPECT_EQ(c, nullptr);
-      EXPECT_EQ(newRc, ncclRemoteError) << newErr;
-      EXPECT_NE(newErr.find("cancelled the rendezvous"), std::string::npos) << newErr;
+      EXPECT_EQ(newRank.rc, ncclRemoteError) << newRank.err;
+      EXPECT_NE(newRank.err.find("cancelled the rendezvous"), std::string::npos) << newRank.err;
     }
     for (ncclComm_t p : parents) EXPECT_EQ(ncclCommDestroy(p), ncclSuccess);
   }
@@ -457,13 +451,8 @@ TEST(CoreGrow, NonBlockingExistingRanksGrowFromOneThread) {
 // communicator's init, which the abort of the parent ends at once (no new communicator).
 TEST(CoreGrow, AbortOfTheParentEndsItsGrowsInit) {
   EnvGuard stall("LOOM_TIMEOUT", "60"), bound("LOOM_BOOTSTRAP_TIMEOUT", "60");
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
-  ncclComm_t parent = nullptr;
-  ASSERT_EQ(ncclCommInitRankConfig(&parent, 1, id, 0, &cfg), ncclInProgress);
-  ASSERT_EQ(settle(parent), ncclSuccess);
+  const ncclComm_t parent = nonBlockingRanks(1)[0];
+  ASSERT_FALSE(HasFailure());
   ncclUniqueId growId;
   ASSERT_EQ(ncclCommGetUniqueId(parent, &growId), ncclSuccess) << lastError();
   ncclComm_t grown = reinterpret_cast<ncclComm_t>(uintptr_t{1});
@@ -491,15 +480,11 @@ TEST(CoreGrow, ExistingRanksThatDisagreeAllFail) {
     ASSERT_EQ(ncclCommInitAll(parents.data(), 2, nullptr), ncclSuccess);
     ncclUniqueId growId;
     ASSERT_EQ(ncclCommGetUniqueId(parents[0], &growId), ncclSuccess);
-    ncclResult_t rc[2], newRc = ncclSuccess;
-    std::string err[2], newErr;
+    ncclResult_t rc[2];
+    std::string err[2];
     const auto t0 = std::chrono::steady_clock::now();
+    NewRank newRank(growId, 3, 2);
     std::vector<std::thread> ts;
-    ts.emplace_back([&] {
-      ncclComm_t grown = nullptr;
-      newRc = ncclCommGrow(nullptr, 3, &growId, 2, &grown, nullptr);
-      newErr = ncclGetLastError(nullptr);
-    });
     for (int r = 0; r < 2; ++r) {
       ts.emplace_back([&, r] {
         ncclComm_t grown = nullptr;
@@ -515,6 +500,7 @@ TEST(CoreGrow, ExistingRanksThatDisagreeAllFail) {
       });
     }
     for (auto& t : ts) t.join();
+    newRank.join();
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const char* want[5] = {"existing ranks 0 and 1 both passed a uniqueId",
                            "existing ranks ask for different sizes: rank 0 nRanks=3, rank 1 nRanks=4",
@@ -533,9 +519,9 @@ TEST(CoreGrow, ExistingRanksThatDisagreeAllFail) {
       EXPECT_EQ(rc[r], ncclInvalidUsage) << "rank " << r;
       EXPECT_NE(err[r].find(want[round]), std::string::npos) << err[r];
     }
-    EXPECT_EQ(newRc, ncclRemoteError) << "the new rank: " << newErr;
-    EXPECT_NE(newErr.find("cancelled the rendezvous"), std::string::npos) << newErr;
-    EXPECT_LT(sec, 10.0) << "the new rank waited: " << newErr;
+    EXPECT_EQ(newRank.rc, ncclRemoteError) << "the new rank: " << newRank.err;
+    EXPECT_NE(newRank.err.find("cancelled the rendezvous"), std::string::npos) << newRank.err;
+    EXPECT_LT(sec, 10.0) << "the new rank waited: " << newRank.err;
     for (ncclComm_t c : parents) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   }
 }

@@ -18,21 +18,6 @@
 namespace loomtest {
 namespace {
 
-// n non-blocking ranks of one communicator, all made by this thread (each init returns at
-// once), settled.
-std::vector<ncclComm_t> nonBlockingRanks(int n) {
-  ncclUniqueId id;
-  EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  std::vector<ncclComm_t> comms(n, nullptr);
-  for (int r = 0; r < n; ++r)
-    EXPECT_EQ(ncclCommInitRankConfig(&comms[r], n, id, r, &config), ncclInProgress)
-        << ncclGetLastError(nullptr);
-  for (ncclComm_t c : comms) EXPECT_EQ(settle(c), ncclSuccess) << ncclGetLastError(c);
-  return comms;
-}
-
 bool contains(const char* text, const char* what) { return std::string(text).find(what) != std::string::npos; }
 
 // Three ranks, one thread, no group: ranks 0 and 1 split into one communicator with keys

@@ -90,13 +90,13 @@ class IbComm : protected PeerControl {
     }
     if (failed) failIfBroken();
   }
-  // Polls for `r`: a failure fails the call only while r still waits. A request whose last
-  // completion came in the same batch as a later request's failure is done (a receiver
-  // posts receives ahead, and a sender that has sent its last message may close while
-  // their clear-to-send writes are in flight): the later request's test reports it.
-  void pollFor(const IbRequest& r) {
+  // Polls (as poll) for `r`: a failure fails the call only while r still waits. A request
+  // whose last completion came in the same batch as a later request's failure is done (a
+  // receiver posts receives ahead, and a sender that has sent its last message may close
+  // while their clear-to-send writes are in flight): the later request's test reports it.
+  void pollFor(const IbRequest& r, ibv_cq* cq = nullptr) {
     try {
-      poll();
+      poll(cq);
     } catch (const Error&) {
       if (r.left || r.ctsLeft) throw;
     }
@@ -395,13 +395,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
   bool test(NetRequest* req, size_t* bytes) override {
     IbRequest* r = check(req);
     if (r->flush) {
-      if (r->left) {
-        try {
-          poll(flushQps_->cq());
-        } catch (const Error&) {
-          if (r->left) throw;  // its own READ failed
-        }
-      }
+      if (r->left) pollFor(*r, flushQps_->cq());  // fails only if its own READ failed
       if (r->left) return false;
       r->busy = r->flush = false;
       *bytes = 0;
