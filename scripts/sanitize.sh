@@ -122,8 +122,9 @@ else
   fault_filter=''
   hier_filter=''
   # The proxy thread pumping net connections (and finishing their connects) while the
-  # executor waits, closes and probes them, over TCP and an NCCL net plugin; registry tests with a transport of the tests; the step primitive between threads.
-  transports_filter='NetTransport.NameInAnyCaseAndRanksAsThreads:NetPluginJob.RanksAsThreadsShareThePlugin:NetPluginLoader.*:TransportRegistry.TestTransportChosenAheadOfShm:TransportRegistry.PriorityOrderAndCanConnectDecideEachPair:TransportRegistry.BlobSizeLimitIsEnforced'
+  # executor waits on them, pumps them itself (Proxy.*), closes and probes them, over TCP
+  # and an NCCL net plugin; registry tests with a transport of the tests; the step primitive between threads.
+  transports_filter='Proxy.*:NetTransport.NameInAnyCaseAndRanksAsThreads:NetPluginJob.RanksAsThreadsShareThePlugin:NetPluginLoader.*:TransportRegistry.TestTransportChosenAheadOfShm:TransportRegistry.PriorityOrderAndCanConnectDecideEachPair:TransportRegistry.BlobSizeLimitIsEnforced'
   kernels_filter='StepPrimitive.*'
   # Status queries answered on the listener's thread and metrics scraped by the exporter's,
   # both reading flight recorders the ranks' threads are writing.

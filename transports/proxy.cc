@@ -11,7 +11,16 @@ namespace loom {
 void Proxy::add(Connection* c) {
   std::lock_guard<std::mutex> g(mu_);
   conns_.push_back(c);
+  used_.store(true, std::memory_order_release);
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+}
+
+bool Proxy::pumpIfFree() {
+  std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
+  if (!g.owns_lock() || stop_.load(std::memory_order_acquire)) return false;
+  bool any = false;
+  for (Connection* c : conns_) any |= c->progress();
+  return any;
 }
 
 void Proxy::stop() {

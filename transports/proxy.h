@@ -23,9 +23,17 @@ class Proxy {
 
   // Drives c->progress() from now on, until stop(). Thread-safe.
   void add(Connection* c);
+  // One pass over the connections on the calling thread (a host executor waiting on them
+  // drives them itself instead of waiting for the thread's next pass: the hop to the proxy
+  // thread is most of a small message's time where ranks have no spare cores). Never
+  // beside the thread's pass: when that is under way this returns false at once, so a
+  // backend sees one caller at a time, as before. True if anything moved.
+  bool pumpIfFree();
   // Joins the thread; progress() is not called afterwards.
   void stop();
   bool running() const { return thread_.joinable(); }
+  // Whether any connection was added (read without the lock, by executors).
+  bool used() const { return used_.load(std::memory_order_acquire); }
 
  private:
   void loop();
@@ -33,6 +41,7 @@ class Proxy {
   std::mutex mu_;
   std::vector<Connection*> conns_;  // guarded by mu_
   std::atomic<bool> stop_{false};
+  std::atomic<bool> used_{false};
   std::thread thread_;
 };
 

@@ -52,6 +52,9 @@ class TransportManager {
   Connection* recvConn(int peer, int idx = 0) const { return recv_[peer * kMaxConnsPerPeer + idx].get(); }
   // Connections whose progress() the executor drives (needsProgress(), not on the proxy).
   const std::vector<Connection*>& active() const { return active_; }
+  // One pass of the proxy over its connections on this thread, unless the proxy thread is
+  // in one (Proxy::pumpIfFree); false at once where no connection is on the proxy.
+  bool pumpProxied() { return proxy_.used() && proxy_.pumpIfFree(); }
   // Every connection holding data outside shared memory (needsProgress()): an operation
   // completes once their FIFOs have drained, whoever drives them.
   const std::vector<Connection*>& buffered() const { return buffered_; }

@@ -203,6 +203,11 @@ struct CommQueue {
       any |= r.progress();
       all &= r.done() && r.sharedDrained();
     }
+    // Waiting, the executor drives the network connections itself (a pass of the proxy's,
+    // unless the proxy thread is in one): where ranks have no spare core, the hop to the
+    // proxy thread was most of a small message's time. Only when its channels moved
+    // nothing, so the proxy thread still pumps large messages beside the reductions.
+    if (!any) any = t->transports->pumpProxied();
     if (all) {
       // Data a socket connection holds locally must reach the peer before we return:
       // nobody would drive it afterwards.

@@ -228,6 +228,7 @@ bool advance(Queue& q, int64_t spin) {
   const uint64_t p = q.run->progress();
   any |= p != q.seen;
   q.seen = p;
+  if (!any) any = t->transports->pumpProxied();  // as the CPU executor does (executor.cc)
   if (!q.run->finished()) return any;
   // Data a socket connection holds locally must reach the peer before the task completes.
   for (Connection* c : t->transports->buffered())

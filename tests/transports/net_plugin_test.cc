@@ -229,6 +229,29 @@ TEST_F(NetPluginJob, RanksAsThreadsShareThePlugin) {
   }
 }
 
+// A rank waiting on the network drives it itself (the proxy's pass on its own thread,
+// Proxy::pumpIfFree) instead of only waiting for the proxy thread, which still pumps too:
+// both test the plugin's requests, and every result is exact.
+TEST_F(NetPluginJob, AWaitingRankDrivesTheNetworkItself) {
+  std::string counts = testing::TempDir() + "loom_plugin_threads_" + std::to_string(getpid());
+  unlink(counts.c_str());
+  EnvGuard c("LOOM_TEST_NET_COUNTS", counts.c_str());
+  EnvGuard p("NCCL_NET_PLUGIN", testPluginPath("11").c_str());
+  EnvGuard n("NCCL_NET", nullptr);
+  auto f = runRanks(Mode::kProcesses, 2, [](int rank, int nranks, ncclComm_t comm) {
+    for (int i = 0; i < 20; ++i) {
+      std::string e = exercise(rank, nranks, comm);
+      if (!e.empty()) return e;
+    }
+    return std::string();
+  }, processRanks(ownHosts()));
+  ASSERT_TRUE(f.empty()) << joinFailures(f);
+  std::string s = readFile(counts);
+  EXPECT_EQ(occurrences(s, "test on another thread"), 2) << s;  // each rank's own thread
+  EXPECT_EQ(occurrences(s, "test on loom-proxy"), 2) << s;
+  unlink(counts.c_str());
+}
+
 // Null requests ("call again") are retried; a plugin that calls setenv() in its init while
 // other ranks' threads read the environment does no harm.
 TEST_F(NetPluginJob, NullRequestsAndSetenvInInitStillGiveExactResults) {

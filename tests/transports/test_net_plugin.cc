@@ -23,9 +23,9 @@
 // LOOM_TEST_NET_DEVICES=N (default 1) gives it N devices, "rails" of a fabric without
 // cross-rail links: a connect on another device than its listener's is refused (unless
 // LOOM_TEST_NET_CROSS_RAIL=1 links the rails). It counts
-// its inits, finalizes, and listens and connects per device ("listen-dev1") in
-// LOOM_TEST_NET_COUNTS (a file path), if set. It
-// listens on loopback, or with LOOM_TEST_NET_ADDR=auto on the first IPv4 address of an
+// its inits, finalizes, listens and connects per device ("listen-dev1"), and whether
+// Loom's proxy thread or another tested requests, in LOOM_TEST_NET_COUNTS (a file path), if
+// set. It listens on loopback, or with LOOM_TEST_NET_ADDR=auto on the first IPv4 address of an
 // interface that is up and not loopback (a network namespace's own address).
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +34,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,6 +84,7 @@ struct Req {
   size_t moved = 0;  // header + payload bytes moved so far
   char* shadow = nullptr;  // dmabuf mode: a receive's own buffer (data), for ...
   char* target = nullptr;  // ... this place in the registered memory, at the next flush
+  uint64_t index = 0;  // the comm's requests before this one (0: Loom's authentication)
 };
 struct Unflushed {
   char* shadow;
@@ -95,6 +97,7 @@ struct Comm {
   Req reqs[kMaxRequests];
   int head = 0, count = 0;  // requests in posting order: reqs[head .. head+count)
   int calls = 0;
+  uint64_t posted = 0;  // requests posted
   int received = 0;  // receives completed
   bool failed = false;
   Req flush;  // dmabuf mode: the flush in flight
@@ -179,6 +182,7 @@ Result post(Comm* c, void* data, size_t size, void** request) {
   r.used = true;
   r.data = static_cast<char*>(data);
   r.size = size;
+  r.index = c->posted++;
   if (c->send) r.len = size;
   ++c->count;
   *request = &r;
@@ -419,9 +423,31 @@ Result iflush(void* comm, int n, void**, int*, void** mhandles, void** request) 
   *request = &c->flush;
   return kOk;
 }
+// Which threads test data requests (not a comm's first, Loom's authentication, which its
+// init tests): Loom's proxy thread ("loom-proxy") or another (a rank's own, driving the
+// network while it waits), each counted once per process.
+void countTestingThread() {
+  static std::mutex mu;
+  static pid_t pid = 0;  // the process the flags are of (a forked rank starts afresh)
+  static bool proxy = false, other = false;
+  char name[16] = "";
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  bool onProxy = strcmp(name, "loom-proxy") == 0;
+  std::lock_guard<std::mutex> g(mu);
+  if (pid != getpid()) {
+    pid = getpid();
+    proxy = other = false;
+  }
+  bool& seen = onProxy ? proxy : other;
+  if (seen) return;
+  seen = true;
+  countEvent(onProxy ? "test on loom-proxy" : "test on another thread");
+}
+
 Result test(void* request, int* done, int* sizes) {
   auto* r = static_cast<Req*>(request);
   *done = 0;
+  if (r->index > 0 && r != &r->comm->flush) countTestingThread();
   if (r == &r->comm->flush) {  // the receives completed so far reach the registered memory
     for (const Unflushed& u : r->comm->unflushed) {
       memcpy(u.target, u.shadow, u.len);
