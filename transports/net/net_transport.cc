@@ -378,6 +378,16 @@ bool NetConnection::pumpRecv() {
   const uint64_t before = HostAtomics::load(fifo_.ctrl->tail);
   if (!recvError_) {
     try {
+      // What arrived first: a receive that fails to post (a connection its peer closed)
+      // must not keep the steps that came before it from the executor.
+      size_t bytes;
+      while (done_ < posted_ && recv_->test(reqs_[done_ % depth], &bytes)) {
+        FifoSlotInfo& info = fifo_.ctrl->info[done_ % depth];
+        info.bytes = bytes;
+        info.remote = 0;
+        ++done_;
+        any = true;
+      }
       uint64_t head = HostAtomics::load(fifo_.ctrl->head);
       while (posted_ < head + depth) {
         NetRequest* r = recv_->irecv(fifo_.slot(posted_), fifo_.slotBytes, tagOf(posted_), mr_.get());
@@ -385,13 +395,6 @@ bool NetConnection::pumpRecv() {
         reqs_[posted_ % depth] = r;
         ++posted_;
         any = true;
-      }
-      size_t bytes;
-      while (done_ < posted_ && recv_->test(reqs_[done_ % depth], &bytes)) {
-        FifoSlotInfo& info = fifo_.ctrl->info[done_ % depth];
-        info.bytes = bytes;
-        info.remote = 0;
-        ++done_;
       }
     } catch (const Error& e) {
       // A sender that finished and closed fails the receives posted ahead of its last
