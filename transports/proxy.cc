@@ -20,6 +20,7 @@ bool Proxy::pumpIfFree() {
   if (!g.owns_lock() || stop_.load(std::memory_order_acquire)) return false;
   bool any = false;
   for (Connection* c : conns_) any |= c->progress();
+  if (any) moved_.store(true, std::memory_order_relaxed);
   return any;
 }
 
@@ -43,7 +44,9 @@ void Proxy::loop() {
       // A connection keeps its error until a waiter asks (checkPeer()): nothing to do here.
       for (Connection* c : conns_) any |= c->progress();
     }
-    if (any) {
+    // Data a caller's pass moved counts as the thread's own: a communicator at work keeps
+    // its thread polling, not sleeping, when its executor turns to reductions.
+    if (any || moved_.exchange(false, std::memory_order_relaxed)) {
       idle = 0;
       continue;
     }

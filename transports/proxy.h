@@ -42,6 +42,7 @@ class Proxy {
   std::vector<Connection*> conns_;  // guarded by mu_
   std::atomic<bool> stop_{false};
   std::atomic<bool> used_{false};
+  std::atomic<bool> moved_{false};  // a caller's pass moved something since the thread looked
   std::thread thread_;
 };
 

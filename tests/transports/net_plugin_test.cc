@@ -252,6 +252,39 @@ TEST_F(NetPluginJob, AWaitingRankDrivesTheNetworkItself) {
   unlink(counts.c_str());
 }
 
+// A receive that fails to post (here a receiving comm's fourth: its authentication and two
+// steps went in, LOOM_FIFO_DEPTH=2) ends the posting, not the receives posted before it:
+// the second message, sent after the first was taken, still arrives; the third, whose
+// receive could not be posted, fails naming the plugin's irecv.
+TEST_F(NetPluginJob, AReceiveThatFailsToPostLeavesThoseBeforeItReceived) {
+  EnvGuard p("NCCL_NET_PLUGIN", testPluginPath("11").c_str());
+  EnvGuard n("NCCL_NET", nullptr);
+  EnvGuard m("LOOM_TEST_NET_MODE", "irecv_fails_from");
+  EnvGuard at("LOOM_TEST_NET_FAIL_AT", "3");
+  EnvGuard d("LOOM_FIFO_DEPTH", "2");
+  auto f = runRanks(Mode::kProcesses, 2, [](int rank, int, ncclComm_t comm) -> std::string {
+    for (int i = 0; i < 3; ++i) {
+      int32_t v = 100 + i, got = -1;
+      if (rank == 0) {
+        if (i > 0) usleep(20000);  // after the receiver took the message before
+        RANK_NCCL(ncclSend(&v, 1, ncclInt32, 1, comm, nullptr));
+        continue;
+      }
+      ncclResult_t rc = ncclRecv(&got, 1, ncclInt32, 0, comm, nullptr);
+      if (i < 2) {
+        RANK_CHECK(rc == ncclSuccess && got == v, "receive %d: %s, got %d: %s", i,
+                   ncclGetErrorString(rc), got, ncclGetLastError(comm));
+        continue;
+      }
+      RANK_CHECK(rc != ncclSuccess, "receive %d succeeded though its receive failed to post", i);
+      std::string why = ncclGetLastError(comm);
+      RANK_CHECK(contains(why, "irecv returned ncclSystemError"), "receive %d: %s", i, why.c_str());
+    }
+    return std::string();
+  }, processRanks(ownHosts()));
+  ASSERT_TRUE(f.empty()) << joinFailures(f);
+}
+
 // Null requests ("call again") are retried; a plugin that calls setenv() in its init while
 // other ranks' threads read the environment does no harm.
 TEST_F(NetPluginJob, NullRequestsAndSetenvInInitStillGiveExactResults) {

@@ -12,6 +12,8 @@
 //   null_requests   every other isend/irecv returns a null request ("call again")
 //   wrong_sizes     test() reports each receive after a comm's first one byte larger than
 //                   its buffer
+//   irecv_fails_from  irecv returns ncclSystemError once the comm has posted
+//                   LOOM_TEST_NET_FAIL_AT requests (its first, 0, is Loom's authentication)
 //   setenv          init calls setenv() many times (as some plugins tune NCCL that way)
 //   dmabuf          its devices also take GPU memory through DMA-BUF (NCCL_PTR_CUDA |
 //                   NCCL_PTR_DMABUF): regMrDmaBuf maps the descriptor (the stand-in CUDA
@@ -395,6 +397,13 @@ Result isendImpl(void* comm, void* data, size_t size, void* mh, void** request) 
 }
 Result irecvImpl(void* comm, int n, void** data, size_t size, void* mh, void** request) {
   if (n != 1) return kInternalError;  // maxRecvs is 1
+  if (gMode == "irecv_fails_from") {
+    const char* at = getenv("LOOM_TEST_NET_FAIL_AT");
+    if (static_cast<Comm*>(comm)->posted >= strtoull(at ? at : "0", nullptr, 10)) {
+      *request = nullptr;
+      return kSystemError;
+    }
+  }
   auto* m = static_cast<DmaBufMr*>(mh);
   if (!m || m->magic != kDmaBufMagic) return post(static_cast<Comm*>(comm), data[0], size, request);
   char* shadow = static_cast<char*>(malloc(size ? size : 1));

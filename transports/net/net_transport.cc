@@ -336,6 +336,8 @@ void NetConnection::checkPeer() const {
   if (!waiting) return;
   std::lock_guard<std::mutex> g(mu_);
   if (error_) throw *error_;
+  if (postError_)  // waiting, and what may still come was posted before it failed
+    throw Error(postError_->code(), strprintf("%s: %s", describe().c_str(), postError_->what()));
   if (pending_) return;  // still connecting: the proxy thread bounds it
   if (!send_ && !recv_)
     LOOM_THROW(kRemoteError, "%s: the connection was closed on this rank", describe().c_str());
@@ -378,22 +380,12 @@ bool NetConnection::pumpRecv() {
   const uint64_t before = HostAtomics::load(fifo_.ctrl->tail);
   if (!recvError_) {
     try {
-      // What arrived first: a receive that fails to post (a connection its peer closed)
-      // must not keep the steps that came before it from the executor.
       size_t bytes;
       while (done_ < posted_ && recv_->test(reqs_[done_ % depth], &bytes)) {
         FifoSlotInfo& info = fifo_.ctrl->info[done_ % depth];
         info.bytes = bytes;
         info.remote = 0;
         ++done_;
-        any = true;
-      }
-      uint64_t head = HostAtomics::load(fifo_.ctrl->head);
-      while (posted_ < head + depth) {
-        NetRequest* r = recv_->irecv(fifo_.slot(posted_), fifo_.slotBytes, tagOf(posted_), mr_.get());
-        if (!r) break;
-        reqs_[posted_ % depth] = r;
-        ++posted_;
         any = true;
       }
     } catch (const Error& e) {
@@ -403,12 +395,33 @@ bool NetConnection::pumpRecv() {
       recvError_.emplace(e);
     }
   }
+  // A receive that fails to post (a plugin refusing one on a connection its peer closed)
+  // ends the posting, not the receives posted before it: what they bring is published as
+  // it arrives, and the error stands once they are all in, or once the executor has
+  // waited for more in vain (checkPeer).
+  if (!recvError_ && !postError_) {
+    try {
+      uint64_t head = HostAtomics::load(fifo_.ctrl->head);
+      while (posted_ < head + depth) {
+        NetRequest* r = recv_->irecv(fifo_.slot(posted_), fifo_.slotBytes, tagOf(posted_), mr_.get());
+        if (!r) break;
+        reqs_[posted_ % depth] = r;
+        ++posted_;
+        any = true;
+      }
+    } catch (const Error& e) {
+      postError_.emplace(e);
+    }
+  }
   const uint64_t tail = flushed(done_);
   if (tail != before) {
     HostAtomics::store(fifo_.ctrl->tail, tail);
     any = true;
   }
-  if (recvError_ && tail == done_) throw *recvError_;
+  if (tail == done_) {
+    if (recvError_) throw *recvError_;
+    if (postError_ && done_ == posted_) throw *postError_;
+  }
   return any || flushReq_ != nullptr;
 }
 

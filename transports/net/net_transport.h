@@ -90,6 +90,7 @@ class NetConnection : public Connection {
   uint64_t flushing_ = 0;           // ... of the steps below this
   uint64_t flushed_ = 0;            // steps received and flushed
   std::optional<Error> recvError_;  // a receive failed: raised once what came before is published
+  std::optional<Error> postError_;  // a receive failed to post: raised once those posted are in
   NetRequest* reqs_[kMaxFifoDepth] = {};
   uint64_t posted_ = 0;  // steps handed to the backend
   uint64_t done_ = 0;    // steps the backend completed (published to the FIFO)
