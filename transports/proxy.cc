@@ -15,11 +15,17 @@ void Proxy::add(Connection* c) {
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
 }
 
+// A connection keeps its error until a waiter asks (checkPeer()): nothing to do with it here.
+bool Proxy::pass() {
+  bool any = false;
+  for (Connection* c : conns_) any |= c->progress();
+  return any;
+}
+
 bool Proxy::pumpIfFree() {
   std::unique_lock<std::mutex> g(mu_, std::try_to_lock);
   if (!g.owns_lock() || stop_.load(std::memory_order_acquire)) return false;
-  bool any = false;
-  for (Connection* c : conns_) any |= c->progress();
+  bool any = pass();
   if (any) moved_.store(true, std::memory_order_relaxed);
   return any;
 }
@@ -38,11 +44,10 @@ void Proxy::loop() {
   // communicator's proxy costs the host's ranks next to no CPU.
   unsigned idle = 0;
   while (!stop_.load(std::memory_order_acquire)) {
-    bool any = false;
+    bool any;
     {
       std::lock_guard<std::mutex> g(mu_);
-      // A connection keeps its error until a waiter asks (checkPeer()): nothing to do here.
-      for (Connection* c : conns_) any |= c->progress();
+      any = pass();
     }
     // Data a caller's pass moved counts as the thread's own: a communicator at work keeps
     // its thread polling, not sleeping, when its executor turns to reductions.

@@ -37,6 +37,7 @@ class Proxy {
 
  private:
   void loop();
+  bool pass();  // progress() of every connection, under mu_; true if anything moved
 
   std::mutex mu_;
   std::vector<Connection*> conns_;  // guarded by mu_

@@ -272,6 +272,10 @@ void NetConnection::attach() {
                 : recv_->regMr(fifo_.slots, slots, memory_.type);
 }
 
+Error NetConnection::located(const Error& e) const {
+  return Error(e.code(), strprintf("%s: %s", describe().c_str(), e.what()));
+}
+
 // Without mu_, which a pump holds across backend calls (a slow connect): error_ is written
 // once, before failed_.
 std::optional<Error> NetConnection::failure() const {
@@ -314,7 +318,7 @@ bool NetConnection::progress() {
     if (pending_ && !finishConnect()) return false;
     return send_ ? pumpSend() : pumpRecv();
   } catch (const Error& e) {
-    error_.emplace(e.code(), strprintf("%s: %s", describe().c_str(), e.what()));
+    error_.emplace(located(e));
     failed_.store(true, std::memory_order_release);
     return false;
   }
@@ -337,7 +341,7 @@ void NetConnection::checkPeer() const {
   std::lock_guard<std::mutex> g(mu_);
   if (error_) throw *error_;
   if (postError_)  // waiting, and what may still come was posted before it failed
-    throw Error(postError_->code(), strprintf("%s: %s", describe().c_str(), postError_->what()));
+    throw located(*postError_);
   if (pending_) return;  // still connecting: the proxy thread bounds it
   if (!send_ && !recv_)
     LOOM_THROW(kRemoteError, "%s: the connection was closed on this rank", describe().c_str());
@@ -386,7 +390,6 @@ bool NetConnection::pumpRecv() {
         info.bytes = bytes;
         info.remote = 0;
         ++done_;
-        any = true;
       }
     } catch (const Error& e) {
       // A sender that finished and closed fails the receives posted ahead of its last

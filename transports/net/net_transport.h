@@ -69,6 +69,7 @@ class NetConnection : public Connection {
   void attach();  // registers the FIFO's slots with the comm now held
   uint64_t flushed(uint64_t received);  // how many received steps the GPU may read
   bool finishConnect();
+  Error located(const Error& e) const;  // e, naming this connection (describe())
 
   struct PendingConnect {
     std::shared_ptr<NetBackend> backend;
