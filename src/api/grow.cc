@@ -188,7 +188,7 @@ LOOM_NCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclU
       return loom::api::startJob(comm, {{fn, newcomm, [comm, call](ncclComm_t* out) mutable {
                                    call.newcomm = out;
                                    return growNow(comm, call);
-                                 }}});
+                                 }, {}}});
     }
     // Inside a group (one thread driving existing and new ranks, or several existing ones):
     // at the group's end, on a thread of its own, as a split.

@@ -334,7 +334,7 @@ LOOM_NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
         loom::api::KeptConfig kept(config, "ncclCommSplit");  // the caller's may go
         return loom::api::startJob(comm, {{"ncclCommSplit", newcomm, [=, copy = kept](ncclComm_t* out) mutable {
           return splitNow(comm, color, key, out, copy.get());
-        }}});
+        }, {}}});
       }
       return splitNow(comm, color, key, newcomm, config);
     }
@@ -382,7 +382,7 @@ LOOM_NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList
       loom::api::KeptConfig kept(config, fn);  // the caller's may go
       return loom::api::startJob(comm, {{fn, newcomm, [=, copy = kept](ncclComm_t* out) mutable {
         return shrinkNow(comm, excluded, out, copy.get(), shrinkFlags);
-      }}});
+      }, {}}});
     }
     // Inside a group, as a split: at the group's end, each parent's calls on a thread of
     // their own (the survivors one thread drives would otherwise wait on each other).

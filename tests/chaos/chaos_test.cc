@@ -118,8 +118,11 @@ TEST(Chaos, RandomVictimKilledAtRandomMoment) {
     }
     ASSERT_EQ(id.make(), ncclSuccess) << id.why();
     usleep(delayUs);
-    kill(pids[victim], SIGKILL);
+    // Stamped before the kill: the victim may die, and a survivor see it, before kill()
+    // returns to this process (preempted on a busy machine: seen in CI as "failed before
+    // the victim died").
     int64_t killNs = monoNs();
+    kill(pids[victim], SIGKILL);
     waitpid(pids[victim], nullptr, 0);
     // Detection times of this trial's survivors, and whether the victim died before it
     // reached the rendezvous (then only the rendezvous time-out can end the wait).
