@@ -16,6 +16,12 @@ int HostLayout::minLocal() const {
   return static_cast<int>(m);
 }
 
+int HostLayout::maxLocal() const {
+  size_t m = 0;
+  for (const auto& h : hosts) m = std::max(m, h.size());
+  return static_cast<int>(m);
+}
+
 HostLayout HostLayout::single(int nranks, int rank) {
   HostLayout l;
   l.hosts.resize(1);

@@ -36,6 +36,7 @@ struct HostLayout {
 
   int nhosts() const { return static_cast<int>(hosts.size()); }
   int minLocal() const;      // fewest ranks on one host
+  int maxLocal() const;      // most ranks on one host
   static HostLayout single(int nranks, int rank);
 };
 

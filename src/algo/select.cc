@@ -12,10 +12,6 @@
 
 namespace loom {
 
-// A hook may ask for more channels than any host keeps busy; past this, each channel's
-// connections cost more than the parallelism gains.
-constexpr int kMaxPlanChannels = 64;
-
 PlanContext::PlanContext() {
   for (auto& a : allowed) a.fill(true);
   for (auto& p : allowedProtocols) p.fill(true);
@@ -132,8 +128,20 @@ void PlanContext::loadRings() {
   }
 }
 
+uint64_t PlanContext::digest() const {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const auto& coll : ranking)
+    for (const Ranking& r : coll) {
+      mix(static_cast<uint64_t>(r.channels));
+      for (const algo::Ranked& x : r.order) mix(static_cast<uint64_t>(x.algo) * 8 + static_cast<uint64_t>(x.proto));
+    }
+  return h;
+}
+
 void PlanContext::loadTuning(const algo::NodeModel& hostModel, algo::TunerHook* hook) {
   node = hostModel;
+  tuner = hook;
   node.fifoSlotBytes = slotBytes;
   node.fifoDepth = depth;
   modelNotes = strprintf("%s, %d rank(s) per host over %s at %.1f GB/s, hosts joined by %s at %.2f GB/s",

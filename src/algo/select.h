@@ -43,6 +43,10 @@ struct Selection {
   bool operator==(const Selection&) const = default;
 };
 
+// The most channels a plan runs: a tuner hook may ask for more than any host keeps busy;
+// past this, each channel's connections cost more than the parallelism gains.
+constexpr int kMaxPlanChannels = 64;
+
 constexpr int kSizeBuckets = 41;  // message sizes up to 2^40 bytes, by power of two
 
 struct PlanContext {
@@ -71,6 +75,7 @@ struct PlanContext {
   };
   std::array<std::array<Ranking, kSizeBuckets>, kCollectiveCount> ranking;
   std::string modelNotes;  // the host model's figures, for TUNING logs
+  algo::TunerHook* tuner = nullptr;  // the hook the ranking was made with (not owned; null: none)
 
   PlanContext();
   // Reads NCCL_ALGO / LOOM_ALGO and NCCL_PROTO / LOOM_PROTO into `allowed*`; throws
@@ -82,6 +87,9 @@ struct PlanContext {
   void loadTuning(const algo::NodeModel& node, algo::TunerHook* hook = nullptr);
   // Fills `rings` from layout, rank and node (after loadTuning).
   void loadRings();
+  // A checksum of `ranking` (every candidate order and channel count): ranks whose
+  // digests differ would pick different plans.
+  uint64_t digest() const;
 };
 
 // nccl-tests' "size" of a request of `bytes` per rank, which the cost model takes: the

@@ -91,10 +91,10 @@ HostLayout hostLayout(const std::vector<PeerInfo>& peers, int rank) {
 }  // namespace
 
 // The cost model of the hosts, the same on every rank: each rank models its own host, and
-// the ranks agree on the slowest network any of them reported.
-algo::NodeModel Communicator::tuningModel() {
-  int perHost = planCtx_.layout.minLocal();
-  for (const auto& h : planCtx_.layout.hosts) perHost = std::max(perHost, static_cast<int>(h.size()));
+// the ranks agree on the slowest network any of them reported. The same exchange says
+// which ranks have a tuner plugin, and fails every rank alike when one's did not start.
+algo::NodeModel Communicator::tuningModel(const std::optional<Error>& tunerError, bool* anyTuner) {
+  const int perHost = planCtx_.layout.maxLocal();
   algo::NodeModel node = algo::buildNodeModel(topo::loadLocalSystem(), perHost, true);
   // Every rank must rank the algorithms alike, or they would run different plans: the
   // network is taken to be the slowest any rank reported (ties: the lowest rank's), the
@@ -103,9 +103,11 @@ algo::NodeModel Communicator::tuningModel() {
     double bw;
     int rails;
     int inter;
+    int tuner;  // 0: none, 1: a tuner plugin, 2: its init failed
   };
   std::vector<Net> nets(nranks_);
-  nets[rank_] = {node.netBw, node.rails, static_cast<int>(node.inter)};
+  nets[rank_] = {node.netBw, node.rails, static_cast<int>(node.inter),
+                 tunerError ? 2 : tuner_ ? 1 : 0};
   bootstrap_->allGather(nets.data(), sizeof(Net));
   const Net* slowest = &nets[0];
   for (const Net& n : nets)
@@ -113,7 +115,33 @@ algo::NodeModel Communicator::tuningModel() {
   node.netBw = slowest->bw;
   node.rails = slowest->rails;
   node.inter = static_cast<algo::LinkClass>(slowest->inter);
+  if (tunerError) throwError(tunerError->code(), "rank %d: %s", rank_, tunerError->what());
+  *anyTuner = false;
+  for (int r = 0; r < nranks_; ++r) {
+    if (nets[r].tuner == 2)
+      LOOM_THROW(kRemoteError, "rank %d: rank %d's NCCL tuner plugin failed to initialise (its error says why)",
+                 rank_, r);
+    *anyTuner |= nets[r].tuner == 1;
+  }
   return node;
+}
+
+void Communicator::agreeOnRanking() {
+  struct Seen {
+    uint64_t digest;
+    char tuner[120];  // "none" or the plugin's describe()
+  };
+  std::vector<Seen> all(nranks_);
+  all[rank_].digest = planCtx_.digest();
+  snprintf(all[rank_].tuner, sizeof(all[rank_].tuner), "%s", tuner_ ? tuner_->describe().c_str() : "none");
+  bootstrap_->allGather(all.data(), sizeof(Seen));
+  for (int r = 1; r < nranks_; ++r)
+    if (all[r].digest != all[0].digest)
+      LOOM_THROW(kInvalidUsage,
+                 "rank %d: rank %d ranks the algorithms differently from rank 0 (tuner plugin: rank 0 %s, rank %d "
+                 "%s): every rank must load the same NCCL tuner plugin (NCCL_TUNER_PLUGIN) and get the same "
+                 "answers from it, or the ranks would run different plans",
+                 rank_, r, all[0].tuner, r, all[r].tuner);
 }
 
 // A failed init (a peer died while connections were being set up) may leave behind a
@@ -171,10 +199,23 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   localDirect_ = staged::localDirect();
   planCtx_.slotBytes = interp_ == Task::kInterpLL ? llCapacity(shape.slotBytes) : shape.slotBytes;
   planCtx_.depth = shape.depth;
-  planCtx_.loadTuning(tuningModel());
+  // An NCCL tuner plugin, if one loads, adjusts the model's ranking.
+  std::optional<Error> tunerError;
+  try {
+    tuner_ = TunerPlugin::open(commHash_, nranks, planCtx_.layout.nhosts(), planCtx_.layout.minLocal(),
+                               planCtx_.layout.maxLocal());
+  } catch (const Error& e) {
+    tunerError = e;
+  }
+  bool anyTuner = false;
+  algo::NodeModel model = tuningModel(tunerError, &anyTuner);
+  if (tuner_)
+    LOOM_INFO(kLogInit | kLogTuning, "rank %d: tuner plugin %s ranks the algorithms", rank, tuner_->describe().c_str());
+  planCtx_.loadTuning(model, tuner_.get());
   // Channel rings visit each host's ranks in a row, so they cross between hosts only once
   // per host; within a host they follow the topology search's rings.
   planCtx_.loadRings();
+  if (anyTuner) agreeOnRanking();
   oversubscribed_ = localRanks() > hostCpus();
   if (nranks > 1) connect({{ring().next(), 0}}, {{ring().prev(), 0}});
   startMetricsExporter(planCtx_.layout.local);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "algo/cost_model.h"
@@ -18,6 +20,7 @@
 #include "engine/flight_recorder.h"
 #include "engine/plan_cache.h"
 #include "engine/staged.h"
+#include "engine/tuner_plugin.h"
 #include "transports/transport.h"
 
 namespace loom {
@@ -100,6 +103,7 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::vector<PeerInfo> peers_;
   std::unique_ptr<TransportManager> transports_;
+  std::unique_ptr<TunerPlugin> tuner_;  // NCCL tuner plugin (null: none); planCtx_ was ranked with it
   PlanContext planCtx_;
   std::vector<int> pidfds_;  // same-host peers in other processes: readable once they exit
   std::vector<int> sameContext_;
@@ -118,7 +122,11 @@ class Communicator {
   std::mutex stagedMu_;
   std::atomic<StagedProxy*> staged_{nullptr};  // owned; stopped first in the destructor
 
-  algo::NodeModel tuningModel();
+  // The hosts' cost model, alike on every rank (see the .cc), and whether any rank has a
+  // tuner plugin (`tunerError`: this rank's failed to initialise).
+  algo::NodeModel tuningModel(const std::optional<Error>& tunerError, bool* anyTuner);
+  // With a tuner plugin on some rank: every rank must have ranked the candidates alike.
+  void agreeOnRanking();
 };
 
 }  // namespace loom

@@ -130,8 +130,8 @@ std::string ipcTrial(Bootstrap& bs, const cuda::Driver* drv, const std::vector<P
   return "";
 }
 
-// The plan context of device plans: the host's, ranked with this host's GPU model (NVLink or
-// PCIe figures, channels a GPU keeps busy, rings in the topology search's GPU order; on a
+// The plan context of device plans: the host's, ranked with this host's GPU model (and the
+// communicator's tuner plugin, if any) (NVLink or PCIe figures, channels a GPU keeps busy, rings in the topology search's GPU order; on a
 // host without GPUs the model is the host-memory one), Simple protocol only (what the
 // executor runs). Across hosts, the host's ranking as it is (the network's figures, which
 // the ranks agreed on). Its checksum lets the ranks confirm they ranked alike.
@@ -140,16 +140,11 @@ PlanContext devicePlans(const PlanContext& host, int localRanks, bool oneHost, u
   for (auto& p : ctx.allowedProtocols)
     for (size_t i = 0; i < p.size(); ++i) p[i] = p[i] && i == static_cast<size_t>(Protocol::kSimple);
   if (oneHost) {
-    ctx.loadTuning(algo::buildNodeModel(topo::loadLocalSystem(), localRanks, false));
+    ctx.loadTuning(algo::buildNodeModel(topo::loadLocalSystem(), localRanks, false), host.tuner);
     ctx.loadRings();
   }
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = ctx.digest();
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  for (const auto& coll : ctx.ranking)
-    for (const auto& r : coll) {
-      mix(static_cast<uint64_t>(r.channels));
-      for (const algo::Ranked& x : r.order) mix(static_cast<uint64_t>(x.algo) * 8 + static_cast<uint64_t>(x.proto));
-    }
   for (const Ring& ring : ctx.rings)
     for (int rk : ring.order) mix(static_cast<uint64_t>(rk));
   *sum = h;

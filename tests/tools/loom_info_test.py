@@ -110,7 +110,7 @@ def case_json():
            doc["ncclVersionCode"] == 22809, f"versions {doc['version']} {doc['ncclVersion']}")
     feats = {f["key"]: f for f in doc["features"]}
     expect(sorted(feats) == sorted(["hostMemory", "cuda", "nvml", "ibverbs", "ucx", "ncclFallback",
-                                    "netPlugins"]),
+                                    "netPlugins", "tunerPlugin"]),
            f"feature keys {sorted(feats)}")
     expect(feats["hostMemory"]["compiled"] and feats["hostMemory"]["available"], "host memory")
     for f in doc["features"]:
@@ -209,6 +209,20 @@ def case_net_plugins():
     out, _ = run("--json", env={"NCCL_NET_PLUGIN": "none"})
     f = {x["key"]: x for x in json.loads(out)["features"]}["netPlugins"]
     expect(not f["available"] and "none" in f["detail"], f"netPlugins with none: {f}")
+
+
+def case_tuner_plugin():
+    """NCCL_TUNER_PLUGIN as loom-info reports it: the plugin with its ABI version and path;
+    a name that does not load, or none: nothing, saying so."""
+    plugin = os.environ["LOOM_TEST_TUNER_PLUGIN"]
+    out, _ = run("--json", env={"NCCL_TUNER_PLUGIN": plugin})
+    f = {x["key"]: x for x in json.loads(out)["features"]}["tunerPlugin"]
+    expect(f["available"] and f["path"] == plugin and f["detail"] == f"LoomTestTuner (v4, {plugin})",
+           f"tunerPlugin {f}")
+    for spec, says in (("none", "NCCL_TUNER_PLUGIN=none"), ("no-such-tuner", "no-such-tuner does not load")):
+        out, _ = run("--json", env={"NCCL_TUNER_PLUGIN": spec, "NCCL_NET_PLUGIN": "none"})
+        f = {x["key"]: x for x in json.loads(out)["features"]}["tunerPlugin"]
+        expect(not f["available"] and says in f["detail"], f"tunerPlugin with {spec}: {f}")
 
 
 def case_logs_off_stdout():

@@ -11,6 +11,7 @@
 #include "base/dl.h"
 #include "base/error.h"
 #include "base/host.h"
+#include "engine/tuner_plugin.h"
 #include "base/socket.h"
 #include "bootstrap/unique_id.h"
 #include "dispatch/fallback.h"
@@ -110,6 +111,19 @@ FeatureInfo netPlugins() {
   return f;
 }
 
+// The NCCL tuner plugin as NCCL_TUNER_PLUGIN names it (or a net plugin's library exports).
+FeatureInfo tunerPlugin() {
+  FeatureInfo f;
+  f.name = "NCCL tuner plugin";
+  f.key = "tunerPlugin";
+  f.compiled = true;
+  std::string path;
+  f.detail = processTunerPlugin(&path);
+  f.available = !path.empty();
+  f.path = path;
+  return f;
+}
+
 std::vector<FeatureInfo> collectFeatures() {
   unsigned compiled = 0, available = 0;
   ncclResult_t rc = loomGetFeatures(&compiled, &available);
@@ -126,6 +140,7 @@ std::vector<FeatureInfo> collectFeatures() {
     out.push_back(std::move(f));
   }
   out.push_back(netPlugins());
+  out.push_back(tunerPlugin());
   return out;
 }
 

@@ -26,18 +26,10 @@ using namespace netabi;  // NOLINT(google-build-using-namespace): the ABI's own 
 // Plugins print through NCCL's logger; their lines join Loom's, under NET unless they say.
 void pluginLogger(int level, unsigned long flags, const char* file, int line, const char* fmt,
                   ...) {
-  LogLevel l = level == kLogWarn || level == kLogAbort ? LogLevel::kWarn
-               : level == kLogInfo ? LogLevel::kInfo
-               : level >= kLogTrace ? LogLevel::kTrace
-                                    : LogLevel::kNone;
-  uint64_t subsys = (flags & 0x7ff) ? (flags & 0x7ff) : kLogNet;
-  if (l == LogLevel::kNone || !logEnabled(l, subsys)) return;
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
+  pluginLogV(kLogNet, "NET/Plugin", level, flags, file, line, fmt, ap);
   va_end(ap);
-  logMessage(l, subsys, file ? file : "plugin", line, "NET/Plugin: %s", buf);
 }
 
 CommConfig gDefaultConfig{-1};
@@ -226,6 +218,19 @@ std::string loadedPath(void* lib, const std::string& fallback) {
 }
 
 }  // namespace
+
+void pluginLogV(uint64_t defaultSubsys, const char* prefix, int level, unsigned long flags,
+                const char* file, int line, const char* fmt, va_list ap) {
+  LogLevel l = level == kLogWarn || level == kLogAbort ? LogLevel::kWarn
+               : level == kLogInfo ? LogLevel::kInfo
+               : level >= kLogTrace ? LogLevel::kTrace
+                                    : LogLevel::kNone;
+  uint64_t subsys = (flags & 0x7ff) ? (flags & 0x7ff) : defaultSubsys;
+  if (l == LogLevel::kNone || !logEnabled(l, subsys)) return;
+  char buf[1024];
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  logMessage(l, subsys, file ? file : "plugin", line, "%s: %s", prefix, buf);
+}
 
 std::string PluginApi::describe() const {
   return strprintf("%s (v%d, %s)", name_.c_str(), version_, path_.c_str());

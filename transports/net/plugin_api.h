@@ -9,6 +9,7 @@
 // per-communicator context) while v11 plugins get a context per communicator.
 #pragma once
 
+#include <cstdarg>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -57,6 +58,11 @@ class PluginApi {
   std::string name_;
   std::string path_;
 };
+
+// What a plugin prints through the logger NCCL hands it (ncclDebugLogger_t), as Loom's log
+// line: under the subsystems it names, else `defaultSubsys`, after "<prefix>: ".
+void pluginLogV(uint64_t defaultSubsys, const char* prefix, int level, unsigned long flags,
+                const char* file, int line, const char* fmt, va_list ap);
 
 // "ncclSystemError" and so on.
 const char* netResultName(netabi::Result r);

@@ -1,0 +1,278 @@
+#include "engine/tuner_plugin.h"
+
+#include <dlfcn.h>
+#include <strings.h>
+
+#include <cstdarg>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "algo/select.h"
+#include "engine/tuner_abi.h"
+#include "transports/net/plugin_api.h"
+
+namespace loom {
+namespace {
+
+using namespace tunerabi;  // NOLINT(google-build-using-namespace): the ABI's own names
+
+StringKnob kTunerPlugin("LOOM_TUNER_PLUGIN", "NCCL_TUNER_PLUGIN", "",
+                        "NCCL tuner plugin: unset tries libnccl-tuner.so, then the NCCL net "
+                        "plugin's library; a name is tried as given and as "
+                        "libnccl-tuner-<name>.so; none: no tuner plugin");
+
+void tunerLogger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  pluginLogV(kLogTuning, "TUNER/Plugin", level, flags, file, line, fmt, ap);
+  va_end(ap);
+}
+
+}  // namespace
+
+struct TunerPlugin::Library {
+  int version = 0;
+  const void* table = nullptr;  // the exported ncclTunerPlugin_v<version>
+  std::string name, path;
+};
+
+namespace {
+
+// The newest tuner interface `lib` exports; false if none.
+bool findTuner(void* lib, const std::string& fallbackPath, TunerPlugin::Library* out) {
+  for (int v = 6; v >= 2; --v) {
+    const std::string sym = "ncclTunerPlugin_v" + std::to_string(v);
+    const void* t = dlsym(lib, sym.c_str());
+    if (!t) continue;
+    out->version = v;
+    out->table = t;
+    const char* name = *static_cast<const char* const*>(t);  // every version's first member
+    out->name = name ? name : "?";
+    Dl_info info;
+    out->path = dladdr(t, &info) && info.dli_fname ? info.dli_fname : fallbackPath;
+    return true;
+  }
+  return false;
+}
+
+// What NCCL_TUNER_PLUGIN (null: unset) names, as NCCL 2.28 opens it. Null when nothing
+// loads; a Library of version 0 when a library loads without a tuner (NCCL then looks no
+// further).
+const TunerPlugin::Library* loadByName(const char* spec) {
+  std::string tried;
+  for (const std::string& n : tunerLibraryNames(spec)) {
+    dlerror();
+    void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* err = dlerror();
+      tried += strprintf("%s%s (%s)", tried.empty() ? "" : "; ", n.c_str(), err ? err : "not found");
+      continue;
+    }
+    auto* lib = new TunerPlugin::Library;  // lives as long as the process: plugins keep state
+    if (findTuner(h, n, lib)) {
+      LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: loaded %s (v%d, %s)", lib->name.c_str(), lib->version,
+                lib->path.c_str());
+      return lib;
+    }
+    if (spec) LOOM_WARN("TUNER/Plugin: %s exports no ncclTunerPlugin_v2..v6 symbol: no tuner plugin", n.c_str());
+    else LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: %s exports no ncclTunerPlugin_v2..v6 symbol", n.c_str());
+    dlclose(h);
+    return lib;  // version 0
+  }
+  if (spec)
+    LOOM_WARN("TUNER/Plugin: NCCL_TUNER_PLUGIN=%s: could not load %s; looking in the net plugins' libraries",
+              spec, tried.c_str());
+  else
+    LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: %s; looking in the net plugins' libraries", tried.c_str());
+  return nullptr;
+}
+
+// The tuner of a net plugin's library (loaded already), or null.
+const TunerPlugin::Library* loadFromNetPlugin(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (!h) return nullptr;
+  auto* lib = new TunerPlugin::Library;
+  if (findTuner(h, path, lib)) {
+    LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: loaded %s (v%d) from the net plugin %s", lib->name.c_str(),
+              lib->version, lib->path.c_str());
+    return lib;
+  }
+  dlclose(h);
+  delete lib;
+  return nullptr;
+}
+
+const TunerPlugin::Library* processTuner() {
+  static std::mutex mu;
+  static auto* byName = new std::map<std::string, const TunerPlugin::Library*>;  // "\x01": unset
+  static auto* byNetPlugin = new std::map<std::string, const TunerPlugin::Library*>;
+  const std::string value = kTunerPlugin.get();
+  const bool set = kTunerPlugin.isSet();
+  if (set && strcasecmp(value.c_str(), "none") == 0) return nullptr;
+  std::lock_guard<std::mutex> g(mu);
+  const std::string key = set ? value : std::string("\x01");
+  auto it = byName->find(key);
+  if (it == byName->end()) it = byName->emplace(key, loadByName(set ? value.c_str() : nullptr)).first;
+  if (it->second) return it->second->version ? it->second : nullptr;
+  // As NCCL: the net plugin's library, when no tuner library loads.
+  for (const auto& net : processNetPlugins().plugins) {
+    auto n = byNetPlugin->find(net->path());
+    if (n == byNetPlugin->end()) n = byNetPlugin->emplace(net->path(), loadFromNetPlugin(net->path())).first;
+    if (n->second) return n->second;
+  }
+  return nullptr;
+}
+
+const char* resultName(Result r) { return netResultName(r); }
+
+int funcOf(Collective c) {
+  switch (c) {
+    case Collective::kBroadcast: return kFuncBroadcast;
+    case Collective::kReduce: return kFuncReduce;
+    case Collective::kAllGather: return kFuncAllGather;
+    case Collective::kReduceScatter: return kFuncReduceScatter;
+    case Collective::kAllReduce: return kFuncAllReduce;
+    default: return -1;  // NCCL asks tuners about these five only
+  }
+}
+
+// Loom's (algorithm, protocol) pairs that have a place in NCCL's table.
+struct Cell {
+  Algorithm algo;
+  Protocol proto;
+  int row, col;
+};
+constexpr Cell kCells[] = {
+    {Algorithm::kTree, Protocol::kLL, kAlgoTree, kProtoLL},
+    {Algorithm::kTree, Protocol::kLL128, kAlgoTree, kProtoLL128},
+    {Algorithm::kTree, Protocol::kSimple, kAlgoTree, kProtoSimple},
+    {Algorithm::kRing, Protocol::kLL, kAlgoRing, kProtoLL},
+    {Algorithm::kRing, Protocol::kLL128, kAlgoRing, kProtoLL128},
+    {Algorithm::kRing, Protocol::kSimple, kAlgoRing, kProtoSimple},
+};
+
+// Offered to the plugin as NCCL offers its channel count (the plugin may lower it).
+constexpr int kChannelsOffered = kMaxPlanChannels;
+
+}  // namespace
+
+std::string processTunerPlugin(std::string* path) {
+  const TunerPlugin::Library* lib = processTuner();
+  if (!lib) {
+    path->clear();
+    if (kTunerPlugin.isSet() && strcasecmp(kTunerPlugin.get().c_str(), "none") == 0)
+      return "none (NCCL_TUNER_PLUGIN=none)";
+    return strprintf("none: %s does not load and no net plugin library exports one",
+                     kTunerPlugin.isSet() ? kTunerPlugin.get().c_str() : "libnccl-tuner.so");
+  }
+  *path = lib->path;
+  return strprintf("%s (v%d, %s)", lib->name.c_str(), lib->version, lib->path.c_str());
+}
+
+std::vector<std::string> tunerLibraryNames(const char* spec) {
+  if (!spec || !*spec) return {"libnccl-tuner.so"};
+  const std::string e = spec;
+  std::vector<std::string> names{e};
+  const bool libSo = e.rfind("lib", 0) == 0 && e.size() >= 3 && e.compare(e.size() - 3, 3, ".so") == 0;
+  if (e.find('/') == std::string::npos && !libSo) names.push_back("libnccl-tuner-" + e + ".so");
+  return names;
+}
+
+std::unique_ptr<TunerPlugin> TunerPlugin::open(uint64_t commId, int nranks, int nnodes, int minPerHost,
+                                               int maxPerHost) {
+  const Library* lib = processTuner();
+  if (!lib) return nullptr;
+  void* ctx = nullptr;
+  Result r = kOk;
+  const auto n = static_cast<size_t>(nranks), nodes = static_cast<size_t>(nnodes);
+  switch (lib->version) {
+    case 2: r = static_cast<const TunerV2*>(lib->table)->init(n, nodes, tunerLogger, &ctx); break;
+    case 3: r = static_cast<const TunerV3*>(lib->table)->init(n, nodes, tunerLogger, &ctx); break;
+    case 4: r = static_cast<const TunerV4*>(lib->table)->init(n, nodes, tunerLogger, &ctx); break;
+    default: {  // v5, and v6, which begins with v5's members
+      // Loom's model has no use for NCCL's constants: the plugin gets zeros, and what it
+      // writes there changes nothing.
+      NvlDomainInfo nvl{nnodes, minPerHost, maxPerHost};
+      Constants constants{};
+      r = static_cast<const TunerV5*>(lib->table)->init(&ctx, commId, n, nodes, tunerLogger, &nvl, &constants);
+    }
+  }
+  if (r != kOk)  // NCCL fails the init with the plugin's own code
+    throwError(r > 0 && r < 7 ? static_cast<Code>(r) : Code::kInternalError,
+               "tuner plugin %s (v%d, %s): init returned %s (NCCL_TUNER_PLUGIN=none runs without it)",
+               lib->name.c_str(), lib->version, lib->path.c_str(), resultName(r));
+  return std::unique_ptr<TunerPlugin>(new TunerPlugin(*lib, ctx));
+}
+
+TunerPlugin::~TunerPlugin() {
+  switch (lib_.version) {
+    case 2: static_cast<const TunerV2*>(lib_.table)->destroy(ctx_); break;
+    case 3: static_cast<const TunerV3*>(lib_.table)->destroy(ctx_); break;
+    case 4: static_cast<const TunerV4*>(lib_.table)->destroy(ctx_); break;
+    default: static_cast<const TunerV5*>(lib_.table)->finalize(ctx_);  // v6 begins with v5
+  }
+}
+
+std::string TunerPlugin::describe() const {
+  return strprintf("%s (v%d, %s)", lib_.name.c_str(), lib_.version, lib_.path.c_str());
+}
+
+void TunerPlugin::adjust(algo::CostTable& t) {
+  const int func = funcOf(t.coll);
+  if (func < 0) return;
+  float cost[kNumAlgorithms][kNumProtocols];
+  for (auto& row : cost)
+    for (float& c : row) c = kIgnore;
+  for (const Cell& c : kCells) {
+    const double us = t.at(c.algo, c.proto);
+    if (us >= 0) cost[c.row][c.col] = static_cast<float>(us);
+  }
+  float before[kNumAlgorithms][kNumProtocols];
+  memcpy(before, cost, sizeof(cost));
+  int channels = kChannelsOffered;
+  auto* table = reinterpret_cast<float**>(cost);  // NCCL passes its 2-D array so
+  Result r = kOk;
+  switch (lib_.version) {
+    case 2: {
+      int algo = kAlgoUndef, proto = kAlgoUndef;
+      r = static_cast<const TunerV2*>(lib_.table)->getCollInfo(ctx_, func, t.bytes, 0, 0, 1, &algo, &proto, &channels);
+      // As NCCL adapts v2: the named pair, if it can run, costs nothing.
+      if (r == kOk && algo >= 0 && algo < kNumAlgorithms && proto >= 0 && proto < kNumProtocols &&
+          cost[algo][proto] != kIgnore)
+        cost[algo][proto] = 0;
+      break;
+    }
+    case 3:
+      r = static_cast<const TunerV3*>(lib_.table)->getCollInfo(ctx_, func, t.bytes, 1, table, kNumAlgorithms,
+                                                              kNumProtocols, &channels);
+      break;
+    case 4:
+      r = static_cast<const TunerV4*>(lib_.table)->getCollInfo(ctx_, func, t.bytes, 1, table, kNumAlgorithms,
+                                                              kNumProtocols, 0, &channels);
+      break;
+    default:  // v5, and v6, which begins with v5's members
+      r = static_cast<const TunerV5*>(lib_.table)->getCollInfo(ctx_, func, t.bytes, 1, table, kNumAlgorithms,
+                                                              kNumProtocols, 0, &channels);
+  }
+  if (r != kOk) {
+    if (!warned_)
+      LOOM_WARN("tuner plugin %s: getCollInfo(%s, %zu bytes) returned %s; the cost model's choice stands where it "
+                "fails", describe().c_str(), collectiveName(t.coll), t.bytes, resultName(r));
+    warned_ = true;
+    return;
+  }
+  // Only pairs Loom can run take the plugin's word; -1 (or any negative) rules one out.
+  for (const Cell& c : kCells) {
+    const float v = cost[c.row][c.col];
+    if (before[c.row][c.col] == kIgnore || v == before[c.row][c.col]) continue;  // untouched: the model's own
+    t.at(c.algo, c.proto) = v < 0 ? -1.0 : static_cast<double>(v);
+  }
+  if (channels > 0 && channels != kChannelsOffered) t.channels = channels;
+}
+
+}  // namespace loom
