@@ -129,7 +129,7 @@ algo::NodeModel Communicator::tuningModel(const std::optional<Error>& tunerError
 void Communicator::agreeOnRanking() {
   struct Seen {
     uint64_t digest;
-    char tuner[120];  // "none" or the plugin's describe()
+    char tuner[256];  // "none" or the plugin's describe()
   };
   std::vector<Seen> all(nranks_);
   all[rank_].digest = planCtx_.digest();
@@ -206,6 +206,8 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
                                planCtx_.layout.maxLocal());
   } catch (const Error& e) {
     tunerError = e;
+  } catch (const std::exception& e) {  // every rank must reach the exchange below
+    tunerError = Error(Code::kInternalError, strprintf("NCCL tuner plugin: %s", e.what()));
   }
   bool anyTuner = false;
   algo::NodeModel model = tuningModel(tunerError, &anyTuner);

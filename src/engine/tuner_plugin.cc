@@ -12,7 +12,6 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "algo/select.h"
 #include "engine/tuner_abi.h"
 #include "transports/net/plugin_api.h"
 
@@ -36,9 +35,9 @@ void tunerLogger(int level, unsigned long flags, const char* file, int line, con
 }  // namespace
 
 struct TunerPlugin::Library {
-  int version = 0;
+  int version = 0;              // 0: the library loaded but exports no tuner (`why`)
   const void* table = nullptr;  // the exported ncclTunerPlugin_v<version>
-  std::string name, path;
+  std::string name, path, why;
 };
 
 namespace {
@@ -67,7 +66,9 @@ const TunerPlugin::Library* loadByName(const char* spec) {
   std::string tried;
   for (const std::string& n : tunerLibraryNames(spec)) {
     dlerror();
-    void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // As NCCL: STATIC_PLUGIN names a tuner linked into the program itself.
+    const bool inProgram = strcasecmp(n.c_str(), "STATIC_PLUGIN") == 0;
+    void* h = dlopen(inProgram ? nullptr : n.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       const char* err = dlerror();
       tried += strprintf("%s%s (%s)", tried.empty() ? "" : "; ", n.c_str(), err ? err : "not found");
@@ -79,10 +80,11 @@ const TunerPlugin::Library* loadByName(const char* spec) {
                 lib->path.c_str());
       return lib;
     }
-    if (spec) LOOM_WARN("TUNER/Plugin: %s exports no ncclTunerPlugin_v2..v6 symbol: no tuner plugin", n.c_str());
-    else LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: %s exports no ncclTunerPlugin_v2..v6 symbol", n.c_str());
+    lib->why = strprintf("%s loads but exports no ncclTunerPlugin_v2..v6 symbol", n.c_str());
+    if (spec) LOOM_WARN("TUNER/Plugin: %s: no tuner plugin", lib->why.c_str());
+    else LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: %s", lib->why.c_str());
     dlclose(h);
-    return lib;  // version 0
+    return lib;  // version 0: NCCL looks no further
   }
   if (spec)
     LOOM_WARN("TUNER/Plugin: NCCL_TUNER_PLUGIN=%s: could not load %s; looking in the net plugins' libraries",
@@ -107,17 +109,22 @@ const TunerPlugin::Library* loadFromNetPlugin(const std::string& path) {
   return nullptr;
 }
 
-const TunerPlugin::Library* processTuner() {
+// The tuner this process's NCCL_TUNER_PLUGIN gives (null: none, with *why saying why).
+const TunerPlugin::Library* processTuner(std::string* why = nullptr) {
   static std::mutex mu;
   static auto* byName = new std::map<std::string, const TunerPlugin::Library*>;  // "\x01": unset
   static auto* byNetPlugin = new std::map<std::string, const TunerPlugin::Library*>;
   const std::string value = kTunerPlugin.get();
   const bool set = kTunerPlugin.isSet();
-  if (set && strcasecmp(value.c_str(), "none") == 0) return nullptr;
+  if (set && strcasecmp(value.c_str(), "none") == 0) {
+    if (why) *why = "none (NCCL_TUNER_PLUGIN=none)";
+    return nullptr;
+  }
   std::lock_guard<std::mutex> g(mu);
   const std::string key = set ? value : std::string("\x01");
   auto it = byName->find(key);
   if (it == byName->end()) it = byName->emplace(key, loadByName(set ? value.c_str() : nullptr)).first;
+  if (it->second && !it->second->version && why) *why = "none: " + it->second->why;
   if (it->second) return it->second->version ? it->second : nullptr;
   // As NCCL: the net plugin's library, when no tuner library loads.
   for (const auto& net : processNetPlugins().plugins) {
@@ -125,6 +132,9 @@ const TunerPlugin::Library* processTuner() {
     if (n == byNetPlugin->end()) n = byNetPlugin->emplace(net->path(), loadFromNetPlugin(net->path())).first;
     if (n->second) return n->second;
   }
+  if (why)
+    *why = strprintf("none: %s does not load and no net plugin library exports one",
+                     set ? value.c_str() : "libnccl-tuner.so");
   return nullptr;
 }
 
@@ -156,20 +166,14 @@ constexpr Cell kCells[] = {
     {Algorithm::kRing, Protocol::kSimple, kAlgoRing, kProtoSimple},
 };
 
-// Offered to the plugin as NCCL offers its channel count (the plugin may lower it).
-constexpr int kChannelsOffered = kMaxPlanChannels;
 
 }  // namespace
 
 std::string processTunerPlugin(std::string* path) {
-  const TunerPlugin::Library* lib = processTuner();
-  if (!lib) {
-    path->clear();
-    if (kTunerPlugin.isSet() && strcasecmp(kTunerPlugin.get().c_str(), "none") == 0)
-      return "none (NCCL_TUNER_PLUGIN=none)";
-    return strprintf("none: %s does not load and no net plugin library exports one",
-                     kTunerPlugin.isSet() ? kTunerPlugin.get().c_str() : "libnccl-tuner.so");
-  }
+  std::string why;
+  const TunerPlugin::Library* lib = processTuner(&why);
+  path->clear();
+  if (!lib) return why;
   *path = lib->path;
   return strprintf("%s (v%d, %s)", lib->name.c_str(), lib->version, lib->path.c_str());
 }
@@ -234,7 +238,7 @@ void TunerPlugin::adjust(algo::CostTable& t) {
   }
   float before[kNumAlgorithms][kNumProtocols];
   memcpy(before, cost, sizeof(cost));
-  int channels = kChannelsOffered;
+  int channels = 0;  // as NCCL passes it: a count the plugin sets (> 0) is the one to run
   auto* table = reinterpret_cast<float**>(cost);  // NCCL passes its 2-D array so
   Result r = kOk;
   switch (lib_.version) {
@@ -267,12 +271,14 @@ void TunerPlugin::adjust(algo::CostTable& t) {
     return;
   }
   // Only pairs Loom can run take the plugin's word; -1 (or any negative) rules one out.
+  // Equal costs rank in NCCL's order (Tree before Ring; LL, LL128, Simple), as NCCL takes
+  // the first minimum it scans: each edited cell is nudged by its place in that order.
   for (const Cell& c : kCells) {
     const float v = cost[c.row][c.col];
     if (before[c.row][c.col] == kIgnore || v == before[c.row][c.col]) continue;  // untouched: the model's own
-    t.at(c.algo, c.proto) = v < 0 ? -1.0 : static_cast<double>(v);
+    t.at(c.algo, c.proto) = v < 0 ? -1.0 : static_cast<double>(v) + 1e-6 * (c.row * kNumProtocols + c.col);
   }
-  if (channels > 0 && channels != kChannelsOffered) t.channels = channels;
+  if (channels > 0) t.channels = channels;
 }
 
 }  // namespace loom

@@ -1,13 +1,14 @@
-// NCCL tuner plugins, loaded as NCCL 2.28 loads them, as the cost model's tuner hook
+// NCCL tuner plugins, loaded as NCCL loads them, as the cost model's tuner hook
 // (algo/tuner_hook.h).
 //
-// NCCL_TUNER_PLUGIN unset: "libnccl-tuner.so"; "none" (any case): no plugin; else the name
-// as given, then libnccl-tuner-<name>.so (unless it holds a '/' or is already lib*.so).
-// When none of those loads, the NCCL net plugin libraries this process loaded
-// (NCCL_NET_PLUGIN) are searched, as NCCL searches its net plugin's. In the library the
-// newest ncclTunerPlugin_v<N> symbol wins (v6 down to v2). Loaded once per process (per
-// value of the knob); each communicator initialises the plugin for itself and finalises
-// it when destroyed.
+// NCCL_TUNER_PLUGIN unset: "libnccl-tuner.so"; "none" (any case): no plugin;
+// "STATIC_PLUGIN": the program itself; else the name as given, then
+// libnccl-tuner-<name>.so (unless it holds a '/' or is already lib*.so). When none of those
+// loads, the NCCL net plugin libraries this process loaded (NCCL_NET_PLUGIN) are searched
+// (NCCL searches the one it uses). In the library the newest ncclTunerPlugin_v<N> symbol
+// wins (v6, NCCL 2.29's, down to v2). Loaded once per process (per value of the knob) and
+// never unloaded; each communicator initialises the plugin for itself and finalises it
+// when destroyed.
 //
 // Where NCCL asks the plugin per call, Loom asks it when a communicator ranks its
 // candidates: once per collective (the five NCCL asks about) and power-of-two size class,
@@ -16,8 +17,9 @@
 // NCCL's other algorithms, are NCCL_ALGO_PROTO_IGNORE). What the plugin writes there goes
 // back into Loom's table, where Loom's own algorithms (halving-doubling, one-shot,
 // hierarchical) compete with their model times: a plugin that sets an entry to 0, as
-// NCCL's own tuners do, makes it the choice; -1 rules it out. A channel count it sets is
-// the communicator's for that collective and size.
+// NCCL's own tuners do, makes it the choice (equal costs in NCCL's order); -1 rules it out.
+// A channel count it sets (NCCL passes 0) is the communicator's for that collective and
+// size.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,8 @@
 //   ""            changes nothing
 //   "tree"        all-reduce: Tree/Simple costs nothing (v2: names it), and 3 channels
 //   "no_ring"     all-reduce: every Ring entry ruled out (-1); v2 cannot say it
+//   "tie"         all-reduce: Ring/Simple and Tree/Simple both cost nothing (v2: Tree)
+//   "ll"          all-reduce: Tree/LL costs nothing (v2: names it), which host memory cannot run
 //   "init_fails"  init returns ncclInternalError
 //   "coll_fails"  getCollInfo returns ncclInternalError
 // LOOM_TEST_TUNER_LOG: a file each call appends a line to ("init ...", "coll ...",
@@ -22,8 +24,24 @@
 #error "LOOM_TEST_TUNER_VERSION must be set"
 #endif
 
-using namespace loom::tunerabi;
 using loom::netabi::kLogInfo;
+using loom::tunerabi::Constants;
+using loom::tunerabi::kOk;
+using loom::tunerabi::Logger;
+using loom::tunerabi::NvlDomainInfo;
+using loom::tunerabi::Result;
+using loom::tunerabi::TunerV2;
+using loom::tunerabi::TunerV3;
+using loom::tunerabi::TunerV4;
+using loom::tunerabi::TunerV5;
+using loom::tunerabi::TunerV6;
+
+// NCCL's numbers, written out here rather than taken from Loom's header, so that a wrong
+// number there fails the tests (nccl_tuner.h, nccl_common.h).
+constexpr int kAlgoTree = 0, kAlgoRing = 1, kAlgoPat = 6;
+constexpr int kProtoLL = 0, kProtoSimple = 2, kNumProtocols = 3;
+constexpr int kFuncAllReduce = 4;
+constexpr float kIgnore = -1.0f;
 
 namespace {
 
@@ -70,6 +88,11 @@ Result edit(void* context, int coll, size_t nBytes, float** collCostTable, int n
     *nChannels = 3;
   } else if (c->mode == "no_ring") {
     for (int p = 0; p < kNumProtocols; ++p) table[kAlgoRing][p] = kIgnore;
+  } else if (c->mode == "tie") {
+    table[kAlgoRing][kProtoSimple] = 0;
+    table[kAlgoTree][kProtoSimple] = 0;
+  } else if (c->mode == "ll") {
+    table[kAlgoTree][kProtoLL] = 0;  // a careless plugin: the cell is NCCL_ALGO_PROTO_IGNORE
   }
   return kOk;
 }
@@ -106,10 +129,10 @@ Result collInfoV2(void* context, int coll, size_t nBytes, int collNet, int nvls,
   note("coll %d bytes %zu collnet %d nvls %d pipeops %d channels %d", coll, nBytes, collNet, nvls, numPipeOps,
        *nChannels);
   if (c->mode == "coll_fails") return 3;
-  if (coll == kFuncAllReduce && c->mode == "tree") {
+  if (coll == kFuncAllReduce && (c->mode == "tree" || c->mode == "tie" || c->mode == "ll")) {
     *algorithm = kAlgoTree;
-    *protocol = kProtoSimple;
-    *nChannels = 3;
+    *protocol = c->mode == "ll" ? kProtoLL : kProtoSimple;
+    if (c->mode == "tree") *nChannels = 3;
   }
   return kOk;
 }

@@ -44,6 +44,8 @@ class TunerPluginTest : public ::testing::Test {
   EnvGuard logEnv_{"LOOM_TEST_TUNER_LOG", nullptr};
   EnvGuard mode_{"LOOM_TEST_TUNER_MODE", nullptr};
   EnvGuard plugin_{"NCCL_TUNER_PLUGIN", nullptr};
+  // On a GPU machine stock NCCL's shadow communicators would load the plugin too.
+  EnvGuard fallback_{"LOOM_NCCL_FALLBACK", "off"};
 };
 
 // What the communicator would run for an all-reduce of `bytes`.
@@ -103,14 +105,14 @@ TEST_F(TunerPluginTest, EachVersionSteersTheAllReduce) {
       if (a.rfind(mib, 0) != 0) continue;
       seen = true;
       if (std::string(v) == "2") {
-        EXPECT_NE(a.find("collnet 0 nvls 0 pipeops 1 channels 64"), std::string::npos) << a;
+        EXPECT_NE(a.find("collnet 0 nvls 0 pipeops 1 channels 0"), std::string::npos) << a;
       } else {
         // NCCL's shape, Loom's ring and tree priced; host memory runs Simple only, and NCCL's
         // other algorithms are ignored.
         EXPECT_NE(a.find("algos 7 protos 3"), std::string::npos) << a;
         EXPECT_EQ(a.find("ring_simple -1.000"), std::string::npos) << a;
         EXPECT_EQ(a.find("tree_simple -1.000"), std::string::npos) << a;
-        EXPECT_NE(a.find("ring_ll -1.000 pat_simple -1.000 channels 64"), std::string::npos) << a;
+        EXPECT_NE(a.find("ring_ll -1.000 pat_simple -1.000 channels 0"), std::string::npos) << a;
       }
     }
     EXPECT_TRUE(seen) << "the plugin was never asked about a 1 MiB all-reduce";
@@ -134,20 +136,42 @@ TEST_F(TunerPluginTest, RuledOutRingIsNeverChosen) {
   ASSERT_TRUE(f.empty()) << joinFailures(f);
 }
 
-// A getCollInfo that fails leaves the model's ranking as it is.
-TEST_F(TunerPluginTest, FailingGetCollInfoKeepsTheModelsRanking) {
-  std::vector<uint64_t> digests(2);
-  for (const char* plugin : {"none", "5"}) {
-    EnvGuard p("NCCL_TUNER_PLUGIN", plugin == std::string("none") ? "none" : pluginPath(plugin).c_str());
-    EnvGuard m("LOOM_TEST_TUNER_MODE", "coll_fails");
-    uint64_t* out = &digests[plugin == std::string("none") ? 0 : 1];
-    auto f = runRanks(Mode::kThreads, 2, [out](int rank, int nranks, ncclComm_t comm) -> std::string {
-      if (rank == 0) *out = comm->core->planContext().digest();
-      return exactAllReduce(rank, nranks, comm, 4096);
-    });
-    ASSERT_TRUE(f.empty()) << joinFailures(f);
-  }
-  EXPECT_EQ(digests[0], digests[1]);
+// The ranking 2 ranks get with NCCL_TUNER_PLUGIN=`plugin` and LOOM_TEST_TUNER_MODE=`mode`.
+uint64_t rankingWith(const std::string& plugin, const char* mode) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", plugin.c_str());
+  EnvGuard m("LOOM_TEST_TUNER_MODE", mode);
+  uint64_t digest = 0;
+  auto f = runRanks(Mode::kThreads, 2, [&digest](int rank, int nranks, ncclComm_t comm) -> std::string {
+    if (rank == 0) digest = comm->core->planContext().digest();
+    return exactAllReduce(rank, nranks, comm, 4096);
+  });
+  EXPECT_TRUE(f.empty()) << joinFailures(f);
+  return digest;
+}
+
+// A getCollInfo that fails, or a plugin that picks what Loom cannot run here (LL on host
+// memory), leaves the model's ranking as it is.
+TEST_F(TunerPluginTest, FailuresAndChoicesLoomCannotRunKeepTheModelsRanking) {
+  const uint64_t model = rankingWith("none", "");
+  EXPECT_EQ(rankingWith(pluginPath("5"), "coll_fails"), model);
+  EXPECT_EQ(rankingWith(pluginPath("2"), "coll_fails"), model);
+  EXPECT_EQ(rankingWith(pluginPath("4"), "ll"), model);
+  EXPECT_EQ(rankingWith(pluginPath("2"), "ll"), model);
+  EXPECT_NE(rankingWith(pluginPath("4"), "tree"), model);
+}
+
+// Equal costs go as NCCL takes them: the first in its order (Tree before Ring).
+TEST_F(TunerPluginTest, TiesGoAsInNccl) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", pluginPath("5").c_str());
+  EnvGuard m("LOOM_TEST_TUNER_MODE", "tie");
+  auto f = runRanks(Mode::kThreads, 3, [](int rank, int nranks, ncclComm_t comm) -> std::string {
+    for (size_t bytes : {size_t{64}, size_t{1} << 20, size_t{64} << 20}) {
+      loom::Selection s = allReduce(comm, bytes);
+      RANK_CHECK(s.algorithm == Algorithm::kTree, "%zu bytes run %s", bytes, loom::algorithmName(s.algorithm));
+    }
+    return exactAllReduce(rank, nranks, comm, 5000);
+  });
+  ASSERT_TRUE(f.empty()) << joinFailures(f);
 }
 
 // A plugin's init that fails on one rank fails the init on every rank, each saying whose.
@@ -208,6 +232,17 @@ TEST(TunerPluginLoader, NamesAreTriedAsGivenThenAsLibncclTuner) {
   EXPECT_EQ(loom::tunerLibraryNames("ofi"), V({"ofi", "libnccl-tuner-ofi.so"}));
   EXPECT_EQ(loom::tunerLibraryNames("libmine.so"), V({"libmine.so"}));
   EXPECT_EQ(loom::tunerLibraryNames("/opt/t/x.so"), V({"/opt/t/x.so"}));
+}
+
+// STATIC_PLUGIN names the program itself (this test exports no tuner); loom-info's words.
+TEST_F(TunerPluginTest, StaticPluginLooksInTheProgram) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", "STATIC_PLUGIN");
+  std::string path;
+  const std::string why = loom::processTunerPlugin(&path);
+  EXPECT_TRUE(path.empty());
+  EXPECT_EQ(why, "none: STATIC_PLUGIN loads but exports no ncclTunerPlugin_v2..v6 symbol");
+  EnvGuard none("NCCL_TUNER_PLUGIN", "none");
+  EXPECT_EQ(loom::processTunerPlugin(&path), "none (NCCL_TUNER_PLUGIN=none)");
 }
 
 TEST_F(TunerPluginTest, LoaderAsNcclLoadsIt) {
