@@ -42,6 +42,7 @@ prepare() {
     "$build"/tests/kernels/kernels_test "$stage/bin/"
   for t in all_reduce all_gather reduce_scatter sendrecv alltoall; do cp "$build/bench/${t}_perf" "$stage/bin/"; done
   cp -P "$build"/libloom.so* "$build"/libloom-cuda-kernels.so "$stage/lib/"
+  cp "$build"/tests/engine/tunerplugins/libnccl-tuner-loomtest-v5.so "$stage/lib/"
   cp -P "$build"/nccl/libnccl.so* "$stage/lib/nccl/"
   g++ -std=c++17 -O1 -o "$stage/bin/cuda_sync_probe" "$repo/scripts/gpu/cuda_sync_probe.cc" -ldl -lpthread
   if [ -n "${LOOM_NCCL_TESTS_SRC:-}" ]; then
@@ -235,6 +236,7 @@ row "engine_staged_cuda_test, CUDA kernels module" "$([ $rc = 0 ] && echo ok || 
 # as the plan-interpreter kernel over FIFOs in device memory, ranks as processes (CUDA IPC)
 # and as threads on GPU 0; a dead peer and an abort.
 step engine_staged_cuda_test-executor 120 env LOOM_CUDA_KERNELS_LIBRARY="$stage/lib/libloom-cuda-kernels.so" \
+  LOOM_TEST_TUNER_PLUGIN="$stage/lib/libnccl-tuner-loomtest-v5.so" \
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL "$stage/bin/engine_staged_cuda_test" --gtest_filter='*DeviceExecutor*'
 rc=$?
 row "engine_staged_cuda_test, device executor" "$([ $rc = 0 ] && echo ok || echo FAILED)" \

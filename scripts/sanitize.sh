@@ -37,7 +37,7 @@ case "$kind" in
   thread) flags=thread; test_flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
     targets=(core_test transports_test kernels_test diag_test engine_metrics_test
              engine_staged_stand_in_test engine_stand_in_stream_test engine_interp_test
-             loom_stand_in_kernels) ;;
+             engine_tuner_plugin_test loom_stand_in_kernels) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
 esac
 jobs="${LOOM_JOBS:-$(nproc)}"
@@ -126,6 +126,8 @@ else
   # and an NCCL net plugin; registry tests with a transport of the tests; the step primitive between threads.
   transports_filter='Proxy.*:NetTransport.NameInAnyCaseAndRanksAsThreads:NetPluginJob.RanksAsThreadsShareThePlugin:NetPluginLoader.*:TransportRegistry.TestTransportChosenAheadOfShm:TransportRegistry.PriorityOrderAndCanConnectDecideEachPair:TransportRegistry.BlobSizeLimitIsEnforced'
   kernels_filter='StepPrimitive.*'
+  # Rank threads of one process loading an NCCL tuner plugin and initialising it at once.
+  tuner_filter='TunerPluginTest.EachVersionSteersTheAllReduce:TunerPluginTest.TiesGoAsInNccl:TunerPluginTest.LoaderAsNcclLoadsIt'
   # Status queries answered on the listener's thread and metrics scraped by the exporter's,
   # both reading flight recorders the ranks' threads are writing.
   diag_filter='FlightRecorder.KeepsTheLastEntriesWithTheirStatesAndTotals:FlightRecorder.DumpStateAndStatusQueriesOnLiveRanks:DiagStatus.*'
@@ -203,6 +205,10 @@ fi
 if [ -n "${transports_filter:-}" ]; then
   run transports_test "$build/tests/transports/transports_test" --gtest_filter="$transports_filter"
   run kernels_test "$build/tests/kernels/kernels_test" --gtest_filter="$kernels_filter"
+fi
+
+if [ -n "${tuner_filter:-}" ]; then
+  run engine_tuner_plugin_test "$build/tests/engine/engine_tuner_plugin_test" --gtest_filter="$tuner_filter"
 fi
 
 if [ -n "${diag_filter:-}" ]; then

@@ -81,6 +81,7 @@ class DeviceExec {
                                             const std::vector<int>& sameContext, bool allWant);
   ~DeviceExec();
   DeviceExec(const DeviceExec&) = delete;
+  const PlanContext& planContext() const { return ctx_; }  // what its plans are selected for
   DeviceExec& operator=(const DeviceExec&) = delete;
 
   // Whether this executor runs `op`: a send, a receive, a collective without a device scalar,

@@ -23,10 +23,13 @@
 #include <thread>
 #include <vector>
 
+#include "algo/select.h"
+#include "api/comm.h"
 #include "base/log.h"
 #include "core/core_util.h"
 #include "core/rank_harness.h"
 #include "device_memory.h"
+#include "engine/device_exec.h"
 
 namespace loomtest {
 namespace {
@@ -1527,6 +1530,33 @@ TEST(STAGED_SUITE, DeviceExecutorSendsAndReceivesInThreads) {
     CollLogs logs;
     verdict(threadsOnOwnDevices(n, sendsAndReceives));
     expectKernelLaunches(logs, threadsShareDevices(n) ? 0 : 8, n);
+  }
+}
+
+// An NCCL tuner plugin ranks the device executor's plans too: Loom's test plugin
+// (test_tuner_plugin.cc, mode "tree") makes the tree the all-reduce, on 3 channels.
+TEST(STAGED_SUITE, DeviceExecutorFollowsTheTunerPlugin) {
+  NEED_DEVICE();
+  // Where the binary runs away from its build (scripts/gpu_check.sh), the plugin is named.
+  const char* named = getenv("LOOM_TEST_TUNER_PLUGIN");
+  const std::string path = named ? named : LOOM_TEST_TUNER_PLUGIN_DIR "/libnccl-tuner-loomtest-v5.so";
+  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no test tuner plugin at " << path;
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  EnvGuard plugin("NCCL_TUNER_PLUGIN", path.c_str());
+  EnvGuard mode("LOOM_TEST_TUNER_MODE", "tree");
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    CollLogs logs;
+    verdict(threadsOnOwnDevices(n, [](int rank, int nranks, ncclComm_t comm) -> std::string {
+      if (const loom::DeviceExec* ex = comm->core->deviceExec()) {
+        const loom::Selection s =
+            loom::select({loom::Collective::kAllReduce, (size_t{1} << 20) / 4, 4, 0}, ex->planContext());
+        RANK_CHECK(s.algorithm == loom::Algorithm::kTree && s.channels == 3, "device all-reduce of 1 MiB: %s, %d channels",
+                   loom::algorithmName(s.algorithm), s.channels);
+      }
+      return everyCollective(rank, nranks, comm);
+    }));
+    expectKernelLaunches(logs, threadsShareDevices(n) ? 0 : 7, n);
   }
 }
 
