@@ -64,6 +64,30 @@ def case_plan_text():
     expect("chunk_bytes" in rows[0], f"{rows[0]}")
 
 
+def case_plan_tuner():
+    """With NCCL_TUNER_PLUGIN set, loom-topo shows what a communicator would run: Loom's test
+    plugin (mode "tree") makes all-reduce the tree on 3 channels, in --plan, the table and the
+    JSON, and names the plugin."""
+    plugin = os.environ["LOOM_TEST_TUNER_PLUGIN"]
+    env = {"NCCL_TUNER_PLUGIN": plugin, "LOOM_TEST_TUNER_MODE": "tree"}
+    out, _ = run("--plan", "allreduce", "1M", "--nranks", "4", *topo("cpu_only.xml"), env=env)
+    expect(f"tuner plugin: LoomTestTuner (v4, {plugin}) (NCCL_TUNER_PLUGIN)" in out, out)
+    algo, _, ch, _ = selected(out)
+    expect((algo, ch) == ("Tree", 3), f"--plan with the plugin: {algo} on {ch} channel(s)\n{out}")
+    expect("Simulated: every rank finished with the exact result" in out, out)
+    doc = json.loads(run("--json", "--nranks", "4", *topo("cpu_only.xml"), env=env)[0])
+    expect(doc["tuner_plugin"] == f"LoomTestTuner (v4, {plugin})", f"tuner_plugin {doc['tuner_plugin']!r}")
+    rows = [r for r in doc["tuning"] if r["collective"] == "AllReduce" and r["bytes"] == 1 << 20]
+    expect(len(rows) == 1 and (rows[0]["algorithm"], rows[0]["channels"]) == ("Tree", 3), f"{rows}")
+    text, _ = run("--nranks", "4", *topo("cpu_only.xml"), env=env)
+    expect(f"tuner plugin: LoomTestTuner (v4, {plugin}) (NCCL_TUNER_PLUGIN)" in text, text)
+    out, _ = run("--plan", "allreduce", "1M", "--nranks", "4", *topo("cpu_only.xml"),
+                 env={"NCCL_TUNER_PLUGIN": "none"})
+    expect("tuner plugin" not in out and selected(out)[0:3:2] != ("Tree", 3), out)
+    doc = json.loads(run("--json", "--nranks", "4", *topo("cpu_only.xml"), env={"NCCL_TUNER_PLUGIN": "none"})[0])
+    expect(doc["tuner_plugin"] == "", f"tuner_plugin without a plugin: {doc['tuner_plugin']!r}")
+
+
 def case_plan_hierarchical():
     # Two hosts of two ranks over a socket: large all-reduces go hierarchical, on two
     # channels from 1 MiB, with the half-FIFO chunk.

@@ -10,10 +10,12 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "base/config.h"
 #include "base/error.h"
+#include "engine/tuner_plugin.h"
 #include "report.h"
 #include "topo/load.h"
 #include "topo/topo_xml.h"
@@ -172,8 +174,11 @@ int main(int argc, char** argv) {
     int local = (nranks + nodes - 1) / nodes;
     const auto [slot, depth] = fifoShape();
     algo::NodeModel model = algo::buildNodeModel(sys, local, host);
-    JobContexts job(JobContexts::contiguous(nranks, nodes), model, slot, depth);
+    // The NCCL tuner plugin a communicator of this job would load adjusts the choices too.
+    std::unique_ptr<TunerPlugin> tuner = TunerPlugin::open(0, nranks, nodes, nranks / nodes, local);
+    JobContexts job(JobContexts::contiguous(nranks, nodes), model, slot, depth, tuner.get());
     if (plan) {
+      if (tuner) printf("tuner plugin: %s (NCCL_TUNER_PLUGIN)\n", tuner->describe().c_str());
       const Collective coll = parseCollective(planColl);
       const size_t bytes = parseSize(argv[optind], "--plan size");
       // Four-byte elements (nccl-tests' default float); the size is nccl-tests' (the
@@ -189,6 +194,7 @@ int main(int argc, char** argv) {
     r.nranks = nranks;
     r.hostMemory = host;
     r.model = model;
+    if (tuner) r.tunerPlugin = tuner->describe();
     if (!host) {
       std::vector<int> used;
       for (int g = 0; g < std::min(local, sys.gpuCount()); ++g) used.push_back(g);

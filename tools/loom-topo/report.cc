@@ -185,6 +185,7 @@ void printText(FILE* out, const Report& r) {
     }
   }
   if (!r.model.notes.empty()) fprintf(out, "  notes: %s\n", r.model.notes.c_str());
+  if (!r.tunerPlugin.empty()) fprintf(out, "  tuner plugin: %s (NCCL_TUNER_PLUGIN)\n", r.tunerPlugin.c_str());
   Collective last = Collective::kCount;
   for (const TuningRow& row : r.tuning) {
     if (row.coll != last) {
@@ -247,6 +248,7 @@ std::string toJson(const Report& r) {
   j += "  \"source\": " + jsonString(sys.source()) + ",\n";
   j += strprintf("  \"nodes\": %d,\n  \"nranks\": %d,\n  \"host_memory\": %s,\n", r.nodes, r.nranks,
                  r.hostMemory ? "true" : "false");
+  j += "  \"tuner_plugin\": " + jsonString(r.tunerPlugin) + ",\n";
   j += "  \"gpus\": " + jsonArray(gi, [&](int i) {
          return strprintf("{\"index\":%d,\"busid\":%s,\"numa\":%d,\"sm\":%d}", i, jsonString(sys.gpu(i).busId).c_str(),
                           sys.numaOf(sys.gpuNodeId(i)), sys.gpu(i).sm);

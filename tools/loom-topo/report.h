@@ -33,6 +33,7 @@ struct Report {
   std::vector<topo::RailRing> railRings;  // when nodes > 1
   topo::DoubleTree trees;                 // over hosts, when nodes > 1
   std::vector<TuningRow> tuning;
+  std::string tunerPlugin;  // the NCCL tuner plugin that adjusted the choices ("": none)
 };
 
 void printText(FILE* out, const Report& r);
