@@ -66,6 +66,8 @@ struct Faults {
   ibv_wc_status failStatus = IBV_WC_SUCCESS;
   int createdQps = 0;
   std::vector<ibv_qp_attr> rts;  // what each move to RTR/RTS asked for
+  std::vector<std::pair<bool, unsigned>> regs;  // each registration: by ibv_reg_mr_iova2?, access
+  bool noIova2 = false;  // the table lacks ibv_reg_mr_iova2 (an older libibverbs)
 };
 Faults gF;
 const loom::IbvApi* gReal = nullptr;
@@ -88,7 +90,16 @@ ibv_mr* regMr(ibv_pd* pd, void* p, size_t n, int access) {
     errno = gF.regMrErrno;
     return nullptr;
   }
+  gF.regs.emplace_back(false, static_cast<unsigned>(access));
   return gReal->regMr(pd, p, n, access);
+}
+ibv_mr* regMrIova2(ibv_pd* pd, void* p, size_t n, uint64_t iova, unsigned access) {
+  if (gF.regMrErrno) {
+    errno = gF.regMrErrno;
+    return nullptr;
+  }
+  gF.regs.emplace_back(true, access);
+  return gReal->regMrIova2(pd, p, n, iova, access);
 }
 int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (gF.postSendErr) return gF.postSendErr;
@@ -114,6 +125,7 @@ loom::IbvApi faultyTable() {
   t.createQp = createQp;
   t.modifyQp = modifyQp;
   t.regMr = regMr;
+  t.regMrIova2 = gReal->regMrIova2 && !gF.noIova2 ? regMrIova2 : nullptr;
   t.postSend = postSend;
   t.postRecv = postRecv;
   t.pollCq = pollCq;
@@ -440,6 +452,42 @@ TEST_F(IbVerbs, KnobsReachTheQueuePairs) {
   EXPECT_TRUE(transfer((1 << 20) + 3));
 }
 
+// NCCL_IB_PCI_RELAXED_ORDERING, as NCCL reads it: 1 or 2 (the default) register memory with
+// IBV_ACCESS_RELAXED_ORDERING through ibv_reg_mr_iova2 where libibverbs has it (Debian 12's
+// does; rxe takes the flag), 0 and an older libibverbs with plain ibv_reg_mr; data moves
+// exactly every way.
+TEST_F(IbVerbs, RelaxedOrderingAsNcclAsks) {
+  ASSERT_TRUE(gReal->regMrIova2) << "this libibverbs has no ibv_reg_mr_iova2 (rdma-core 28 and later do)";
+  struct Case {
+    const char* mode;  // null: unset
+    bool noIova2;
+    bool relaxed;
+  };
+  for (Case c : {Case{nullptr, false, true}, Case{"1", false, true}, Case{"0", false, false},
+                 Case{"2", true, false}}) {
+    SCOPED_TRACE(std::string(c.mode ? c.mode : "unset") + (c.noIova2 ? ", no ibv_reg_mr_iova2" : ""));
+    std::unique_ptr<Env> mode;
+    if (c.mode) mode = std::make_unique<Env>("NCCL_IB_PCI_RELAXED_ORDERING", c.mode);
+    send_.reset();
+    recv_.reset();
+    listen_.reset();
+    a_.reset();
+    b_.reset();
+    gF = Faults{};
+    gF.noIova2 = c.noIova2;
+    faulty_ = faultyTable();
+    make(true);
+    ASSERT_NO_THROW(connect());
+    EXPECT_TRUE(transfer((1 << 20) + 5));
+    ASSERT_FALSE(gF.regs.empty());
+    for (auto [iova2, access] : gF.regs) {
+      EXPECT_EQ(iova2, c.relaxed);
+      EXPECT_EQ((access & IBV_ACCESS_RELAXED_ORDERING) != 0, c.relaxed) << std::hex << access;
+      EXPECT_TRUE(access & IBV_ACCESS_REMOTE_WRITE) << std::hex << access;
+    }
+  }
+}
+
 TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {
   Env g("NCCL_IB_GID_INDEX", "200");  // rxe's table has 16 entries
   make();
@@ -457,7 +505,7 @@ TEST(IbKnobs, OutOfRangeValuesAreInvalidArgument) {
   loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
   for (auto [k, v] : {std::pair{"NCCL_IB_QPS_PER_CONNECTION", "17"}, {"NCCL_IB_TIMEOUT", "0"},
                       {"NCCL_IB_RETRY_CNT", "8"}, {"NCCL_IB_SL", "16"}, {"NCCL_IB_TC", "-1"},
-                      {"NCCL_IB_GID_INDEX", "256"}}) {
+                      {"NCCL_IB_GID_INDEX", "256"}, {"NCCL_IB_PCI_RELAXED_ORDERING", "3"}}) {
     Env e(k, v);
     try {
       loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo});

@@ -25,6 +25,9 @@ IntKnob kSl("LOOM_IB_SL", "NCCL_IB_SL", 0, "InfiniBand service level of verbs QP
 IntKnob kGid("LOOM_IB_GID_INDEX", "NCCL_IB_GID_INDEX", -1,
              "GID index of verbs connections; -1: the first RoCE v2 GID with an IPv4 address, "
              "else the first that is set");
+IntKnob kRelaxed("LOOM_IB_PCI_RELAXED_ORDERING", "NCCL_IB_PCI_RELAXED_ORDERING", 2,
+                 "Register verbs memory with PCIe relaxed ordering (IBV_ACCESS_RELAXED_ORDERING): 0 no; 1 or 2 "
+                 "where libibverbs has ibv_reg_mr_iova2, as NCCL (devices that cannot ignore it)");
 BoolKnob kDisable("LOOM_IB_DISABLE", "NCCL_IB_DISABLE", false,
                   "1: never use the verbs (InfiniBand/RoCE) network backend");
 
@@ -66,6 +69,7 @@ IbOptions IbOptions::fromKnobs() {
   o.tc = ranged(kTc, 0, 255);
   o.sl = ranged(kSl, 0, 15);
   o.gidIndex = ranged(kGid, -1, 255);  // a GRH's sgid_index is 8 bits
+  o.relaxedOrdering = ranged(kRelaxed, 0, 2);
   return o;
 }
 
@@ -161,8 +165,10 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
     if (probe) api.deregMr(probe);
     else if (errno == EBADF) ptrSupport |= kNetPtrDmaBuf;
   }
-  LOOM_INFO(kLogNet | kLogInit, "NET/IB: %s opened (%s, GID index %d, MTU %d; GPU memory: %s)", label().c_str(),
-            roce() ? "RoCE" : "InfiniBand", gidIndex, 128 << attr.active_mtu,
+  relaxedOrdering = o.relaxedOrdering != 0 && api.regMrIova2 != nullptr;
+  LOOM_INFO(kLogNet | kLogInit, "NET/IB: %s opened (%s, GID index %d, MTU %d; relaxed ordering %s; GPU memory: %s)",
+            label().c_str(), roce() ? "RoCE" : "InfiniBand", gidIndex, 128 << attr.active_mtu,
+            relaxedOrdering ? "on" : o.relaxedOrdering ? "off (libibverbs has no ibv_reg_mr_iova2)" : "off",
             ptrSupport == kNetPtrHost ? "no (no peer-memory module, no DMA-BUF)"
             : ptrSupport & kNetPtrDmaBuf ? (ptrSupport & kNetPtrCuda ? "peer memory, DMA-BUF" : "DMA-BUF")
                                          : "peer memory");
@@ -177,6 +183,18 @@ IbMr::~IbMr() {
   if (mr) dev->api.deregMr(mr);
 }
 
+namespace {
+
+// ibv_reg_mr of `data`, or with relaxed ordering ibv_reg_mr_iova2, as NCCL registers.
+ibv_mr* plainOrRelaxed(const IbDevice& dev, void* data, size_t bytes) {
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  if (!dev.relaxedOrdering) return dev.api.regMr(dev.pd, data, bytes, access);
+  return dev.api.regMrIova2(dev.pd, data, bytes, reinterpret_cast<uintptr_t>(data),
+                            static_cast<unsigned>(access | IBV_ACCESS_RELAXED_ORDERING));
+}
+
+}  // namespace
+
 std::unique_ptr<IbMr> registerMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes,
                                  const std::string& who) {
   auto m = std::make_unique<IbMr>();
@@ -184,8 +202,7 @@ std::unique_ptr<IbMr> registerMr(const std::shared_ptr<IbDevice>& dev, void* dat
   m->base = static_cast<const char*>(data);
   m->bytes = bytes;
   if (bytes == 0) return m;
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  m->mr = dev->api.regMr(dev->pd, data, bytes, access);
+  m->mr = plainOrRelaxed(*dev, data, bytes);
   if (!m->mr) {
     int e = errno;
     verbsFailed(who, strprintf("ibv_reg_mr(%zu bytes)", bytes).c_str(), e,
@@ -204,7 +221,8 @@ std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* 
   m->bytes = bytes;
   m->gpu = true;
   if (bytes == 0) return m;
-  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                     (dev->relaxedOrdering ? IBV_ACCESS_RELAXED_ORDERING : 0);
   if (fd >= 0) {
     if (!dev->api.regDmabufMr)
       LOOM_THROW(kInvalidUsage, "%s: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later "
@@ -215,7 +233,7 @@ std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* 
                   " (does the NIC's driver take DMA-BUF, and the GPU driver export it?)");
     return m;
   }
-  m->mr = dev->api.regMr(dev->pd, data, bytes, access);
+  m->mr = plainOrRelaxed(*dev, data, bytes);
   if (!m->mr)
     verbsFailed(who, strprintf("ibv_reg_mr(%zu bytes of GPU memory)", bytes).c_str(), errno,
                 " (GPU memory over verbs needs the peer-memory module: modprobe nvidia-peermem)");

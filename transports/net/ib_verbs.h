@@ -34,6 +34,7 @@ struct IbOptions {
   int tc = 0;           // NCCL_IB_TC: traffic class (RoCE / GRH)
   int sl = 0;           // NCCL_IB_SL
   int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1: RoCE v2 with an IPv4 address, as NCCL
+  int relaxedOrdering = 2;  // NCCL_IB_PCI_RELAXED_ORDERING: 0 off; 1, 2 where libibverbs can
   static IbOptions fromKnobs();
 };
 bool ibDisabled();  // NCCL_IB_DISABLE=1
@@ -60,6 +61,9 @@ struct IbDevice {
   ibv_port_attr attr{};
   int gidIndex = 0;
   ibv_gid gid{};
+  // Memory is registered with IBV_ACCESS_RELAXED_ORDERING (NCCL_IB_PCI_RELAXED_ORDERING,
+  // where libibverbs has ibv_reg_mr_iova2; the driver ignores it where the device cannot).
+  bool relaxedOrdering = false;
 };
 
 // Memory registered with a device; keeps the device (its PD) alive. Zero bytes: no ibv_mr.

@@ -46,6 +46,7 @@ const IbvApi* ibvApi(std::string* why) {
               lib.bind(t->destroyQp, "ibv_destroy_qp") &&
               lib.bind(t->wcStatusStr, "ibv_wc_status_str");
     if (ok) lib.bind(t->regDmabufMr, "ibv_reg_dmabuf_mr");
+    if (ok) lib.bind(t->regMrIova2, "ibv_reg_mr_iova2");
     if (!ok) {
       absence = new std::string(lib.path() + " lacks a verbs call Loom needs");
       delete t;

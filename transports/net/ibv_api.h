@@ -42,6 +42,9 @@ struct IbvApi {
   int (*postRecv)(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) = nullptr;
   int (*pollCq)(ibv_cq*, int, ibv_wc*) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
+  // Optional (IBVERBS_1.8, rdma-core 28 and later): registration taking the optional access
+  // flags, IBV_ACCESS_RELAXED_ORDERING among them (NCCL_IB_PCI_RELAXED_ORDERING).
+  ibv_mr* (*regMrIova2)(ibv_pd*, void*, size_t, uint64_t iova, unsigned int access) = nullptr;
   // Optional (rdma-core 34 and later): GPU memory by its DMA-BUF.
   ibv_mr* (*regDmabufMr)(ibv_pd*, uint64_t offset, size_t length, uint64_t iova, int fd, int access) = nullptr;
 };
