@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,6 +69,7 @@ struct Faults {
   std::vector<ibv_qp_attr> rts;  // what each move to RTR/RTS asked for
   std::vector<std::pair<bool, unsigned>> regs;  // each registration: by ibv_reg_mr_iova2?, access
   bool noIova2 = false;  // the table lacks ibv_reg_mr_iova2 (an older libibverbs)
+  std::vector<uint32_t> dataWrites;  // the QP number of each RDMA WRITE WITH IMMEDIATE posted
 };
 Faults gF;
 const loom::IbvApi* gReal = nullptr;
@@ -103,6 +105,7 @@ ibv_mr* regMrIova2(ibv_pd* pd, void* p, size_t n, uint64_t iova, unsigned access
 }
 int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (gF.postSendErr) return gF.postSendErr;
+  if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) gF.dataWrites.push_back(qp->qp_num);
   return gReal->postSend(qp, wr, bad);
 }
 int postRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
@@ -488,6 +491,44 @@ TEST_F(IbVerbs, RelaxedOrderingAsNcclAsks) {
   }
 }
 
+// NCCL_IB_SPLIT_DATA_ON_QPS with 3 QPs: unset (0, NCCL's default), each message is one
+// write on one QP, the QPs in turn; 1, each message is a write on every QP. The sender's
+// setting holds: a receiver set otherwise follows it. Every message arrives exactly.
+TEST_F(IbVerbs, SplitDataOnQpsAsNcclAsks) {
+  Env q("NCCL_IB_QPS_PER_CONNECTION", "3");
+  for (bool split : {false, true}) {
+    SCOPED_TRACE(split ? "split" : "whole");
+    send_.reset();
+    recv_.reset();
+    listen_.reset();
+    a_.reset();
+    b_.reset();
+    gF = Faults{};
+    {
+      Env s("NCCL_IB_SPLIT_DATA_ON_QPS", split ? "1" : "0");
+      loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
+      a_ = loom::makeIbNetBackend({job_, 0, 2, lo}, &faulty_);  // the sender
+    }
+    {
+      Env s("NCCL_IB_SPLIT_DATA_ON_QPS", split ? "0" : "1");  // the receiver differs
+      loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
+      b_ = loom::makeIbNetBackend({job_, 1, 2, lo}, &faulty_);
+    }
+    ASSERT_NO_THROW(connect());
+    for (size_t bytes : {size_t{1} << 20, size_t{4099}, size_t{3} << 16})
+      EXPECT_TRUE(transfer(bytes)) << bytes;
+    const std::vector<uint32_t>& w = gF.dataWrites;
+    if (split) {
+      ASSERT_EQ(w.size(), 9u) << "three writes a message";
+      for (size_t m = 0; m < 3; ++m)
+        EXPECT_EQ(std::set<uint32_t>(w.begin() + 3 * m, w.begin() + 3 * m + 3).size(), 3u) << "message " << m;
+    } else {
+      ASSERT_EQ(w.size(), 3u) << "one write a message";
+      EXPECT_EQ(std::set<uint32_t>(w.begin(), w.end()).size(), 3u) << "the QPs in turn";
+    }
+  }
+}
+
 TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {
   Env g("NCCL_IB_GID_INDEX", "200");  // rxe's table has 16 entries
   make();
@@ -505,7 +546,8 @@ TEST(IbKnobs, OutOfRangeValuesAreInvalidArgument) {
   loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
   for (auto [k, v] : {std::pair{"NCCL_IB_QPS_PER_CONNECTION", "17"}, {"NCCL_IB_TIMEOUT", "0"},
                       {"NCCL_IB_RETRY_CNT", "8"}, {"NCCL_IB_SL", "16"}, {"NCCL_IB_TC", "-1"},
-                      {"NCCL_IB_GID_INDEX", "256"}, {"NCCL_IB_PCI_RELAXED_ORDERING", "3"}}) {
+                      {"NCCL_IB_GID_INDEX", "256"}, {"NCCL_IB_PCI_RELAXED_ORDERING", "3"},
+                      {"NCCL_IB_SPLIT_DATA_ON_QPS", "2"}}) {
     Env e(k, v);
     try {
       loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo});

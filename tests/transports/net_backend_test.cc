@@ -99,10 +99,13 @@ std::unique_ptr<NetBackend> makeBackend(const std::string& name, const loom::Job
   loom::NetContext ctx{job, rank, 2, loopback()};
   if (name.rfind("Ucx", 0) == 0)
     return loom::makeUcxNetBackend(ctx, ucxVariant(name), name.rfind("UcxRma", 0) == 0);
-  if (name.rfind("IbQps", 0) == 0) {
-    setenv("NCCL_IB_QPS_PER_CONNECTION", name.substr(5).c_str(), 1);
+  if (name.rfind("IbQps", 0) == 0) {  // "IbQps<N>[Split]": messages whole on a QP, or split
+    const bool split = name.size() > 5 && name.compare(name.size() - 5, 5, "Split") == 0;
+    setenv("NCCL_IB_QPS_PER_CONNECTION", std::to_string(std::stoi(name.substr(5))).c_str(), 1);
+    if (split) setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
     auto b = loom::makeIbNetBackend(ctx);
     unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+    unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
     return b;
   }
   if (name.rfind("PluginV", 0) == 0) {
@@ -534,10 +537,11 @@ std::vector<std::string> backendNames() {
   std::vector<std::string> v;
   for (const auto& b : loom::netBackends())
     if (b.name.rfind("UCX", 0) != 0 && b.name != "IB") v.push_back(b.name);
-  // Verbs where an RDMA port is active (the rxe VM: ctest -L rxe), with 1 and 4 QPs.
+  // Verbs where an RDMA port is active (the rxe VM: ctest -L rxe), with 1 and 4 QPs (each
+  // message whole on one, or split across all).
   std::string why;
   if (loom::ibIsDefault(&why))
-    for (const char* b : {"IB", "IbQps4"}) v.push_back(b);
+    for (const char* b : {"IB", "IbQps4", "IbQps4Split"}) v.push_back(b);
   if (loom::ucxBuiltIn())
     for (const char* u : {"UcxTcp", "UcxPosix", "UcxCma", "UcxRmaCma"}) v.push_back(u);
   for (int version = 6; version <= 11; ++version) v.push_back("PluginV" + std::to_string(version));

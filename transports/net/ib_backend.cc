@@ -99,6 +99,7 @@ class IbListenComm : public NetListenComm {
       st.qps->connect(st.peer, o_);
       IbConnInfo mine{};
       st.qps->describe(&mine);
+      mine.flags = st.peer.flags & kInfoWholeMessages;  // the sender's way, echoed
       sendSmall(st.sock, &mine, sizeof(mine), st.who);
     }
     if (!readSome(st.sock, &st.ready, 1, &st.gotReady, st.who)) return timedOut(st);
@@ -238,6 +239,7 @@ class IbBackend : public BootstrapIfaceBackend {
       st.qps->describe(&mine);
       mine.fifoAddr = reinterpret_cast<uintptr_t>(st.fifo.get());
       mine.fifoRkey = st.fifoMr->mr->rkey;
+      mine.flags = o_.splitData ? 0 : kInfoWholeMessages;
       sendSmall(st.sock, &mine, sizeof(mine), who);
     }
     if (!readSome(st.sock, &st.peer, sizeof(st.peer), &st.got, who)) return timedOut(st, who);

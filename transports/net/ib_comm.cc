@@ -1,9 +1,11 @@
-// The verbs data path. Receiver-driven: irecv() posts one receive per QP and writes a
-// clear-to-send record (where, how much, which rkey) into the sender's FIFO with RDMA
-// WRITE; isend() waits for its record, then writes the message straight into the
-// receive buffer with RDMA WRITE WITH IMMEDIATE, split across the connection's QPs, the
-// immediate carrying the message's size. Each QP's receive completion says its part is
-// in (RC delivers a QP's writes in order). The control stream beside the QPs carries the
+// The verbs data path. Receiver-driven: irecv() posts a receive on each QP the message
+// takes and writes a clear-to-send record (where, how much, which rkey) into the sender's
+// FIFO with RDMA WRITE; isend() waits for its record, then writes the message straight
+// into the receive buffer with RDMA WRITE WITH IMMEDIATE, the immediate carrying the
+// message's size: whole on one QP, the connection's QPs taken in turn (as NCCL by
+// default), or split across all of them (NCCL_IB_SPLIT_DATA_ON_QPS=1; the sender's setting,
+// which the receiver echoes at set-up). Each QP's receive completion says its part is in
+// (RC delivers a QP's writes in order). The control stream beside the QPs carries the
 // sender's goodbye and tells either side when the other's process is gone. Receives into
 // GPU memory (registered through the peer-memory module or a DMA-BUF) are flushed as
 // NCCL flushes them: an RDMA READ of one byte of it, on a queue pair connected to itself,
@@ -47,7 +49,7 @@ class IbComm : protected PeerControl {
  protected:
   IbComm(std::unique_ptr<IbQps> qps, IbConnInfo peer, Socket control, std::string who)
       : PeerControl(std::move(control), std::move(who)), qps_(std::move(qps)),
-        api_(qps_->dev()->api), peer_(peer) {}
+        api_(qps_->dev()->api), peer_(peer), whole_((peer.flags & kInfoWholeMessages) != 0) {}
 
   IbRequest* slot() {
     for (IbRequest& r : reqs_)
@@ -127,9 +129,15 @@ class IbComm : protected PeerControl {
 
   virtual void completed(uint64_t kind, IbRequest& r, const ibv_wc& wc) = 0;
 
+  // The QPs message `seq` goes on: [first, first + count). Whole messages take the QPs in
+  // turn; split ones take them all.
+  int firstQp(uint64_t seq) const { return whole_ ? static_cast<int>(seq % static_cast<uint64_t>(qps_->size())) : 0; }
+  int qpsPerMessage() const { return whole_ ? 1 : qps_->size(); }
+
   std::unique_ptr<IbQps> qps_;
   const IbvApi& api_;
   IbConnInfo peer_;
+  bool whole_;  // NCCL_IB_SPLIT_DATA_ON_QPS=0 (the sender's, for both ends)
   IbRequest reqs_[kMaxRequests];
   uint64_t posted_ = 0;
   std::string broken_;  // why the comm failed; empty while it works
@@ -205,7 +213,8 @@ class IbSendComm : public NetSendComm, IbComm {
     if (!m || !m->covers(data, bytes))
       LOOM_THROW(kInvalidUsage, "%s: a %zu-byte send at %p is not inside memory registered "
                  "with this comm", who_.c_str(), bytes, data);
-    size_t most = maxMessageBytes(*qps_->dev(), qps_->size());
+    const int lanes = qpsPerMessage();
+    size_t most = maxMessageBytes(*qps_->dev(), lanes);
     if (bytes > most)
       LOOM_THROW(kInvalidUsage, "%s: a %zu-byte message exceeds the %zu bytes one verbs "
                  "message may carry here (the port's largest write times the QPs, under 4 GiB)",
@@ -224,11 +233,11 @@ class IbSendComm : public NetSendComm, IbComm {
     uint64_t addr = v.addr, capacity = v.capacity;
     uint32_t rkey = v.rkey;
     bool over = bytes > capacity;
-    int n = qps_->size();
-    size_t chunk = over ? 0 : ((bytes + n - 1) / n + 127) / 128 * 128;
+    size_t chunk = over ? 0 : ((bytes + lanes - 1) / lanes + 127) / 128 * 128;
     size_t idx = index(r);
-    for (int q = 0; q < n; ++q) {
-      size_t off = std::min(bytes, q * chunk), len = std::min(chunk, bytes - off);
+    const int first = firstQp(posted_);
+    for (int i = 0; i < lanes; ++i) {
+      size_t off = std::min(bytes, i * chunk), len = std::min(chunk, bytes - off);
       ibv_sge sge{reinterpret_cast<uintptr_t>(data) + off, static_cast<uint32_t>(len),
                   m->mr ? m->mr->lkey : 0};
       ibv_send_wr wr{};
@@ -240,10 +249,10 @@ class IbSendComm : public NetSendComm, IbComm {
       wr.imm_data = htonl(over ? kOversized : static_cast<uint32_t>(bytes));
       wr.wr.rdma.remote_addr = addr + off;
       wr.wr.rdma.rkey = rkey;
-      post(q, wr);
+      post(first + i, wr);
     }
     r->busy = true;
-    r->left = n;
+    r->left = lanes;
     r->seq = posted_++;
     r->bytes = bytes;
     return r;
@@ -313,11 +322,11 @@ class IbRecvComm : public NetRecvComm, IbComm {
     r->doomed = !broken_.empty();
     if (r->doomed) return r;
     try {
-      for (int q = 0; q < qps_->size(); ++q) {
+      for (int i = 0, first = firstQp(r->seq); i < qpsPerMessage(); ++i) {
         ibv_recv_wr wr{};
         wr.wr_id = wrId(kWrRecv, idx);
         ibv_recv_wr* bad = nullptr;
-        int rc = api_.postRecv(qps_->qp(q), &wr, &bad);
+        int rc = api_.postRecv(qps_->qp(first + i), &wr, &bad);
         if (rc != 0) {
           breakWith(Code::kSystemError, strprintf("%s: ibv_post_recv failed: %s", who_.c_str(),
                                             strerror(rc > 0 ? rc : errno)));

@@ -15,7 +15,8 @@ namespace loom::ibnet {
 namespace {
 
 IntKnob kQps("LOOM_IB_QPS_PER_CONNECTION", "NCCL_IB_QPS_PER_CONNECTION", 1,
-             "Queue pairs per verbs connection; each message is split across them (1-16)");
+             "Queue pairs per verbs connection; messages take them in turn, or each is split across them "
+             "(NCCL_IB_SPLIT_DATA_ON_QPS) (1-16)");
 IntKnob kTimeout("LOOM_IB_TIMEOUT", "NCCL_IB_TIMEOUT", 20,
                  "Verbs ACK timeout exponent: 4.096 us * 2^value per retry (1-31)");
 IntKnob kRetry("LOOM_IB_RETRY_CNT", "NCCL_IB_RETRY_CNT", 7,
@@ -28,6 +29,9 @@ IntKnob kGid("LOOM_IB_GID_INDEX", "NCCL_IB_GID_INDEX", -1,
 IntKnob kRelaxed("LOOM_IB_PCI_RELAXED_ORDERING", "NCCL_IB_PCI_RELAXED_ORDERING", 2,
                  "Register verbs memory with PCIe relaxed ordering (IBV_ACCESS_RELAXED_ORDERING): 0 no; 1 or 2 "
                  "where libibverbs has ibv_reg_mr_iova2, as NCCL (devices that cannot ignore it)");
+IntKnob kSplit("LOOM_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_SPLIT_DATA_ON_QPS", 0,
+               "With several QPs per connection: 0 each message goes whole on one QP, the QPs in turn; 1 each "
+               "message is split across all of them (the sender's setting holds for the connection)");
 BoolKnob kDisable("LOOM_IB_DISABLE", "NCCL_IB_DISABLE", false,
                   "1: never use the verbs (InfiniBand/RoCE) network backend");
 
@@ -70,6 +74,7 @@ IbOptions IbOptions::fromKnobs() {
   o.sl = ranged(kSl, 0, 15);
   o.gidIndex = ranged(kGid, -1, 255);  // a GRH's sgid_index is 8 bits
   o.relaxedOrdering = ranged(kRelaxed, 0, 2);
+  o.splitData = ranged(kSplit, 0, 1) == 1;
   return o;
 }
 

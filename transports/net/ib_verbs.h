@@ -22,6 +22,9 @@ constexpr int kMaxQps = 16;
 constexpr uint16_t kKindIb = 6;  // PeerHello kind of a verbs control stream
 constexpr uint32_t kHandleMagic = 0x4c494248;
 constexpr uint32_t kInfoMagic = 0x4c494249;
+// IbConnInfo::flags: each message goes whole on one QP, the QPs taken in turn
+// (NCCL_IB_SPLIT_DATA_ON_QPS=0, NCCL's default); without it a message is split across all.
+constexpr uint32_t kInfoWholeMessages = 1;
 // The immediate of a write carries the message's size; this one says "larger than the
 // receive" (nothing was written).
 constexpr uint32_t kOversized = 0xffffffffu;
@@ -35,6 +38,7 @@ struct IbOptions {
   int sl = 0;           // NCCL_IB_SL
   int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1: RoCE v2 with an IPv4 address, as NCCL
   int relaxedOrdering = 2;  // NCCL_IB_PCI_RELAXED_ORDERING: 0 off; 1, 2 where libibverbs can
+  bool splitData = false;   // NCCL_IB_SPLIT_DATA_ON_QPS: split each message across the QPs
   static IbOptions fromKnobs();
 };
 bool ibDisabled();  // NCCL_IB_DISABLE=1
@@ -95,7 +99,7 @@ struct IbConnInfo {
   uint16_t lid;
   uint8_t roce;
   uint8_t mtu;
-  uint32_t pad;
+  uint32_t flags;  // kInfoWholeMessages: the sender's, echoed by the receiver
   uint8_t gid[16];
   uint64_t fifoAddr;
   uint32_t fifoRkey;
