@@ -67,7 +67,12 @@ struct Faults {
   ibv_wc_status failStatus = IBV_WC_SUCCESS;
   int createdQps = 0;
   std::vector<ibv_qp_attr> rts;  // what each move to RTR/RTS asked for
-  std::vector<std::pair<bool, unsigned>> regs;  // each registration: by ibv_reg_mr_iova2?, access
+  struct Reg {
+    bool iova2;  // by ibv_reg_mr_iova2 (else ibv_reg_mr)
+    unsigned access;
+    size_t bytes;
+  };
+  std::vector<Reg> regs;
   bool noIova2 = false;  // the table lacks ibv_reg_mr_iova2 (an older libibverbs)
   std::vector<uint32_t> dataWrites;  // the QP number of each RDMA WRITE WITH IMMEDIATE posted
 };
@@ -92,7 +97,7 @@ ibv_mr* regMr(ibv_pd* pd, void* p, size_t n, int access) {
     errno = gF.regMrErrno;
     return nullptr;
   }
-  gF.regs.emplace_back(false, static_cast<unsigned>(access));
+  gF.regs.push_back({false, static_cast<unsigned>(access), n});
   return gReal->regMr(pd, p, n, access);
 }
 ibv_mr* regMrIova2(ibv_pd* pd, void* p, size_t n, uint64_t iova, unsigned access) {
@@ -100,7 +105,7 @@ ibv_mr* regMrIova2(ibv_pd* pd, void* p, size_t n, uint64_t iova, unsigned access
     errno = gF.regMrErrno;
     return nullptr;
   }
-  gF.regs.emplace_back(true, access);
+  gF.regs.push_back({true, access, n});
   return gReal->regMrIova2(pd, p, n, iova, access);
 }
 int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
@@ -247,7 +252,10 @@ TEST_F(IbVerbs, RegistrationFailureNamesTheLockedMemoryLimit) {
   Code c{};
   std::string e = errorOf([&] { send_->regMr(buf.data(), buf.size(), loom::NetMemType::kHost); }, &c);
   EXPECT_EQ(c, Code::kSystemError) << e;
-  EXPECT_TRUE(has(e, "ibv_reg_mr(65536 bytes) failed") && has(e, "ulimit -l")) << e;
+  // ibv_reg_mr_iova2 with relaxed ordering (the default where libibverbs has it), else ibv_reg_mr.
+  EXPECT_TRUE(has(e, (gReal->regMrIova2 ? "ibv_reg_mr_iova2" : "ibv_reg_mr") + std::string("(65536 bytes) failed")) &&
+              has(e, "ulimit -l"))
+      << e;
   gF.regMrErrno = 0;
   EXPECT_TRUE(transfer(4096)) << "the comm is still usable after a failed registration";
 }
@@ -455,10 +463,12 @@ TEST_F(IbVerbs, KnobsReachTheQueuePairs) {
   EXPECT_TRUE(transfer((1 << 20) + 3));
 }
 
-// NCCL_IB_PCI_RELAXED_ORDERING, as NCCL reads it: 1 or 2 (the default) register memory with
+// NCCL_IB_PCI_RELAXED_ORDERING, as NCCL reads it: 1 or 2 (the default) register data
+// buffers (host memory, and GPU memory: here host memory registered as such) with
 // IBV_ACCESS_RELAXED_ORDERING through ibv_reg_mr_iova2 where libibverbs has it (Debian 12's
-// does; rxe takes the flag), 0 and an older libibverbs with plain ibv_reg_mr; data moves
-// exactly every way.
+// does; rxe takes the flag), 0 and an older libibverbs with plain ibv_reg_mr; the
+// clear-to-send FIFOs, which the peer polls without a completion, always plainly. Data
+// moves exactly every way.
 TEST_F(IbVerbs, RelaxedOrderingAsNcclAsks) {
   ASSERT_TRUE(gReal->regMrIova2) << "this libibverbs has no ibv_reg_mr_iova2 (rdma-core 28 and later do)";
   struct Case {
@@ -481,13 +491,22 @@ TEST_F(IbVerbs, RelaxedOrderingAsNcclAsks) {
     faulty_ = faultyTable();
     make(true);
     ASSERT_NO_THROW(connect());
-    EXPECT_TRUE(transfer((1 << 20) + 5));
-    ASSERT_FALSE(gF.regs.empty());
-    for (auto [iova2, access] : gF.regs) {
-      EXPECT_EQ(iova2, c.relaxed);
-      EXPECT_EQ((access & IBV_ACCESS_RELAXED_ORDERING) != 0, c.relaxed) << std::hex << access;
-      EXPECT_TRUE(access & IBV_ACCESS_REMOTE_WRITE) << std::hex << access;
+    const size_t data = (1 << 20) + 5;
+    EXPECT_TRUE(transfer(data));
+    std::vector<char> gpu(4096);
+    auto gmr = recv_->regMr(gpu.data(), gpu.size(), loom::NetMemType::kCuda);
+    int dataRegs = 0, fifoRegs = 0;
+    for (const Faults::Reg& r : gF.regs) {
+      const bool isData = r.bytes == data || r.bytes == gpu.size();
+      dataRegs += isData;
+      fifoRegs += !isData;
+      const bool relaxed = isData && c.relaxed;
+      EXPECT_EQ(r.iova2, relaxed) << r.bytes << " bytes";
+      EXPECT_EQ((r.access & (1u << 20)) != 0, relaxed) << r.bytes << " bytes, access " << std::hex << r.access;
+      EXPECT_TRUE(r.access & IBV_ACCESS_REMOTE_WRITE) << std::hex << r.access;
     }
+    EXPECT_EQ(dataRegs, 3) << "the sent and received buffers and the GPU one";
+    EXPECT_GE(fifoRegs, 2) << "the sender's FIFO and the receiver's clear-to-send records";
   }
 }
 

@@ -179,7 +179,7 @@ class IbBackend : public BootstrapIfaceBackend {
     p.speedMbps = laneGbps(d->attr.active_speed) * lanes(d->attr.active_width) * 1000;
     p.latencyUs = 0;
     p.maxRecvs = 1;
-    p.maxMessageBytes = maxMessageBytes(*d, o_.qps);
+    p.maxMessageBytes = maxMessageBytes(*d, o_.splitData ? o_.qps : 1);  // whole messages: one QP's
     return p;
   }
 
@@ -234,7 +234,7 @@ class IbBackend : public BootstrapIfaceBackend {
       st.sock.setNonBlocking(true);
       st.qps = std::make_unique<IbQps>(d, o_.qps, who);
       st.fifo.reset(new Cts[kMaxRequests]());
-      st.fifoMr = registerMr(d, st.fifo.get(), sizeof(Cts) * kMaxRequests, who);
+      st.fifoMr = registerMr(d, st.fifo.get(), sizeof(Cts) * kMaxRequests, who, false);
       IbConnInfo mine{};
       st.qps->describe(&mine);
       mine.fifoAddr = reinterpret_cast<uintptr_t>(st.fifo.get());

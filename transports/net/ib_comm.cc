@@ -131,7 +131,9 @@ class IbComm : protected PeerControl {
 
   // The QPs message `seq` goes on: [first, first + count). Whole messages take the QPs in
   // turn; split ones take them all.
-  int firstQp(uint64_t seq) const { return whole_ ? static_cast<int>(seq % static_cast<uint64_t>(qps_->size())) : 0; }
+  int firstQp(uint64_t seq) const {
+    return whole_ ? static_cast<int>(seq % static_cast<uint64_t>(qps_->size())) : 0;
+  }
   int qpsPerMessage() const { return whole_ ? 1 : qps_->size(); }
 
   std::unique_ptr<IbQps> qps_;
@@ -217,8 +219,8 @@ class IbSendComm : public NetSendComm, IbComm {
     size_t most = maxMessageBytes(*qps_->dev(), lanes);
     if (bytes > most)
       LOOM_THROW(kInvalidUsage, "%s: a %zu-byte message exceeds the %zu bytes one verbs "
-                 "message may carry here (the port's largest write times the QPs, under 4 GiB)",
-                 who_.c_str(), bytes, most);
+                 "message may carry here (the port's largest write%s, under 4 GiB)",
+                 who_.c_str(), bytes, most, lanes > 1 ? " times the QPs it is split across" : "");
     // The receiver's clear-to-send for this message, once both its ends are written.
     const volatile Cts& v = fifo_[posted_ % kMaxRequests];
     uint64_t want = posted_ + 1;
@@ -294,7 +296,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
   IbRecvComm(std::unique_ptr<IbQps> qps, IbConnInfo peer, Socket control, std::string who)
       : IbComm(std::move(qps), peer, std::move(control), std::move(who)),
         cts_(new Cts[kMaxRequests]()),
-        ctsMr_(registerMr(qps_->dev(), cts_.get(), sizeof(Cts) * kMaxRequests, who_)) {}
+        ctsMr_(registerMr(qps_->dev(), cts_.get(), sizeof(Cts) * kMaxRequests, who_, false)) {}
 
   std::unique_ptr<NetMr> regMr(void* data, size_t bytes, NetMemType type) override {
     return registerAny(data, bytes, type);
@@ -376,7 +378,7 @@ class IbRecvComm : public NetRecvComm, IbComm {
       IbConnInfo self{};
       qps->describe(&self);
       qps->connect(self, IbOptions::fromKnobs());
-      flushMr_ = registerMr(qps_->dev(), &flushBuf_, sizeof(flushBuf_), who_ + " (flush)");
+      flushMr_ = registerMr(qps_->dev(), &flushBuf_, sizeof(flushBuf_), who_ + " (flush)", false);
       flushQps_ = std::move(qps);
     }
     ibv_sge sge{reinterpret_cast<uintptr_t>(&flushBuf_), 1, flushMr_->mr->lkey};

@@ -190,30 +190,38 @@ IbMr::~IbMr() {
 
 namespace {
 
-// ibv_reg_mr of `data`, or with relaxed ordering ibv_reg_mr_iova2, as NCCL registers.
-ibv_mr* plainOrRelaxed(const IbDevice& dev, void* data, size_t bytes) {
+// IBV_ACCESS_RELAXED_ORDERING (IBV_ACCESS_OPTIONAL_FIRST), which headers before rdma-core
+// 28 lack.
+constexpr unsigned kAccessRelaxedOrdering = 1u << 20;
+constexpr const char* kRelaxedHint = " (NCCL_IB_PCI_RELAXED_ORDERING=0 registers without relaxed ordering)";
+
+// ibv_reg_mr of `data`, or with relaxed ordering ibv_reg_mr_iova2, as NCCL registers; `*call`
+// names the call made.
+ibv_mr* plainOrRelaxed(const IbDevice& dev, void* data, size_t bytes, bool relaxed, const char** call) {
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  if (!dev.relaxedOrdering) return dev.api.regMr(dev.pd, data, bytes, access);
+  *call = "ibv_reg_mr";
+  if (!relaxed || !dev.relaxedOrdering) return dev.api.regMr(dev.pd, data, bytes, access);
+  *call = "ibv_reg_mr_iova2";
   return dev.api.regMrIova2(dev.pd, data, bytes, reinterpret_cast<uintptr_t>(data),
-                            static_cast<unsigned>(access | IBV_ACCESS_RELAXED_ORDERING));
+                            static_cast<unsigned>(access) | kAccessRelaxedOrdering);
 }
 
 }  // namespace
 
 std::unique_ptr<IbMr> registerMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes,
-                                 const std::string& who) {
+                                 const std::string& who, bool relaxed) {
   auto m = std::make_unique<IbMr>();
   m->dev = dev;
   m->base = static_cast<const char*>(data);
   m->bytes = bytes;
   if (bytes == 0) return m;
-  m->mr = plainOrRelaxed(*dev, data, bytes);
+  const char* call = nullptr;
+  m->mr = plainOrRelaxed(*dev, data, bytes, relaxed, &call);
   if (!m->mr) {
     int e = errno;
-    verbsFailed(who, strprintf("ibv_reg_mr(%zu bytes)", bytes).c_str(), e,
-                e == ENOMEM || e == EPERM
-                    ? " (the locked-memory limit? ulimit -l must be unlimited for RDMA)"
-                    : "");
+    verbsFailed(who, strprintf("%s(%zu bytes)", call, bytes).c_str(), e,
+                e == ENOMEM || e == EPERM ? " (the locked-memory limit? ulimit -l must be unlimited for RDMA)"
+                : strcmp(call, "ibv_reg_mr_iova2") == 0 ? kRelaxedHint : "");
   }
   return m;
 }
@@ -227,7 +235,7 @@ std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* 
   m->gpu = true;
   if (bytes == 0) return m;
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                     (dev->relaxedOrdering ? IBV_ACCESS_RELAXED_ORDERING : 0);
+                     static_cast<int>(dev->relaxedOrdering ? kAccessRelaxedOrdering : 0);
   if (fd >= 0) {
     if (!dev->api.regDmabufMr)
       LOOM_THROW(kInvalidUsage, "%s: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 or later "
@@ -238,9 +246,10 @@ std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* 
                   " (does the NIC's driver take DMA-BUF, and the GPU driver export it?)");
     return m;
   }
-  m->mr = plainOrRelaxed(*dev, data, bytes);
+  const char* call = nullptr;
+  m->mr = plainOrRelaxed(*dev, data, bytes, true, &call);
   if (!m->mr)
-    verbsFailed(who, strprintf("ibv_reg_mr(%zu bytes of GPU memory)", bytes).c_str(), errno,
+    verbsFailed(who, strprintf("%s(%zu bytes of GPU memory)", call, bytes).c_str(), errno,
                 " (GPU memory over verbs needs the peer-memory module: modprobe nvidia-peermem)");
   return m;
 }

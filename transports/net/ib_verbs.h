@@ -83,8 +83,11 @@ struct IbMr : NetMr {
   size_t bytes = 0;
   bool gpu = false;  // GPU memory: what the NIC writes there is flushed before it is read
 };
+// Host memory. `relaxed`: with PCIe relaxed ordering where the device has it on (data
+// buffers, whose completions order them); false for memory a peer polls without a
+// completion (clear-to-send FIFOs), as NCCL registers those.
 std::unique_ptr<IbMr> registerMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes,
-                                 const std::string& who);
+                                 const std::string& who, bool relaxed = true);
 // GPU memory: by its DMA-BUF (`fd` >= 0, `offset` into it) or, fd -1, as a device pointer
 // the peer-memory module resolves. Throws kSystemError naming the call and what to check.
 std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* data, size_t bytes, int fd,
