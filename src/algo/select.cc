@@ -12,6 +12,10 @@
 
 namespace loom {
 
+// A hook may ask for more channels than any host keeps busy; past this, each channel's
+// connections cost more than the parallelism gains.
+constexpr int kMaxPlanChannels = 64;
+
 PlanContext::PlanContext() {
   for (auto& a : allowed) a.fill(true);
   for (auto& p : allowedProtocols) p.fill(true);

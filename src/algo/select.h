@@ -43,10 +43,6 @@ struct Selection {
   bool operator==(const Selection&) const = default;
 };
 
-// The most channels a plan runs: a tuner hook may ask for more than any host keeps busy;
-// past this, each channel's connections cost more than the parallelism gains.
-constexpr int kMaxPlanChannels = 64;
-
 constexpr int kSizeBuckets = 41;  // message sizes up to 2^40 bytes, by power of two
 
 struct PlanContext {

@@ -130,10 +130,10 @@ std::string ipcTrial(Bootstrap& bs, const cuda::Driver* drv, const std::vector<P
   return "";
 }
 
-// The plan context of device plans: the host's, ranked with this host's GPU model (and the
-// communicator's tuner plugin, if any) (NVLink or PCIe figures, channels a GPU keeps busy, rings in the topology search's GPU order; on a
-// host without GPUs the model is the host-memory one), Simple protocol only (what the
-// executor runs). Across hosts, the host's ranking as it is (the network's figures, which
+// The plan context of device plans: the host's, ranked with this host's GPU model (NVLink or
+// PCIe figures, channels a GPU keeps busy, rings in the topology search's GPU order; on a
+// host without GPUs the model is the host-memory one) and the communicator's tuner plugin,
+// if any, Simple protocol only (what the executor runs). Across hosts, the host's ranking as it is (the network's figures, which
 // the ranks agreed on). Its checksum lets the ranks confirm they ranked alike.
 PlanContext devicePlans(const PlanContext& host, int localRanks, bool oneHost, uint64_t* sum) {
   PlanContext ctx = host;

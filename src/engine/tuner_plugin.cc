@@ -38,6 +38,7 @@ struct TunerPlugin::Library {
   int version = 0;              // 0: the library loaded but exports no tuner (`why`)
   const void* table = nullptr;  // the exported ncclTunerPlugin_v<version>
   std::string name, path, why;
+  std::string describe() const { return strprintf("%s (v%d, %s)", name.c_str(), version, path.c_str()); }
 };
 
 namespace {
@@ -76,8 +77,7 @@ const TunerPlugin::Library* loadByName(const char* spec) {
     }
     auto* lib = new TunerPlugin::Library;  // lives as long as the process: plugins keep state
     if (findTuner(h, n, lib)) {
-      LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: loaded %s (v%d, %s)", lib->name.c_str(), lib->version,
-                lib->path.c_str());
+      LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: loaded %s", lib->describe().c_str());
       return lib;
     }
     lib->why = strprintf("%s loads but exports no ncclTunerPlugin_v2..v6 symbol", n.c_str());
@@ -138,8 +138,6 @@ const TunerPlugin::Library* processTuner(std::string* why = nullptr) {
   return nullptr;
 }
 
-const char* resultName(Result r) { return netResultName(r); }
-
 int funcOf(Collective c) {
   switch (c) {
     case Collective::kBroadcast: return kFuncBroadcast;
@@ -166,7 +164,6 @@ constexpr Cell kCells[] = {
     {Algorithm::kRing, Protocol::kSimple, kAlgoRing, kProtoSimple},
 };
 
-
 }  // namespace
 
 std::string processTunerPlugin(std::string* path) {
@@ -175,16 +172,12 @@ std::string processTunerPlugin(std::string* path) {
   path->clear();
   if (!lib) return why;
   *path = lib->path;
-  return strprintf("%s (v%d, %s)", lib->name.c_str(), lib->version, lib->path.c_str());
+  return lib->describe();
 }
 
 std::vector<std::string> tunerLibraryNames(const char* spec) {
   if (!spec || !*spec) return {"libnccl-tuner.so"};
-  const std::string e = spec;
-  std::vector<std::string> names{e};
-  const bool libSo = e.rfind("lib", 0) == 0 && e.size() >= 3 && e.compare(e.size() - 3, 3, ".so") == 0;
-  if (e.find('/') == std::string::npos && !libSo) names.push_back("libnccl-tuner-" + e + ".so");
-  return names;
+  return pluginLibraryNames(spec, "libnccl-tuner");
 }
 
 std::unique_ptr<TunerPlugin> TunerPlugin::open(uint64_t commId, int nranks, int nnodes, int minPerHost,
@@ -208,8 +201,8 @@ std::unique_ptr<TunerPlugin> TunerPlugin::open(uint64_t commId, int nranks, int 
   }
   if (r != kOk)  // NCCL fails the init with the plugin's own code
     throwError(r > 0 && r < 7 ? static_cast<Code>(r) : Code::kInternalError,
-               "tuner plugin %s (v%d, %s): init returned %s (NCCL_TUNER_PLUGIN=none runs without it)",
-               lib->name.c_str(), lib->version, lib->path.c_str(), resultName(r));
+               "tuner plugin %s: init returned %s (NCCL_TUNER_PLUGIN=none runs without it)",
+               lib->describe().c_str(), netResultName(r));
   return std::unique_ptr<TunerPlugin>(new TunerPlugin(*lib, ctx));
 }
 
@@ -222,9 +215,7 @@ TunerPlugin::~TunerPlugin() {
   }
 }
 
-std::string TunerPlugin::describe() const {
-  return strprintf("%s (v%d, %s)", lib_.name.c_str(), lib_.version, lib_.path.c_str());
-}
+std::string TunerPlugin::describe() const { return lib_.describe(); }
 
 void TunerPlugin::adjust(algo::CostTable& t) {
   const int func = funcOf(t.coll);
@@ -266,7 +257,7 @@ void TunerPlugin::adjust(algo::CostTable& t) {
   if (r != kOk) {
     if (!warned_)
       LOOM_WARN("tuner plugin %s: getCollInfo(%s, %zu bytes) returned %s; the cost model's choice stands where it "
-                "fails", describe().c_str(), collectiveName(t.coll), t.bytes, resultName(r));
+                "fails", describe().c_str(), collectiveName(t.coll), t.bytes, netResultName(r));
     warned_ = true;
     return;
   }

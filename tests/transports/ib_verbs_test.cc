@@ -158,9 +158,22 @@ class IbVerbs : public testing::Test {
   }
   // Rank 0 over the faulty table, rank 1 over the real one (or both faulty).
   void make(bool bothFaulty = false) {
+    a_ = backend(0, &faulty_);
+    b_ = backend(1, bothFaulty ? &faulty_ : nullptr);
+  }
+  // A backend of this job's rank over `table` (null: the real one), its knobs read now.
+  std::unique_ptr<NetBackend> backend(int rank, const loom::IbvApi* table) {
     loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
-    a_ = loom::makeIbNetBackend({job_, 0, 2, lo}, &faulty_);
-    b_ = loom::makeIbNetBackend({job_, 1, 2, lo}, bothFaulty ? &faulty_ : nullptr);
+    return loom::makeIbNetBackend({job_, rank, 2, lo}, table);
+  }
+  // Back to no connection, no backend and no faults, for a case that makes its own.
+  void restart() {
+    send_.reset();
+    recv_.reset();
+    listen_.reset();
+    a_.reset();
+    b_.reset();
+    gF = Faults{};
   }
   // Connects a_ (sender) to b_ (receiver), both polled until done or `seconds` pass;
   // the first error either side throws is rethrown.
@@ -481,12 +494,7 @@ TEST_F(IbVerbs, RelaxedOrderingAsNcclAsks) {
     SCOPED_TRACE(std::string(c.mode ? c.mode : "unset") + (c.noIova2 ? ", no ibv_reg_mr_iova2" : ""));
     std::unique_ptr<Env> mode;
     if (c.mode) mode = std::make_unique<Env>("NCCL_IB_PCI_RELAXED_ORDERING", c.mode);
-    send_.reset();
-    recv_.reset();
-    listen_.reset();
-    a_.reset();
-    b_.reset();
-    gF = Faults{};
+    restart();
     gF.noIova2 = c.noIova2;
     faulty_ = faultyTable();
     make(true);
@@ -517,21 +525,14 @@ TEST_F(IbVerbs, SplitDataOnQpsAsNcclAsks) {
   Env q("NCCL_IB_QPS_PER_CONNECTION", "3");
   for (bool split : {false, true}) {
     SCOPED_TRACE(split ? "split" : "whole");
-    send_.reset();
-    recv_.reset();
-    listen_.reset();
-    a_.reset();
-    b_.reset();
-    gF = Faults{};
+    restart();
     {
       Env s("NCCL_IB_SPLIT_DATA_ON_QPS", split ? "1" : "0");
-      loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
-      a_ = loom::makeIbNetBackend({job_, 0, 2, lo}, &faulty_);  // the sender
+      a_ = backend(0, &faulty_);  // the sender
     }
     {
       Env s("NCCL_IB_SPLIT_DATA_ON_QPS", split ? "0" : "1");  // the receiver differs
-      loom::NetInterface lo{"lo", loom::SocketAddr::parse("127.0.0.1:0", "ib test")};
-      b_ = loom::makeIbNetBackend({job_, 1, 2, lo}, &faulty_);
+      b_ = backend(1, &faulty_);
     }
     ASSERT_NO_THROW(connect());
     for (size_t bytes : {size_t{1} << 20, size_t{4099}, size_t{3} << 16})

@@ -244,12 +244,12 @@ const char* netResultName(netabi::Result r) {
   return r >= 0 && r < 8 ? kNames[r] : "an unknown ncclResult_t";
 }
 
-std::vector<std::string> pluginLibraryNames(const std::string& entry) {
+std::vector<std::string> pluginLibraryNames(const std::string& entry, const char* prefix) {
   std::vector<std::string> names{entry};
   bool libSo = entry.rfind("lib", 0) == 0 && entry.size() >= 3 &&
                entry.compare(entry.size() - 3, 3, ".so") == 0;
   if (entry.find('/') == std::string::npos && !libSo)
-    names.push_back("libnccl-net-" + entry + ".so");
+    names.push_back(std::string(prefix) + "-" + entry + ".so");
   return names;
 }
 

@@ -67,8 +67,10 @@ void pluginLogV(uint64_t defaultSubsys, const char* prefix, int level, unsigned 
 // "ncclSystemError" and so on.
 const char* netResultName(netabi::Result r);
 
-// The libraries one NCCL_NET_PLUGIN entry names, in the order they are tried.
-std::vector<std::string> pluginLibraryNames(const std::string& entry);
+// The libraries one NCCL_NET_PLUGIN entry names, in the order they are tried: as given,
+// then <prefix>-<entry>.so unless it holds a '/' or is already lib*.so (NCCL's rule for its
+// plugins of every kind: prefix libnccl-net, libnccl-tuner ...).
+std::vector<std::string> pluginLibraryNames(const std::string& entry, const char* prefix = "libnccl-net");
 
 struct PluginLoad {
   std::vector<std::shared_ptr<PluginApi>> plugins;  // in NCCL_NET_PLUGIN's order
