@@ -75,6 +75,14 @@ struct Faults {
   std::vector<Reg> regs;
   bool noIova2 = false;  // the table lacks ibv_reg_mr_iova2 (an older libibverbs)
   std::vector<uint32_t> dataWrites;  // the QP number of each RDMA WRITE WITH IMMEDIATE posted
+  struct Posted {
+    uint32_t qp;
+    ibv_wr_opcode opcode;
+    uint32_t bytes;
+    bool signaled;
+    bool chained;  // posted in one call with the work request before it
+  };
+  std::vector<Posted> writes;  // every RDMA WRITE (WITH IMMEDIATE) work request posted
 };
 Faults gF;
 const loom::IbvApi* gReal = nullptr;
@@ -110,7 +118,13 @@ ibv_mr* regMrIova2(ibv_pd* pd, void* p, size_t n, uint64_t iova, unsigned access
 }
 int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   if (gF.postSendErr) return gF.postSendErr;
-  if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) gF.dataWrites.push_back(qp->qp_num);
+  for (const ibv_send_wr* w = wr; w; w = w->next) {
+    if (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) gF.dataWrites.push_back(qp->qp_num);
+    uint32_t n = 0;
+    for (int i = 0; i < w->num_sge; ++i) n += w->sg_list[i].length;
+    if (w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+      gF.writes.push_back({qp->qp_num, w->opcode, n, (w->send_flags & IBV_SEND_SIGNALED) != 0, w != wr});
+  }
   return gReal->postSend(qp, wr, bad);
 }
 int postRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
@@ -206,7 +220,8 @@ class IbVerbs : public testing::Test {
   }
   // One message a_ → b_; throws the first error either side reports within 15 s.
   bool transfer(size_t bytes) {
-    std::vector<uint8_t> out(bytes, 0x5c), in(bytes);
+    std::vector<uint8_t> out(bytes), in(bytes);
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * 131 + i / 251 + 7);
     auto sm = send_->regMr(out.data(), out.size(), loom::NetMemType::kHost);
     auto rm = recv_->regMr(in.data(), in.size(), loom::NetMemType::kHost);
     NetRequest* r = recv_->irecv(in.data(), in.size(), 0, rm.get());
@@ -549,6 +564,77 @@ TEST_F(IbVerbs, SplitDataOnQpsAsNcclAsks) {
   }
 }
 
+// NCCL_IB_ADAPTIVE_ROUTING and NCCL_IB_AR_THRESHOLD, as NCCL sends: with adaptive routing
+// on, a message over the threshold is an unsignaled RDMA WRITE of its part on each QP it
+// takes, chained in the same post to a signaled zero-byte WRITE WITH IMMEDIATE (its size);
+// at or under the threshold, and with it off (rxe is RoCE: off unless set), one WRITE
+// WITH IMMEDIATE carries the data. Split across 3 QPs, a QP whose part is empty gets the
+// immediate alone. Every message arrives exactly.
+TEST_F(IbVerbs, AdaptiveRoutingAsNcclAsks) {
+  using W = Faults::Posted;
+  auto pairs = [](const std::vector<W>& w, size_t from, size_t n) {  // (write, immediate) pairs
+    std::vector<uint32_t> parts;
+    for (size_t i = from; i < from + 2 * n; i += 2) {
+      if (i + 1 >= w.size()) {
+        ADD_FAILURE() << "no write pair at " << i;
+        break;
+      }
+      EXPECT_EQ(w[i].opcode, IBV_WR_RDMA_WRITE) << i;
+      EXPECT_FALSE(w[i].signaled || w[i].chained) << i;
+      EXPECT_EQ(w[i + 1].opcode, IBV_WR_RDMA_WRITE_WITH_IMM) << i;
+      EXPECT_TRUE(w[i + 1].signaled && w[i + 1].chained) << i;
+      EXPECT_EQ(w[i + 1].bytes, 0u) << i;
+      EXPECT_EQ(w[i].qp, w[i + 1].qp) << i;
+      parts.push_back(w[i].bytes);
+    }
+    return parts;
+  };
+  struct Case {
+    const char* ar;         // null: unset
+    const char* threshold;  // null: unset (8192)
+    bool on;
+  };
+  for (Case c : {Case{nullptr, "0", false}, Case{"0", "0", false}, Case{"1", nullptr, true}}) {
+    SCOPED_TRACE(std::string("adaptive routing ") + (c.ar ? c.ar : "unset") + ", threshold " +
+                 (c.threshold ? c.threshold : "unset"));
+    restart();
+    std::unique_ptr<Env> ar, th;
+    if (c.ar) ar = std::make_unique<Env>("NCCL_IB_ADAPTIVE_ROUTING", c.ar);
+    if (c.threshold) th = std::make_unique<Env>("NCCL_IB_AR_THRESHOLD", c.threshold);
+    make();
+    ASSERT_NO_THROW(connect());
+    for (size_t bytes : {size_t{8192}, size_t{8193}, size_t{1} << 20}) EXPECT_TRUE(transfer(bytes)) << bytes;
+    const std::vector<W>& w = gF.writes;
+    if (!c.on) {
+      ASSERT_EQ(w.size(), 3u) << "one write a message";
+      for (const W& x : w) EXPECT_TRUE(x.opcode == IBV_WR_RDMA_WRITE_WITH_IMM && x.signaled && !x.chained);
+      EXPECT_EQ(w[2].bytes, 1u << 20);
+      continue;
+    }
+    ASSERT_EQ(w.size(), 5u) << "8192 bytes in one write; 8193 and 1 MiB each a write, then its immediate";
+    EXPECT_TRUE(w[0].opcode == IBV_WR_RDMA_WRITE_WITH_IMM && w[0].bytes == 8192 && w[0].signaled);
+    EXPECT_EQ(pairs(w, 1, 2), (std::vector<uint32_t>{8193, 1u << 20}));
+  }
+  // Split across 3 QPs, threshold 0: every QP's part a write and an immediate; 100 bytes
+  // leave two QPs without data (one 128-byte-aligned part holds them), which get the
+  // immediate alone.
+  restart();
+  Env ar("NCCL_IB_ADAPTIVE_ROUTING", "1"), th("NCCL_IB_AR_THRESHOLD", "0"), q("NCCL_IB_QPS_PER_CONNECTION", "3"),
+      s("NCCL_IB_SPLIT_DATA_ON_QPS", "1");
+  make();
+  ASSERT_NO_THROW(connect());
+  EXPECT_TRUE(transfer(4099));
+  const std::vector<W>& w = gF.writes;
+  ASSERT_EQ(w.size(), 6u);
+  EXPECT_EQ(pairs(w, 0, 3), (std::vector<uint32_t>{1408, 1408, 1283}));
+  EXPECT_EQ(std::set<uint32_t>({w[0].qp, w[2].qp, w[4].qp}).size(), 3u) << "one pair on each QP";
+  EXPECT_TRUE(transfer(100));
+  ASSERT_EQ(w.size(), 10u) << "a write and its immediate, then two immediates alone";
+  EXPECT_EQ(pairs(w, 6, 1), (std::vector<uint32_t>{100}));
+  for (size_t i = 8; i < 10; ++i)
+    EXPECT_TRUE(w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM && w[i].bytes == 0 && w[i].signaled && !w[i].chained) << i;
+}
+
 TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {
   Env g("NCCL_IB_GID_INDEX", "200");  // rxe's table has 16 entries
   make();
@@ -567,7 +653,8 @@ TEST(IbKnobs, OutOfRangeValuesAreInvalidArgument) {
   for (auto [k, v] : {std::pair{"NCCL_IB_QPS_PER_CONNECTION", "17"}, {"NCCL_IB_TIMEOUT", "0"},
                       {"NCCL_IB_RETRY_CNT", "8"}, {"NCCL_IB_SL", "16"}, {"NCCL_IB_TC", "-1"},
                       {"NCCL_IB_GID_INDEX", "256"}, {"NCCL_IB_PCI_RELAXED_ORDERING", "3"},
-                      {"NCCL_IB_SPLIT_DATA_ON_QPS", "2"}}) {
+                      {"NCCL_IB_SPLIT_DATA_ON_QPS", "2"}, {"NCCL_IB_ADAPTIVE_ROUTING", "2"},
+                      {"NCCL_IB_AR_THRESHOLD", "-1"}}) {
     Env e(k, v);
     try {
       loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo});

@@ -92,20 +92,28 @@ loom::UcxConfig ucxVariant(const std::string& name) {
 }
 
 // A built-in backend by name, "Ucx<Transport>": UCX over that transport alone, or
-// "PluginV<N>": the test plugin of ABI version N, or "IbQps<N>": verbs with N queue pairs
-// per connection.
+// "PluginV<N>": the test plugin of ABI version N, or "IbQps<N>[Split|Ar]": verbs with N
+// queue pairs per connection (messages whole on one, or split across all; Ar: whole, with
+// adaptive routing's write-then-immediate for every message).
 std::unique_ptr<NetBackend> makeBackend(const std::string& name, const loom::JobId& job,
                                         int rank) {
   loom::NetContext ctx{job, rank, 2, loopback()};
   if (name.rfind("Ucx", 0) == 0)
     return loom::makeUcxNetBackend(ctx, ucxVariant(name), name.rfind("UcxRma", 0) == 0);
-  if (name.rfind("IbQps", 0) == 0) {  // "IbQps<N>[Split]": messages whole on a QP, or split
-    const bool split = name.size() > 5 && name.compare(name.size() - 5, 5, "Split") == 0;
+  if (name.rfind("IbQps", 0) == 0) {
+    auto endsWith = [&](const std::string& t) {
+      return name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+    };
     setenv("NCCL_IB_QPS_PER_CONNECTION", std::to_string(std::stoi(name.substr(5))).c_str(), 1);
-    if (split) setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
+    if (endsWith("Split")) setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
+    if (endsWith("Ar")) {
+      setenv("NCCL_IB_ADAPTIVE_ROUTING", "1", 1);
+      setenv("NCCL_IB_AR_THRESHOLD", "0", 1);
+    }
     auto b = loom::makeIbNetBackend(ctx);
-    unsetenv("NCCL_IB_QPS_PER_CONNECTION");
-    unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
+    for (const char* k : {"NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_ADAPTIVE_ROUTING",
+                          "NCCL_IB_AR_THRESHOLD"})
+      unsetenv(k);
     return b;
   }
   if (name.rfind("PluginV", 0) == 0) {
@@ -538,10 +546,10 @@ std::vector<std::string> backendNames() {
   for (const auto& b : loom::netBackends())
     if (b.name.rfind("UCX", 0) != 0 && b.name != "IB") v.push_back(b.name);
   // Verbs where an RDMA port is active (the rxe VM: ctest -L rxe), with 1 and 4 QPs (each
-  // message whole on one, or split across all).
+  // message whole on one, or split across all; or whole with adaptive routing's way).
   std::string why;
   if (loom::ibIsDefault(&why))
-    for (const char* b : {"IB", "IbQps4", "IbQps4Split"}) v.push_back(b);
+    for (const char* b : {"IB", "IbQps4", "IbQps4Split", "IbQps4Ar"}) v.push_back(b);
   if (loom::ucxBuiltIn())
     for (const char* u : {"UcxTcp", "UcxPosix", "UcxCma", "UcxRmaCma"}) v.push_back(u);
   for (int version = 6; version <= 11; ++version) v.push_back("PluginV" + std::to_string(version));

@@ -4,8 +4,10 @@
 // into the receive buffer with RDMA WRITE WITH IMMEDIATE, the immediate carrying the
 // message's size: whole on one QP, the connection's QPs taken in turn (as NCCL by
 // default), or split across all of them (NCCL_IB_SPLIT_DATA_ON_QPS=1; the sender's setting,
-// which the receiver echoes at set-up). Each QP's receive completion says its part is in
-// (RC delivers a QP's writes in order). The control stream beside the QPs carries the
+// which the receiver echoes at set-up). With adaptive routing (NCCL_IB_ADAPTIVE_ROUTING),
+// messages over NCCL_IB_AR_THRESHOLD go as a plain RDMA WRITE followed by a zero-byte
+// WRITE WITH IMMEDIATE, as NCCL sends them. Each QP's receive completion says its part is
+// in (RC completes a QP's writes in order). The control stream beside the QPs carries the
 // sender's goodbye and tells either side when the other's process is gone. Receives into
 // GPU memory (registered through the peer-memory module or a DMA-BUF) are flushed as
 // NCCL flushes them: an RDMA READ of one byte of it, on a queue pair connected to itself,
@@ -238,20 +240,31 @@ class IbSendComm : public NetSendComm, IbComm {
     size_t chunk = over ? 0 : ((bytes + lanes - 1) / lanes + 127) / 128 * 128;
     size_t idx = index(r);
     const int first = firstQp(posted_);
+    const IbDevice& dev = *qps_->dev();
+    const bool ar = dev.adaptiveRouting && bytes > dev.arThreshold;
     for (int i = 0; i < lanes; ++i) {
       size_t off = std::min(bytes, i * chunk), len = std::min(chunk, bytes - off);
       ibv_sge sge{reinterpret_cast<uintptr_t>(data) + off, static_cast<uint32_t>(len),
                   m->mr ? m->mr->lkey : 0};
-      ibv_send_wr wr{};
-      wr.wr_id = wrId(kWrData, idx);
-      wr.sg_list = len ? &sge : nullptr;
-      wr.num_sge = len ? 1 : 0;
-      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.imm_data = htonl(over ? kOversized : static_cast<uint32_t>(bytes));
-      wr.wr.rdma.remote_addr = addr + off;
-      wr.wr.rdma.rkey = rkey;
-      post(first + i, wr);
+      // The data, then (adaptive routing) the immediate in a zero-byte write of its own: RC
+      // completes a QP's writes in order, so the receive completes after all of the data.
+      ibv_send_wr wr[2]{};
+      for (ibv_send_wr& w : wr) {
+        w.wr_id = wrId(kWrData, idx);
+        w.wr.rdma.remote_addr = addr + off;
+        w.wr.rdma.rkey = rkey;
+      }
+      ibv_send_wr& imm = wr[ar && len ? 1 : 0];
+      if (&imm != &wr[0]) {
+        wr[0].opcode = IBV_WR_RDMA_WRITE;  // unsignaled: the immediate's completion covers it
+        wr[0].next = &imm;
+      }
+      wr[0].sg_list = len ? &sge : nullptr;
+      wr[0].num_sge = len ? 1 : 0;
+      imm.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      imm.send_flags = IBV_SEND_SIGNALED;
+      imm.imm_data = htonl(over ? kOversized : static_cast<uint32_t>(bytes));
+      post(first + i, wr[0]);
     }
     r->busy = true;
     r->left = lanes;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -32,6 +33,13 @@ IntKnob kRelaxed("LOOM_IB_PCI_RELAXED_ORDERING", "NCCL_IB_PCI_RELAXED_ORDERING",
 IntKnob kSplit("LOOM_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_SPLIT_DATA_ON_QPS", 0,
                "With several QPs per connection: 0 each message goes whole on one QP, the QPs in turn; 1 each "
                "message is split across all of them (the sender's setting holds for the connection)");
+IntKnob kAr("LOOM_IB_ADAPTIVE_ROUTING", "NCCL_IB_ADAPTIVE_ROUTING", -2,
+            "Adaptive routing: messages over NCCL_IB_AR_THRESHOLD are written first, their immediate after in "
+            "a write of its own, so that no part of a message arrives after its completion. -2 (default): on "
+            "for InfiniBand ports, off for RoCE, as NCCL; 0 off; 1 on");
+IntKnob kArThreshold("LOOM_IB_AR_THRESHOLD", "NCCL_IB_AR_THRESHOLD", 8192,
+                     "With adaptive routing on, messages larger than this many bytes take the write, then "
+                     "its immediate (default 8192, as NCCL)");
 BoolKnob kDisable("LOOM_IB_DISABLE", "NCCL_IB_DISABLE", false,
                   "1: never use the verbs (InfiniBand/RoCE) network backend");
 
@@ -75,6 +83,8 @@ IbOptions IbOptions::fromKnobs() {
   o.gidIndex = ranged(kGid, -1, 255);  // a GRH's sgid_index is 8 bits
   o.relaxedOrdering = ranged(kRelaxed, 0, 2);
   o.splitData = ranged(kSplit, 0, 1) == 1;
+  o.adaptiveRouting = ranged(kAr, -2, 1);
+  o.arThreshold = static_cast<size_t>(ranged(kArThreshold, 0, std::numeric_limits<int>::max()));
   return o;
 }
 
@@ -171,9 +181,14 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
     else if (errno == EBADF) ptrSupport |= kNetPtrDmaBuf;
   }
   relaxedOrdering = o.relaxedOrdering != 0 && api.regMrIova2 != nullptr;
-  LOOM_INFO(kLogNet | kLogInit, "NET/IB: %s opened (%s, GID index %d, MTU %d; relaxed ordering %s; GPU memory: %s)",
+  adaptiveRouting = o.adaptiveRouting < 0 ? !roce() : o.adaptiveRouting == 1;
+  arThreshold = o.arThreshold;
+  std::string ar = adaptiveRouting ? "on (over " + std::to_string(o.arThreshold) + " bytes)" : "off";
+  LOOM_INFO(kLogNet | kLogInit,
+            "NET/IB: %s opened (%s, GID index %d, MTU %d; relaxed ordering %s; adaptive routing %s; GPU memory: %s)",
             label().c_str(), roce() ? "RoCE" : "InfiniBand", gidIndex, 128 << attr.active_mtu,
             relaxedOrdering ? "on" : o.relaxedOrdering ? "off (libibverbs has no ibv_reg_mr_iova2)" : "off",
+            ar.c_str(),
             ptrSupport == kNetPtrHost ? "no (no peer-memory module, no DMA-BUF)"
             : ptrSupport & kNetPtrDmaBuf ? (ptrSupport & kNetPtrCuda ? "peer memory, DMA-BUF" : "DMA-BUF")
                                          : "peer memory");

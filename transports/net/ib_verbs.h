@@ -39,6 +39,8 @@ struct IbOptions {
   int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1: RoCE v2 with an IPv4 address, as NCCL
   int relaxedOrdering = 2;  // NCCL_IB_PCI_RELAXED_ORDERING: 0 off; 1, 2 where libibverbs can
   bool splitData = false;   // NCCL_IB_SPLIT_DATA_ON_QPS: split each message across the QPs
+  int adaptiveRouting = -2;  // NCCL_IB_ADAPTIVE_ROUTING: 0, 1; < 0 on for InfiniBand, off for RoCE
+  size_t arThreshold = 8192;  // NCCL_IB_AR_THRESHOLD: larger messages take adaptive routing's way
   static IbOptions fromKnobs();
 };
 bool ibDisabled();  // NCCL_IB_DISABLE=1
@@ -68,6 +70,12 @@ struct IbDevice {
   // Memory is registered with IBV_ACCESS_RELAXED_ORDERING (NCCL_IB_PCI_RELAXED_ORDERING,
   // where libibverbs has ibv_reg_mr_iova2; the driver ignores it where the device cannot).
   bool relaxedOrdering = false;
+  // Adaptive routing may deliver a message's packets out of order, so a write's immediate
+  // (its completion at the receiver) could overtake its data: with it on, messages over
+  // NCCL_IB_AR_THRESHOLD are an RDMA WRITE, then a zero-byte RDMA WRITE WITH IMMEDIATE on
+  // the same QP, as NCCL sends them (NCCL_IB_ADAPTIVE_ROUTING; default on for InfiniBand).
+  bool adaptiveRouting = false;
+  size_t arThreshold = 0;
 };
 
 // Memory registered with a device; keeps the device (its PD) alive. Zero bytes: no ibv_mr.
