@@ -24,6 +24,7 @@ perf="$(readlink -f "$build/bench/all_reduce_perf")"
 [[ -x "$perf" ]] || { echo "rxe_bench: no $perf (build first)" >&2; exit 2; }
 variants=("ib|NCCL_NET=IB" "ib-4qp|NCCL_NET=IB NCCL_IB_QPS_PER_CONNECTION=4"
           "ib-4qp-split|NCCL_NET=IB NCCL_IB_QPS_PER_CONNECTION=4 NCCL_IB_SPLIT_DATA_ON_QPS=1"
+          "ib-ar|NCCL_NET=IB NCCL_IB_ADAPTIVE_ROUTING=1"
           "net-socket|NCCL_NET=Socket" "socket|NCCL_IB_DISABLE=1")
 cmd="cd /tmp
 for r in \$(seq $reps); do"

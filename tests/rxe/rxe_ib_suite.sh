@@ -10,8 +10,14 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 tt="$(readlink -f "$1")" perf="$(readlink -f "$2")"
 filter='Net/NetBackendConformance.*/I*:Net/NetBackendDeath.*/I*:IbVerbs.*:IbKnobs.*:NetTransport.*Ib*'
+# iproute2's ip as scripts/rxe_vm.sh copies it into the VM (the same path; busybox's own
+# lacks "nodad").
+ipbin=$(for b in /usr/bin/ip /bin/ip /sbin/ip /usr/sbin/ip; do [[ -x "$b" ]] && { echo "$b"; break; }; done)
+# rxenet0 gets a second IPv4 address and an IPv6 one, so that rxe0's GID table offers
+# what NCCL_IB_ADDR_FAMILY and NCCL_IB_ADDR_RANGE choose between (IbVerbs.GidChoiceAsNcclAsks).
 out=$(LOOM_RXE_PORTS=2 "$repo/scripts/rxe_vm.sh" --timeout 600 --copy "$tt" --copy "$perf" -- "
   cd /tmp
+  $ipbin addr add 10.78.0.1/24 dev rxenet0 && $ipbin -6 addr add fd77::1/64 dev rxenet0 nodad
   $tt --gtest_filter='$filter' >g.log 2>&1; echo \"gtest_status \$?\"
   grep -vE '^\[ +RUN +\]' g.log
   NCCL_NET=IB NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT $perf -np 2 -b 8 -e 4M \
@@ -21,15 +27,15 @@ echo "$out"
 fail() { echo "rxe_ib_suite: $*" >&2; exit 1; }
 grep -q "^gtest_status 0$" <<<"$out" || fail "the verbs tests failed inside the VM"
 # Every case ran against rxe0 (none skipped for want of a port): 10 conformance cases and
-# 2 death cases per variant (IB, IbQps4, IbQps4Split, IbQps4Ar), 16 table cases (a flush by
-# RDMA READ among them), 3 through the API (rails over the VM's two ports, rxe0 and rxe1,
+# 2 death cases per variant (IB, IbQps4, IbQps4Split, IbQps4Ar), 17 table cases (a flush by
+# RDMA READ and the GID choice among them), 3 through the API (rails over the VM's two ports, rxe0 and rxe1,
 # among them).
 for pat in '/IB ' '/IbQps4 ' '/IbQps4Split ' '/IbQps4Ar '; do
   n=$(grep -cE "^\[ +OK \] Net/NetBackend(Conformance|Death)\..*$pat" <<<"$out" || true)
   [[ "$n" -eq 12 ]] || fail "expected 12 backend cases over ${pat% } to pass, saw $n"
 done
 n=$(grep -cE '^\[ +OK \] IbVerbs\.' <<<"$out" || true)
-[[ "$n" -eq 16 ]] || fail "expected 16 failure-injection cases to pass, saw $n"
+[[ "$n" -eq 17 ]] || fail "expected 17 failure-injection cases to pass, saw $n"
 n=$(grep -cE '^\[ +OK \] NetTransport\..*Ib' <<<"$out" || true)
 [[ "$n" -eq 3 ]] || fail "expected 3 public-API cases over IB to pass (rails included), saw $n"
 grep -q "^perf_status 0$" <<<"$out" || fail "all_reduce_perf over IB failed"

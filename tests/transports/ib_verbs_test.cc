@@ -7,20 +7,26 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+#include <array>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
 #include "base/hmac.h"
 #include "transports/net/ib_backend.h"
+#include "transports/net/ib_gid.h"
 #include "transports/net/ibv_api.h"
 
 namespace loomtest {
@@ -635,6 +641,80 @@ TEST_F(IbVerbs, AdaptiveRoutingAsNcclAsks) {
     EXPECT_TRUE(w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM && w[i].bytes == 0 && w[i].signaled && !w[i].chained) << i;
 }
 
+// NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE and NCCL_IB_ROCE_VERSION_NUM choose the GID both
+// ends' QPs use (rxe_ib_suite.sh gives rxenet0 10.78.0.1/24 and fd77::1/64 beside its
+// 10.77.0.1/24); data moves exactly over each. A range no GID lies in is refused, naming
+// the GIDs there are.
+TEST_F(IbVerbs, GidChoiceAsNcclAsks) {
+  // The index of `addr` at RoCE version `v` in rxe0's table (-1: none).
+  auto indexOf = [](const std::string& addr, int v) {
+    ibv_context* ctx = nullptr;
+    int n = 0;
+    ibv_device** list = gReal->getDeviceList(&n);
+    for (int i = 0; i < n && !ctx; ++i)
+      if (std::string(gReal->getDeviceName(list[i])) == "rxe0") ctx = gReal->openDevice(list[i]);
+    gReal->freeDeviceList(list);
+    int found = -1;
+    for (int i = 0; ctx && i < 64 && found < 0; ++i) {
+      ibv_gid g{};
+      if (gReal->queryGid(ctx, 1, i, &g) != 0) break;
+      std::array<uint8_t, 16> raw;
+      memcpy(raw.data(), g.raw, 16);
+      std::ifstream t("/sys/class/infiniband/rxe0/ports/1/gid_attrs/types/" + std::to_string(i));
+      std::string type;
+      std::getline(t, type);
+      if (loom::ibnet::gidText(raw) == addr && type == (v == 2 ? "RoCE v2" : "IB/RoCE v1")) found = i;
+    }
+    if (ctx) gReal->closeDevice(ctx);
+    return found;
+  };
+  if (indexOf("fd77::1", 2) < 0 || indexOf("10.78.0.1", 2) < 0)
+    GTEST_SKIP() << "rxenet0 lacks 10.78.0.1 or fd77::1 (rxe_ib_suite.sh adds them)";
+  struct Case {
+    const char* family;
+    const char* range;
+    const char* version;
+    const char* addr;
+    int v;
+  };
+  Env hca("NCCL_IB_HCA", "=rxe0");
+  // rxe makes RoCE v2 GIDs only: asked for v1, the family and range still choose (as NCCL).
+  for (Case c : {Case{nullptr, nullptr, nullptr, "10.77.0.1", 2}, Case{nullptr, nullptr, "1", "10.77.0.1", 2},
+                 Case{"AF_INET6", nullptr, nullptr, "fd77::1", 2}, Case{"AF_INET6", "fd77::/16", "1", "fd77::1", 2},
+                 Case{nullptr, "10.78.0.0/16", nullptr, "10.78.0.1", 2}}) {
+    SCOPED_TRACE(std::string(c.family ? c.family : "-") + " " + (c.range ? c.range : "-") + " " +
+                 (c.version ? c.version : "-"));
+    restart();
+    std::unique_ptr<Env> f, r, v;
+    if (c.family) f = std::make_unique<Env>("NCCL_IB_ADDR_FAMILY", c.family);
+    if (c.range) r = std::make_unique<Env>("NCCL_IB_ADDR_RANGE", c.range);
+    if (c.version) v = std::make_unique<Env>("NCCL_IB_ROCE_VERSION_NUM", c.version);
+    make(true);
+    ASSERT_NO_THROW(connect());
+    EXPECT_TRUE(transfer(100003));
+    const int want = indexOf(c.addr, c.v);
+    ASSERT_GE(want, 0) << c.addr << " v" << c.v;
+    int rtr = 0;
+    for (const ibv_qp_attr& a : gF.rts) {
+      if (a.qp_state != IBV_QPS_RTR) continue;
+      ++rtr;
+      std::array<uint8_t, 16> dgid;
+      memcpy(dgid.data(), a.ah_attr.grh.dgid.raw, 16);
+      EXPECT_EQ(a.ah_attr.grh.sgid_index, want);
+      EXPECT_EQ(loom::ibnet::gidText(dgid), c.addr);
+    }
+    EXPECT_EQ(rtr, 2) << "both ends' QP";
+  }
+  restart();
+  Env r("NCCL_IB_ADDR_RANGE", "10.99.0.0/16");
+  make();
+  NetHandle h;
+  Code c{};
+  std::string e = errorOf([&] { b_->listen(0, &h); }, &c);
+  EXPECT_EQ(c, Code::kInvalidArgument) << e;
+  EXPECT_TRUE(has(e, "IPv4 in 10.99.0.0/16") && has(e, "10.78.0.1 (RoCE v2)") && has(e, "fd77::1")) << e;
+}
+
 TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {
   Env g("NCCL_IB_GID_INDEX", "200");  // rxe's table has 16 entries
   make();
@@ -654,7 +734,8 @@ TEST(IbKnobs, OutOfRangeValuesAreInvalidArgument) {
                       {"NCCL_IB_RETRY_CNT", "8"}, {"NCCL_IB_SL", "16"}, {"NCCL_IB_TC", "-1"},
                       {"NCCL_IB_GID_INDEX", "256"}, {"NCCL_IB_PCI_RELAXED_ORDERING", "3"},
                       {"NCCL_IB_SPLIT_DATA_ON_QPS", "2"}, {"NCCL_IB_ADAPTIVE_ROUTING", "2"},
-                      {"NCCL_IB_AR_THRESHOLD", "-1"}}) {
+                      {"NCCL_IB_AR_THRESHOLD", "-1"}, {"NCCL_IB_ADDR_FAMILY", "AF_UNIX"},
+                      {"NCCL_IB_ADDR_RANGE", "10.0.0.0/40"}, {"NCCL_IB_ROCE_VERSION_NUM", "3"}}) {
     Env e(k, v);
     try {
       loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo});
@@ -689,6 +770,88 @@ TEST(IbKnobs, NoDeviceIsASystemErrorSayingWhy) {
   std::string e = errorOf([&] { loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo}); }, &c);
   EXPECT_EQ(c, Code::kSystemError) << e;
   EXPECT_TRUE(has(e, "NCCL_NET=IB: ") && has(e, why)) << e << " / " << why;
+}
+
+// The GID choice itself (no device needed), over rxe's table with the suite's addresses:
+// link-local, then 10.77.0.1, 10.78.0.1 and fd77::1, each RoCE v1 then v2.
+std::vector<loom::ibnet::GidEntry> rxeLikeTable() {
+  std::vector<loom::ibnet::GidEntry> t;
+  int i = 0;
+  for (const char* a : {"fe80::5054:ff:fe12:3456", "::ffff:10.77.0.1", "::ffff:10.78.0.1", "fd77::1"})
+    for (int v : {1, 2}) {
+      loom::ibnet::GidEntry e{i++, {}, v};
+      EXPECT_EQ(inet_pton(AF_INET6, a, e.raw.data()), 1) << a;
+      t.push_back(e);
+    }
+  return t;
+}
+
+int choose(const std::vector<loom::ibnet::GidEntry>& t, const char* family, const char* range, int version,
+           std::string* note = nullptr) {
+  auto p = loom::ibnet::GidPolicy::parse(family, range, version);
+  p.familySet = std::string(family) != "AF_INET";
+  return loom::ibnet::chooseGid(t, p, "verbs device test:1", note);
+}
+
+TEST(IbGidChoice, FamilyRangeAndVersionAsNccl) {
+  auto t = rxeLikeTable();
+  std::string note;
+  EXPECT_EQ(choose(t, "AF_INET", "", 2, &note), 3) << "the first routable IPv4 GID of RoCE v2";
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(choose(t, "AF_INET", "", 1), 2);
+  EXPECT_EQ(choose(t, "AF_INET6", "", 2), 7) << "link-local GIDs do not route";
+  EXPECT_EQ(choose(t, "AF_INET6", "", 1), 6);
+  EXPECT_EQ(choose(t, "AF_INET", "10.78.0.0/16", 2), 5);
+  EXPECT_EQ(choose(t, "AF_INET", "10.78.0.0/16", 1), 4);
+  EXPECT_EQ(choose(t, "AF_INET", "10.77.0.1/32", 2), 3);
+  EXPECT_EQ(choose(t, "AF_INET", "10.76.0.0/15", 2), 3) << "10.76.0.0/15 holds 10.77, not 10.78";
+  EXPECT_EQ(choose(t, "AF_INET", "0.0.0.0/0", 2), 3);
+  EXPECT_EQ(choose(t, "AF_INET6", "fd00::/8", 2), 7);
+  // The family and version asked for, the version not there: the family wins, as in NCCL.
+  std::vector<loom::ibnet::GidEntry> v1only(t.begin(), t.begin() + 3);  // link-local v1, v2; 10.77 v1
+  EXPECT_EQ(choose(v1only, "AF_INET", "", 2, &note), 2);
+  EXPECT_NE(note.find("is RoCE v2"), std::string::npos) << note;
+  // Unreadable types (version 0): the first routable GID of the family, with a note.
+  auto untyped = t;
+  for (auto& e : untyped) e.roceVersion = 0;
+  EXPECT_EQ(choose(untyped, "AF_INET", "", 2), 2);
+}
+
+TEST(IbGidChoice, NoneOfTheFamily) {
+  auto t = rxeLikeTable();
+  // IPv6 only, defaults: the first valid RoCE v2 GID (Loom's choice before the knobs), noted.
+  std::vector<loom::ibnet::GidEntry> v6{t[0], t[1], t[6], t[7]};
+  std::string note;
+  EXPECT_EQ(choose(v6, "AF_INET", "", 2, &note), 7);
+  EXPECT_NE(note.find("no GID has a routable IPv4 address"), std::string::npos) << note;
+  // Link-local only: the first set one.
+  EXPECT_EQ(choose({t[0], t[1]}, "AF_INET", "", 2, &note), 0);
+  EXPECT_NE(note.find("the first set one"), std::string::npos) << note;
+  EXPECT_EQ(choose({}, "AF_INET", "", 2), -1);
+  // Asked for explicitly and absent: an error listing the GIDs.
+  for (auto [family, range] : {std::pair{"AF_INET", "10.99.0.0/16"}, {"AF_INET6", "fe80::/10"}}) {
+    Code c{};
+    std::string e = errorOf([&] { choose(t, family, range, 2); }, &c);
+    EXPECT_EQ(c, Code::kInvalidArgument) << e;
+    EXPECT_TRUE(has(e, range) && has(e, "7: fd77::1 (RoCE v2)") && has(e, "3: 10.77.0.1 (RoCE v2)")) << e;
+  }
+  Code c{};
+  std::string e = errorOf([&] { choose({t[0], t[1], t[2], t[3]}, "AF_INET6", "", 2); }, &c);
+  EXPECT_EQ(c, Code::kInvalidArgument) << e;
+  EXPECT_TRUE(has(e, "routable IPv6 address")) << e;
+}
+
+TEST(IbGidChoice, MalformedKnobsAreInvalidArgument) {
+  for (auto [family, range, version, knob] :
+       {std::tuple{"inet6", "", 2, "NCCL_IB_ADDR_FAMILY"}, {"AF_INET", "10.0.0.0", 2, "NCCL_IB_ADDR_RANGE"},
+        {"AF_INET", "10.0.0.0/33", 2, "NCCL_IB_ADDR_RANGE"}, {"AF_INET", "fd00::/8", 2, "NCCL_IB_ADDR_RANGE"},
+        {"AF_INET6", "10.0.0.0/8", 2, "NCCL_IB_ADDR_RANGE"}, {"AF_INET6", "fd00::/129", 2, "NCCL_IB_ADDR_RANGE"},
+        {"AF_INET", "10.0.0.0/x", 2, "NCCL_IB_ADDR_RANGE"}, {"AF_INET", "", 3, "NCCL_IB_ROCE_VERSION_NUM"}}) {
+    Code c{};
+    std::string e = errorOf([&] { loom::ibnet::GidPolicy::parse(family, range, version); }, &c);
+    EXPECT_EQ(c, Code::kInvalidArgument) << family << " " << range << " " << version << ": " << e;
+    EXPECT_TRUE(has(e, knob)) << e;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <array>
 #include <fstream>
 #include <limits>
 
@@ -59,17 +60,18 @@ std::string gidType(const std::string& dev, int port, int index) {
   return t;
 }
 
+std::array<uint8_t, 16> gidBytes(const ibv_gid& g) {
+  std::array<uint8_t, 16> b;
+  memcpy(b.data(), g.raw, b.size());
+  return b;
+}
+
 bool zero(const ibv_gid& g) {
   for (uint8_t b : g.raw)
     if (b) return false;
   return true;
 }
 
-bool ipv4Mapped(const ibv_gid& g) {
-  for (int i = 0; i < 10; ++i)
-    if (g.raw[i]) return false;
-  return g.raw[10] == 0xff && g.raw[11] == 0xff;
-}
 
 }  // namespace
 
@@ -85,6 +87,7 @@ IbOptions IbOptions::fromKnobs() {
   o.splitData = ranged(kSplit, 0, 1) == 1;
   o.adaptiveRouting = ranged(kAr, -2, 1);
   o.arThreshold = static_cast<size_t>(ranged(kArThreshold, 0, std::numeric_limits<int>::max()));
+  o.gid = GidPolicy::fromKnobs();
   return o;
 }
 
@@ -141,22 +144,24 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
                    attr.gid_tbl_len, set.empty() ? "none" : set.c_str());
       }
     } else if (roce()) {
-      // As NCCL: RoCE v2 with an IPv4 address first (routable), else the first set GID.
-      int best = -1, rank = 0;
+      std::vector<GidEntry> table;
       bool typed = false;
       for (int i = 0; i < attr.gid_tbl_len && i < 256; ++i) {
+        GidEntry e{i, {}, 0};
         ibv_gid g{};
         if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &g) != 0 || zero(g)) continue;
+        memcpy(e.raw.data(), g.raw, sizeof(g.raw));
         std::string type = gidType(name, port, i);
         typed |= !type.empty();
-        bool v2 = type == "RoCE v2";
-        int r = v2 && ipv4Mapped(g) ? 3 : v2 ? 2 : 1;
-        if (r > rank) rank = r, best = i;
+        e.roceVersion = type == "RoCE v2" ? 2 : type.find("v1") != std::string::npos ? 1 : 0;
+        table.push_back(e);
       }
-      if (best < 0) LOOM_THROW(kSystemError, "%s: no GID is set (is the netdev up with an "
-                               "address?)", who.c_str());
-      gidIndex = best;
+      std::string note;
+      gidIndex = chooseGid(table, o.gid, who, &note);
+      if (gidIndex < 0) LOOM_THROW(kSystemError, "%s: no GID is set (is the netdev up with an "
+                                   "address?)", who.c_str());
       api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid);
+      if (!note.empty()) LOOM_WARN("%s: %s", who.c_str(), note.c_str());
       if (!typed)
         LOOM_WARN("%s: GID types are not readable (sysfs gid_attrs/types); using GID index %d. "
                   "Hosts that choose differently cannot connect: set NCCL_IB_GID_INDEX",
@@ -185,8 +190,9 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
   arThreshold = o.arThreshold;
   std::string ar = adaptiveRouting ? "on (over " + std::to_string(o.arThreshold) + " bytes)" : "off";
   LOOM_INFO(kLogNet | kLogInit,
-            "NET/IB: %s opened (%s, GID index %d, MTU %d; relaxed ordering %s; adaptive routing %s; GPU memory: %s)",
-            label().c_str(), roce() ? "RoCE" : "InfiniBand", gidIndex, 128 << attr.active_mtu,
+            "NET/IB: %s opened (%s, GID index %d: %s, MTU %d; relaxed ordering %s; adaptive routing %s; GPU memory: %s)",
+            label().c_str(), roce() ? "RoCE" : "InfiniBand", gidIndex, gidText(gidBytes(gid)).c_str(),
+            128 << attr.active_mtu,
             relaxedOrdering ? "on" : o.relaxedOrdering ? "off (libibverbs has no ibv_reg_mr_iova2)" : "off",
             ar.c_str(),
             ptrSupport == kNetPtrHost ? "no (no peer-memory module, no DMA-BUF)"

@@ -13,6 +13,7 @@
 
 #include "base/socket.h"
 #include "transports/net/ib_devices.h"
+#include "transports/net/ib_gid.h"
 #include "transports/net/net_backend.h"
 
 namespace loom::ibnet {
@@ -36,11 +37,12 @@ struct IbOptions {
   int retryCnt = 7;     // NCCL_IB_RETRY_CNT
   int tc = 0;           // NCCL_IB_TC: traffic class (RoCE / GRH)
   int sl = 0;           // NCCL_IB_SL
-  int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1: RoCE v2 with an IPv4 address, as NCCL
+  int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1: chosen by `gid` (ib_gid.h), as NCCL
   int relaxedOrdering = 2;  // NCCL_IB_PCI_RELAXED_ORDERING: 0 off; 1, 2 where libibverbs can
   bool splitData = false;   // NCCL_IB_SPLIT_DATA_ON_QPS: split each message across the QPs
   int adaptiveRouting = -2;  // NCCL_IB_ADAPTIVE_ROUTING: 0, 1; < 0 on for InfiniBand, off for RoCE
   size_t arThreshold = 8192;  // NCCL_IB_AR_THRESHOLD: larger messages take adaptive routing's way
+  GidPolicy gid;  // NCCL_IB_ADDR_FAMILY, _ADDR_RANGE, _ROCE_VERSION_NUM (without NCCL_IB_GID_INDEX)
   static IbOptions fromKnobs();
 };
 bool ibDisabled();  // NCCL_IB_DISABLE=1
