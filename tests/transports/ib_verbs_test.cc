@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <arpa/inet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +19,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <set>
 #include <string>
@@ -89,6 +93,9 @@ struct Faults {
     bool chained;  // posted in one call with the work request before it
   };
   std::vector<Posted> writes;  // every RDMA WRITE (WITH IMMEDIATE) work request posted
+  std::vector<ibv_qp*> qps;      // the QPs made through the table
+  std::vector<ibv_async_event> events;  // handed out before the device's own
+  int eventsUnacked = 0;
 };
 Faults gF;
 const loom::IbvApi* gReal = nullptr;
@@ -99,7 +106,20 @@ ibv_qp* createQp(ibv_pd* pd, ibv_qp_init_attr* a) {
     return nullptr;
   }
   ++gF.createdQps;
-  return gReal->createQp(pd, a);
+  ibv_qp* qp = gReal->createQp(pd, a);
+  if (qp) gF.qps.push_back(qp);
+  return qp;
+}
+int getAsyncEvent(ibv_context* ctx, ibv_async_event* e) {
+  if (gF.events.empty()) return gReal->getAsyncEvent(ctx, e);
+  *e = gF.events.front();
+  gF.events.erase(gF.events.begin());
+  ++gF.eventsUnacked;
+  return 0;
+}
+void ackAsyncEvent(ibv_async_event* e) {
+  if (gF.eventsUnacked > 0) --gF.eventsUnacked;  // one of ours
+  else gReal->ackAsyncEvent(e);
 }
 int modifyQp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
   if (a->qp_state == IBV_QPS_RTR && gF.rtrFails) return EINVAL;
@@ -157,6 +177,8 @@ loom::IbvApi faultyTable() {
   t.postSend = postSend;
   t.postRecv = postRecv;
   t.pollCq = pollCq;
+  t.getAsyncEvent = getAsyncEvent;
+  t.ackAsyncEvent = ackAsyncEvent;
   return t;
 }
 
@@ -713,6 +735,110 @@ TEST_F(IbVerbs, GidChoiceAsNcclAsks) {
   std::string e = errorOf([&] { b_->listen(0, &h); }, &c);
   EXPECT_EQ(c, Code::kInvalidArgument) << e;
   EXPECT_TRUE(has(e, "IPv4 in 10.99.0.0/16") && has(e, "10.78.0.1 (RoCE v2)") && has(e, "fd77::1")) << e;
+}
+
+// Fatal asynchronous events (handed out by the table before the device's own) fail the
+// connection they name, as NCCL (NCCL_IB_RETURN_ASYNC_EVENTS=1): a QP error its QP's, a CQ
+// error its CQ's, a device error every one, with kSystemError naming the event; an event
+// about another QP leaves the connection working, and with NCCL_IB_RETURN_ASYNC_EVENTS=0
+// none fails it.
+TEST_F(IbVerbs, FatalAsyncEventsFailWhatTheyName) {
+  ibv_qp other{};
+  other.qp_num = 0xfffff0;
+  struct Case {
+    ibv_event_type type;
+    const char* id;
+    bool ours;    // about the connection's QP or CQ (else another QP)
+    bool report;  // NCCL_IB_RETURN_ASYNC_EVENTS
+  };
+  for (Case c : {Case{IBV_EVENT_QP_FATAL, "QP_FATAL", true, true}, Case{IBV_EVENT_QP_ACCESS_ERR, "QP_ACCESS_ERR", true, true},
+                 Case{IBV_EVENT_QP_REQ_ERR, "QP_REQ_ERR", true, true}, Case{IBV_EVENT_CQ_ERR, "CQ_ERR", true, true},
+                 Case{IBV_EVENT_DEVICE_FATAL, "DEVICE_FATAL", true, true}, Case{IBV_EVENT_QP_FATAL, "QP_FATAL", false, true},
+                 Case{IBV_EVENT_QP_FATAL, "QP_FATAL", true, false}}) {
+    SCOPED_TRACE(std::string(c.id) + (c.ours ? " on the connection" : " on another QP") +
+                 (c.report ? "" : ", NCCL_IB_RETURN_ASYNC_EVENTS=0"));
+    restart();
+    std::unique_ptr<Env> quiet;
+    if (!c.report) quiet = std::make_unique<Env>("NCCL_IB_RETURN_ASYNC_EVENTS", "0");
+    make();
+    ASSERT_NO_THROW(connect());
+    ASSERT_TRUE(transfer(4096));
+    ASSERT_EQ(gF.qps.size(), 1u) << "the sender's QP";
+    ibv_async_event e{};
+    e.event_type = c.type;
+    if (c.type == IBV_EVENT_CQ_ERR) e.element.cq = gF.qps[0]->send_cq;
+    else if (c.type != IBV_EVENT_DEVICE_FATAL) e.element.qp = c.ours ? gF.qps[0] : &other;
+    gF.events.push_back(e);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // pending events are read every 10 ms
+    // A write whose completion is taken in the same poll that reads the event still
+    // completes (its data is in): the connection fails at the next at the latest.
+    Code code{};
+    int moved = 0;
+    std::string err = errorOf([&] {
+      for (int i = 0; i < 2; ++i) moved += transfer(1 << 16);
+    }, &code);
+    EXPECT_EQ(gF.eventsUnacked, 0) << "every event acknowledged";
+    if (c.ours && c.report) {
+      EXPECT_EQ(code, Code::kSystemError) << err;
+      EXPECT_TRUE(has(err, std::string("IBV_EVENT_") + c.id) && has(err, "reported")) << err;
+      if (c.type != IBV_EVENT_CQ_ERR && c.type != IBV_EVENT_DEVICE_FATAL) {
+        EXPECT_TRUE(has(err, "on QP " + std::to_string(gF.qps[0]->qp_num))) << err;
+      }
+      EXPECT_LE(moved, 1);
+    } else {
+      EXPECT_EQ(err, "");
+      EXPECT_EQ(moved, 2);
+    }
+  }
+}
+
+// The port going down (a real IBV_EVENT_PORT_ERR: rxenet1 set down under rxe1) is named in
+// the error of the writes that then fail, so that a local link is told from a dead peer.
+// The link is set up again after.
+TEST_F(IbVerbs, PortDownIsNamedWhenWritesFail) {
+  auto setUp = [](bool up) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    ifreq ifr{};
+    strncpy(ifr.ifr_name, "rxenet1", IFNAMSIZ - 1);
+    bool ok = fd >= 0 && ioctl(fd, SIOCGIFFLAGS, &ifr) == 0;
+    ifr.ifr_flags = static_cast<short>(up ? ifr.ifr_flags | IFF_UP : ifr.ifr_flags & ~IFF_UP);
+    ok = ok && ioctl(fd, SIOCSIFFLAGS, &ifr) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+  };
+  std::string why;
+  Env hca("NCCL_IB_HCA", "=rxe1"), t("NCCL_IB_TIMEOUT", "8"), r("NCCL_IB_RETRY_CNT", "1");
+  make();
+  try {
+    connect();
+  } catch (const loom::Error& e) {
+    GTEST_SKIP() << "no second port rxe1 (LOOM_RXE_PORTS=2 makes it): " << e.what();
+  }
+  ASSERT_TRUE(transfer(4096));
+  ASSERT_TRUE(setUp(false)) << "rxenet1 down: " << strerror(errno);
+  Code code{};
+  auto start = Clock::now();
+  std::string err = errorOf([&] { transfer(1 << 20); }, &code);
+  double took = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_TRUE(setUp(true)) << "rxenet1 up: " << strerror(errno);
+  EXPECT_NE(err, "") << "a transfer over a port that is down succeeded";
+  EXPECT_TRUE(has(err, "reported its port down") && has(err, "IBV_EVENT_PORT_ERR")) << err;
+  std::cerr << "rxenet1 down: " << err << " (after " << took << " s)\n";
+  EXPECT_LT(took, 10) << err;
+  // The port comes back (later cases use rxe1).
+  restart();
+  bool back = false;
+  for (auto until = Clock::now() + std::chrono::seconds(10); !back && Clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    try {
+      make();
+      connect(2);
+      back = transfer(4096);
+    } catch (const loom::Error&) {
+    }
+    restart();
+  }
+  EXPECT_TRUE(back) << "rxe1 did not carry data again after rxenet1 came back up";
 }
 
 TEST_F(IbVerbs, GidIndexOutsideTheTableIsInvalidArgument) {

@@ -93,6 +93,15 @@ class IbComm : protected PeerControl {
       if (n < 16) break;
     }
     if (failed) failIfBroken();
+    if (!cq) checkEvents();
+  }
+  // A fatal asynchronous event naming the device, one of the connection's QPs or its CQ
+  // breaks the connection (ib_events.h); `now`: read pending events whatever the time.
+  void checkEvents(bool now = false) {
+    std::string f = qps_->dev()->events->fatalFor(qps_->all(), qps_->size(), qps_->cq(), now);
+    if (f.empty()) return;
+    breakWith(Code::kSystemError, who_ + ": " + f);
+    failIfBroken();
   }
   // Polls (as poll) for `r`: a failure fails the call only while r still waits. A request
   // whose last completion came in the same batch as a later request's failure is done (a
@@ -164,7 +173,7 @@ class IbComm : protected PeerControl {
                                    "the access (its process exited, or the path between the "
                                    "ports is down; NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT bound "
                                    "how long this takes to show)"
-                                 : ""));
+                                 : "") + qps_->dev()->events->portNote());
       return false;
     }
     if (i >= kMaxRequests || kind < kWrData || kind > kWrFlush) {

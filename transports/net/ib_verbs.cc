@@ -41,6 +41,9 @@ IntKnob kAr("LOOM_IB_ADAPTIVE_ROUTING", "NCCL_IB_ADAPTIVE_ROUTING", -2,
 IntKnob kArThreshold("LOOM_IB_AR_THRESHOLD", "NCCL_IB_AR_THRESHOLD", 8192,
                      "With adaptive routing on, messages larger than this many bytes take the write, then "
                      "its immediate (default 8192, as NCCL)");
+BoolKnob kAsyncEvents("LOOM_IB_RETURN_ASYNC_EVENTS", "NCCL_IB_RETURN_ASYNC_EVENTS", true,
+                      "1: a fatal asynchronous event of a verbs device (device, QP or CQ error) fails the "
+                      "connections it names, as NCCL; 0: it is only logged");
 BoolKnob kDisable("LOOM_IB_DISABLE", "NCCL_IB_DISABLE", false,
                   "1: never use the verbs (InfiniBand/RoCE) network backend");
 
@@ -88,6 +91,7 @@ IbOptions IbOptions::fromKnobs() {
   o.adaptiveRouting = ranged(kAr, -2, 1);
   o.arThreshold = static_cast<size_t>(ranged(kArThreshold, 0, std::numeric_limits<int>::max()));
   o.gid = GidPolicy::fromKnobs();
+  o.asyncEvents = kAsyncEvents.get();
   return o;
 }
 
@@ -123,6 +127,7 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
   api.freeDeviceList(list);
   if (!ctx) LOOM_THROW(kSystemError, "%s: the device is gone", who.c_str());
   try {
+    events = std::make_unique<IbEvents>(api, ctx, port, label(), o.asyncEvents);
     if (api.queryPort(ctx, static_cast<uint8_t>(port), &attr) != 0)
       verbsFailed(who, "ibv_query_port", errno);
     if (attr.state != IBV_PORT_ACTIVE)
@@ -308,6 +313,7 @@ IbQps::IbQps(std::shared_ptr<IbDevice> dev, int n, const std::string& who)
 }
 
 void IbQps::release() {
+  if (dev_->events) dev_->events->forget(qps_.data(), size(), cq_);
   for (ibv_qp* qp : qps_) api_.destroyQp(qp);
   qps_.clear();
   if (cq_) api_.destroyCq(cq_);

@@ -13,6 +13,7 @@
 
 #include "base/socket.h"
 #include "transports/net/ib_devices.h"
+#include "transports/net/ib_events.h"
 #include "transports/net/ib_gid.h"
 #include "transports/net/net_backend.h"
 
@@ -43,6 +44,7 @@ struct IbOptions {
   int adaptiveRouting = -2;  // NCCL_IB_ADAPTIVE_ROUTING: 0, 1; < 0 on for InfiniBand, off for RoCE
   size_t arThreshold = 8192;  // NCCL_IB_AR_THRESHOLD: larger messages take adaptive routing's way
   GidPolicy gid;  // NCCL_IB_ADDR_FAMILY, _ADDR_RANGE, _ROCE_VERSION_NUM (without NCCL_IB_GID_INDEX)
+  bool asyncEvents = true;  // NCCL_IB_RETURN_ASYNC_EVENTS: fatal asynchronous events fail what they name
   static IbOptions fromKnobs();
 };
 bool ibDisabled();  // NCCL_IB_DISABLE=1
@@ -78,6 +80,7 @@ struct IbDevice {
   // the same QP, as NCCL sends them (NCCL_IB_ADAPTIVE_ROUTING; default on for InfiniBand).
   bool adaptiveRouting = false;
   size_t arThreshold = 0;
+  std::unique_ptr<IbEvents> events;  // the context's asynchronous events (ib_events.h)
 };
 
 // Memory registered with a device; keeps the device (its PD) alive. Zero bytes: no ibv_mr.
@@ -144,6 +147,7 @@ class IbQps {
   void connect(const IbConnInfo& peer, const IbOptions& o);
   int size() const { return static_cast<int>(qps_.size()); }
   ibv_qp* qp(int i) const { return qps_[i]; }
+  ibv_qp* const* all() const { return qps_.data(); }
   ibv_cq* cq() const { return cq_; }
   const std::shared_ptr<IbDevice>& dev() const { return dev_; }
 

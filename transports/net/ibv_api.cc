@@ -44,7 +44,10 @@ const IbvApi* ibvApi(std::string* why) {
               lib.bind(t->createCq, "ibv_create_cq") && lib.bind(t->destroyCq, "ibv_destroy_cq") &&
               lib.bind(t->createQp, "ibv_create_qp") && lib.bind(t->modifyQp, "ibv_modify_qp") &&
               lib.bind(t->destroyQp, "ibv_destroy_qp") &&
-              lib.bind(t->wcStatusStr, "ibv_wc_status_str");
+              lib.bind(t->wcStatusStr, "ibv_wc_status_str") &&
+              lib.bind(t->getAsyncEvent, "ibv_get_async_event") &&
+              lib.bind(t->ackAsyncEvent, "ibv_ack_async_event") &&
+              lib.bind(t->eventTypeStr, "ibv_event_type_str");
     if (ok) lib.bind(t->regDmabufMr, "ibv_reg_dmabuf_mr");
     if (ok) lib.bind(t->regMrIova2, "ibv_reg_mr_iova2");
     if (!ok) {

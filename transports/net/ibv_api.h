@@ -42,6 +42,9 @@ struct IbvApi {
   int (*postRecv)(ibv_qp*, ibv_recv_wr*, ibv_recv_wr**) = nullptr;
   int (*pollCq)(ibv_cq*, int, ibv_wc*) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status) = nullptr;
+  int (*getAsyncEvent)(ibv_context*, ibv_async_event*) = nullptr;
+  void (*ackAsyncEvent)(ibv_async_event*) = nullptr;
+  const char* (*eventTypeStr)(ibv_event_type) = nullptr;
   // Optional (IBVERBS_1.8, rdma-core 28 and later): registration taking the optional access
   // flags, IBV_ACCESS_RELAXED_ORDERING among them (NCCL_IB_PCI_RELAXED_ORDERING).
   ibv_mr* (*regMrIova2)(ibv_pd*, void*, size_t, uint64_t iova, unsigned int access) = nullptr;
