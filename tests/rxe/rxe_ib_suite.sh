@@ -27,7 +27,7 @@ echo "$out"
 fail() { echo "rxe_ib_suite: $*" >&2; exit 1; }
 grep -q "^gtest_status 0$" <<<"$out" || fail "the verbs tests failed inside the VM"
 # Every case ran against rxe0 (none skipped for want of a port): 10 conformance cases and
-# 2 death cases per variant (IB, IbQps4, IbQps4Split, IbQps4Ar), 19 table cases (a flush by
+# 2 death cases per variant (IB, IbQps4, IbQps4Split, IbQps4Ar), 20 table cases (a flush by
 # RDMA READ, the GID choice, asynchronous events and rxenet1 set down among them), 3 through the API (rails over the VM's two ports, rxe0 and rxe1,
 # among them).
 for pat in '/IB ' '/IbQps4 ' '/IbQps4Split ' '/IbQps4Ar '; do
@@ -35,7 +35,7 @@ for pat in '/IB ' '/IbQps4 ' '/IbQps4Split ' '/IbQps4Ar '; do
   [[ "$n" -eq 12 ]] || fail "expected 12 backend cases over ${pat% } to pass, saw $n"
 done
 n=$(grep -cE '^\[ +OK \] IbVerbs\.' <<<"$out" || true)
-[[ "$n" -eq 19 ]] || fail "expected 19 failure-injection cases to pass, saw $n"
+[[ "$n" -eq 20 ]] || fail "expected 20 failure-injection cases to pass, saw $n"
 n=$(grep -cE '^\[ +OK \] NetTransport\..*Ib' <<<"$out" || true)
 [[ "$n" -eq 3 ]] || fail "expected 3 public-API cases over IB to pass (rails included), saw $n"
 grep -q "^perf_status 0$" <<<"$out" || fail "all_reduce_perf over IB failed"

@@ -77,6 +77,7 @@ struct Faults {
   ibv_wc_status failStatus = IBV_WC_SUCCESS;
   int createdQps = 0;
   std::vector<ibv_qp_attr> rts;  // what each move to RTR/RTS asked for
+  std::vector<ibv_qp_attr> inits;  // and each move to INIT
   struct Reg {
     bool iova2;  // by ibv_reg_mr_iova2 (else ibv_reg_mr)
     unsigned access;
@@ -124,6 +125,7 @@ void ackAsyncEvent(ibv_async_event* e) {
 int modifyQp(ibv_qp* qp, ibv_qp_attr* a, int mask) {
   if (a->qp_state == IBV_QPS_RTR && gF.rtrFails) return EINVAL;
   if (a->qp_state == IBV_QPS_RTR || a->qp_state == IBV_QPS_RTS) gF.rts.push_back(*a);
+  if (a->qp_state == IBV_QPS_INIT) gF.inits.push_back(*a);
   return gReal->modifyQp(qp, a, mask);
 }
 ibv_mr* regMr(ibv_pd* pd, void* p, size_t n, int access) {
@@ -519,6 +521,27 @@ TEST_F(IbVerbs, KnobsReachTheQueuePairs) {
   EXPECT_TRUE(transfer((1 << 20) + 3));
 }
 
+// NCCL_IB_PKEY is the P_Key index every QP takes at INIT; one outside the port's table
+// (64: rxe's is smaller) is refused naming the knob and the table's size.
+TEST_F(IbVerbs, PkeyIndexReachesTheQueuePairs) {
+  {
+    Env p("NCCL_IB_PKEY", "0");
+    make(true);
+    ASSERT_NO_THROW(connect());
+    EXPECT_TRUE(transfer(4099));
+    ASSERT_EQ(gF.inits.size(), 2u);
+    for (const ibv_qp_attr& a : gF.inits) EXPECT_EQ(a.pkey_index, 0);
+  }
+  restart();
+  Env p("NCCL_IB_PKEY", "64");
+  make();
+  NetHandle h;
+  Code c{};
+  std::string e = errorOf([&] { b_->listen(0, &h); }, &c);
+  EXPECT_EQ(c, Code::kInvalidArgument) << e;
+  EXPECT_TRUE(has(e, "NCCL_IB_PKEY=64") && has(e, "partition-key table")) << e;
+}
+
 // NCCL_IB_PCI_RELAXED_ORDERING, as NCCL reads it: 1 or 2 (the default) register data
 // buffers (host memory, and GPU memory: here host memory registered as such) with
 // IBV_ACCESS_RELAXED_ORDERING through ibv_reg_mr_iova2 where libibverbs has it (Debian 12's
@@ -861,7 +884,8 @@ TEST(IbKnobs, OutOfRangeValuesAreInvalidArgument) {
                       {"NCCL_IB_GID_INDEX", "256"}, {"NCCL_IB_PCI_RELAXED_ORDERING", "3"},
                       {"NCCL_IB_SPLIT_DATA_ON_QPS", "2"}, {"NCCL_IB_ADAPTIVE_ROUTING", "2"},
                       {"NCCL_IB_AR_THRESHOLD", "-1"}, {"NCCL_IB_ADDR_FAMILY", "AF_UNIX"},
-                      {"NCCL_IB_ADDR_RANGE", "10.0.0.0/40"}, {"NCCL_IB_ROCE_VERSION_NUM", "3"}}) {
+                      {"NCCL_IB_ADDR_RANGE", "10.0.0.0/40"}, {"NCCL_IB_ROCE_VERSION_NUM", "3"},
+                      {"NCCL_IB_PKEY", "65536"}}) {
     Env e(k, v);
     try {
       loom::makeIbNetBackend({loom::JobId{}, 0, 2, lo});

@@ -44,6 +44,8 @@ IntKnob kArThreshold("LOOM_IB_AR_THRESHOLD", "NCCL_IB_AR_THRESHOLD", 8192,
 BoolKnob kAsyncEvents("LOOM_IB_RETURN_ASYNC_EVENTS", "NCCL_IB_RETURN_ASYNC_EVENTS", true,
                       "1: a fatal asynchronous event of a verbs device (device, QP or CQ error) fails the "
                       "connections it names, as NCCL; 0: it is only logged");
+IntKnob kPkey("LOOM_IB_PKEY", "NCCL_IB_PKEY", 0,
+              "Partition-key index of verbs QPs (an index into the port's P_Key table, as NCCL)");
 BoolKnob kDisable("LOOM_IB_DISABLE", "NCCL_IB_DISABLE", false,
                   "1: never use the verbs (InfiniBand/RoCE) network backend");
 
@@ -92,6 +94,7 @@ IbOptions IbOptions::fromKnobs() {
   o.arThreshold = static_cast<size_t>(ranged(kArThreshold, 0, std::numeric_limits<int>::max()));
   o.gid = GidPolicy::fromKnobs();
   o.asyncEvents = kAsyncEvents.get();
+  o.pkeyIndex = ranged(kPkey, 0, 65535);
   return o;
 }
 
@@ -132,6 +135,10 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
       verbsFailed(who, "ibv_query_port", errno);
     if (attr.state != IBV_PORT_ACTIVE)
       LOOM_THROW(kSystemError, "%s: the port is not active", who.c_str());
+    if (o.pkeyIndex >= static_cast<int>(attr.pkey_tbl_len))
+      LOOM_THROW(kInvalidArgument, "%s: NCCL_IB_PKEY=%d is outside the port's partition-key table (%d entries; "
+                 "the knob is an index into it, as in NCCL)", who.c_str(), o.pkeyIndex, attr.pkey_tbl_len);
+    pkeyIndex = o.pkeyIndex;
     pd = api.allocPd(ctx);
     if (!pd) verbsFailed(who, "ibv_alloc_pd", errno);
     if (o.gidIndex >= 0) {
@@ -301,7 +308,7 @@ IbQps::IbQps(std::shared_ptr<IbDevice> dev, int n, const std::string& who)
       qps_.push_back(qp);
       ibv_qp_attr a{};
       a.qp_state = IBV_QPS_INIT;
-      a.pkey_index = 0;
+      a.pkey_index = static_cast<uint16_t>(dev_->pkeyIndex);
       a.port_num = static_cast<uint8_t>(dev_->port);
       a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
       modify(qp, a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");

@@ -45,6 +45,7 @@ struct IbOptions {
   size_t arThreshold = 8192;  // NCCL_IB_AR_THRESHOLD: larger messages take adaptive routing's way
   GidPolicy gid;  // NCCL_IB_ADDR_FAMILY, _ADDR_RANGE, _ROCE_VERSION_NUM (without NCCL_IB_GID_INDEX)
   bool asyncEvents = true;  // NCCL_IB_RETURN_ASYNC_EVENTS: fatal asynchronous events fail what they name
+  int pkeyIndex = 0;  // NCCL_IB_PKEY: an index into the port's P_Key table
   static IbOptions fromKnobs();
 };
 bool ibDisabled();  // NCCL_IB_DISABLE=1
@@ -81,6 +82,7 @@ struct IbDevice {
   bool adaptiveRouting = false;
   size_t arThreshold = 0;
   std::unique_ptr<IbEvents> events;  // the context's asynchronous events (ib_events.h)
+  int pkeyIndex = 0;  // NCCL_IB_PKEY, checked against the port's table
 };
 
 // Memory registered with a device; keeps the device (its PD) alive. Zero bytes: no ibv_mr.
