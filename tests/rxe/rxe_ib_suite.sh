@@ -28,8 +28,8 @@ fail() { echo "rxe_ib_suite: $*" >&2; exit 1; }
 grep -q "^gtest_status 0$" <<<"$out" || fail "the verbs tests failed inside the VM"
 # Every case ran against rxe0 (none skipped for want of a port): 10 conformance cases and
 # 2 death cases per variant (IB, IbQps4, IbQps4Split, IbQps4Ar), 20 table cases (a flush by
-# RDMA READ, the GID choice, asynchronous events and rxenet1 set down among them), 3 through the API (rails over the VM's two ports, rxe0 and rxe1,
-# among them).
+# RDMA READ, the GID choice, asynchronous events and rxenet1 set down among them), 3
+# through the API (rails over the VM's two ports, rxe0 and rxe1, among them).
 for pat in '/IB ' '/IbQps4 ' '/IbQps4Split ' '/IbQps4Ar '; do
   n=$(grep -cE "^\[ +OK \] Net/NetBackend(Conformance|Death)\..*$pat" <<<"$out" || true)
   [[ "$n" -eq 12 ]] || fail "expected 12 backend cases over ${pat% } to pass, saw $n"

@@ -96,9 +96,9 @@ class IbComm : protected PeerControl {
     if (!cq) checkEvents();
   }
   // A fatal asynchronous event naming the device, one of the connection's QPs or its CQ
-  // breaks the connection (ib_events.h); `now`: read pending events whatever the time.
-  void checkEvents(bool now = false) {
-    std::string f = qps_->dev()->events->fatalFor(qps_->all(), qps_->size(), qps_->cq(), now);
+  // breaks the connection (ib_events.h).
+  void checkEvents() {
+    std::string f = qps_->dev()->events->fatalFor(qps_->all(), qps_->size(), qps_->cq());
     if (f.empty()) return;
     breakWith(Code::kSystemError, who_ + ": " + f);
     failIfBroken();

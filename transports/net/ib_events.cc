@@ -103,11 +103,17 @@ void IbEvents::take(const ibv_async_event& e) {
             !fatal ? "" : failComms_ ? ": what it names fails" : " (NCCL_IB_RETURN_ASYNC_EVENTS=0: ignored)");
 }
 
-std::string IbEvents::fatalFor(ibv_qp* const* qps, int n, const ibv_cq* cq, bool now) {
-  const bool due = now || nowNs() >= nextNs_.load(std::memory_order_relaxed);
-  if (!due && !anyFatal_.load(std::memory_order_acquire)) return "";
-  std::lock_guard<std::mutex> lock(mu_);
-  if (due) drainLocked();
+std::string IbEvents::fatalFor(ibv_qp* const* qps, int n, const ibv_cq* cq) {
+  const bool due = nowNs() >= nextNs_.load(std::memory_order_relaxed);
+  const bool fatal = anyFatal_.load(std::memory_order_acquire);
+  if (!due && !fatal) return "";
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (due && lock.try_lock()) {
+    drainLocked();
+  } else {
+    if (!fatal) return "";  // another thread is reading the events
+    lock.lock();
+  }
   if (!failComms_ || !anyFatal_.load(std::memory_order_acquire)) return "";
   if (!deviceFatal_.empty()) return label_ + " reported " + deviceFatal_;
   if (auto it = cqs_.find(cq); it != cqs_.end()) return label_ + " reported " + it->second;
@@ -121,13 +127,7 @@ std::string IbEvents::portNote() {
   drainLocked();
   if (portDown_.empty()) return "";
   double ago = std::chrono::duration<double>(std::chrono::steady_clock::now() - portDownAt_).count();
-  return strprintf("; %s reported its port down, %s, %.1f s before", label_.c_str(), portDown_.c_str(), ago);
-}
-
-void IbEvents::forget(ibv_qp* const* qps, int n, const ibv_cq* cq) {
-  std::lock_guard<std::mutex> lock(mu_);
-  cqs_.erase(cq);
-  for (int i = 0; i < n; ++i) qps_.erase(qps[i]->qp_num);
+  return strprintf("; %s reported its port down, %s, read %.1f s before", label_.c_str(), portDown_.c_str(), ago);
 }
 
 }  // namespace loom::ibnet

@@ -1,6 +1,7 @@
-// The asynchronous events of an opened RDMA device, taken as NCCL's async thread takes them
-// but without a thread: whoever polls a connection on the device reads what is pending
-// (non-blocking, at most every 10 ms). As NCCL (NCCL_IB_RETURN_ASYNC_EVENTS=1, the
+// The asynchronous events of an opened RDMA device, handled as NCCL's async thread handles
+// them but read without a thread: whoever polls a connection on the device reads what is
+// pending (non-blocking, at most every 10 ms), so events are read only while some
+// connection of the device is polled. As NCCL (NCCL_IB_RETURN_ASYNC_EVENTS=1, the
 // default), a fatal event fails what it names: IBV_EVENT_DEVICE_FATAL every connection of
 // the device, IBV_EVENT_QP_FATAL / _QP_REQ_ERR / _QP_ACCESS_ERR the connection of that
 // queue pair, IBV_EVENT_CQ_ERR the connection of that completion queue, each with
@@ -28,14 +29,24 @@ class IbEvents {
   IbEvents& operator=(const IbEvents&) = delete;
 
   // Why a connection with these QPs and this CQ must fail ("" while none): reads pending
-  // events first when due (`now`: whatever the time).
-  std::string fatalFor(ibv_qp* const* qps, int n, const ibv_cq* cq, bool now = false);
-  // "; <label> reported its port down (IBV_EVENT_PORT_ERR) 1.2 s before" while the port's
-  // last word was "down", else "". Reads pending events first.
+  // events first when due (unless another thread is reading them).
+  std::string fatalFor(ibv_qp* const* qps, int n, const ibv_cq* cq);
+  // "; rxe0:1 reported its port down, port error (IBV_EVENT_PORT_ERR), read 1.2 s before"
+  // while the port's last word was "down", else "". Reads pending events first.
   std::string portNote();
-  // The CQ and QPs are being destroyed: events about them are forgotten (their addresses
-  // may be reused).
-  void forget(ibv_qp* const* qps, int n, const ibv_cq* cq);
+  // Forgets what events said of these QPs and CQ and runs `destroy` (which destroys them)
+  // under the lock, so that no event about them is taken in between: their QP numbers and
+  // the CQ's address may be reused. Every event is acknowledged under the lock, so
+  // ibv_destroy_qp waits on no other thread here.
+  template <typename F>
+  void forget(ibv_qp* const* qps, int n, const ibv_cq* cq, F destroy) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cqs_.erase(cq);
+    for (int i = 0; i < n; ++i) qps_.erase(qps[i]->qp_num);
+    destroy();
+    anyFatal_.store(failComms_ && (!deviceFatal_.empty() || !qps_.empty() || !cqs_.empty()),
+                    std::memory_order_release);
+  }
 
  private:
   void drainLocked();

@@ -25,11 +25,7 @@ bool ipv4Mapped(const std::array<uint8_t, 16>& g) {
   return g[10] == 0xff && g[11] == 0xff;
 }
 
-bool zero(const std::array<uint8_t, 16>& g) {
-  for (uint8_t b : g)
-    if (b) return false;
-  return true;
-}
+bool zero(const std::array<uint8_t, 16>& g) { return !gidSet(g); }
 
 // Set and not link-local (fe80::/64 with nothing more than an interface id), as NCCL's
 // validGid: such GIDs do not route.
@@ -102,6 +98,22 @@ std::string GidPolicy::addresses() const {
   return std::string(ipv6 ? "IPv6" : "IPv4") + (range.empty() ? "" : " in " + range);
 }
 
+bool gidSet(const std::array<uint8_t, 16>& raw) {
+  for (uint8_t b : raw)
+    if (b) return true;
+  return false;
+}
+
+std::string describeGids(const std::vector<GidEntry>& table) {
+  std::string set;
+  for (const GidEntry& e : table) {
+    if (zero(e.raw)) continue;
+    std::string version = e.roceVersion ? "RoCE v" + std::to_string(e.roceVersion) : "type unknown";
+    set += strprintf("%s%d: %s (%s)", set.empty() ? "" : ", ", e.index, gidText(e.raw).c_str(), version.c_str());
+  }
+  return set;
+}
+
 std::string gidText(const std::array<uint8_t, 16>& raw) {
   char buf[INET6_ADDRSTRLEN] = "";
   if (ipv4Mapped(raw)) inet_ntop(AF_INET, raw.data() + 12, buf, sizeof(buf));
@@ -120,18 +132,16 @@ int chooseGid(const std::vector<GidEntry>& table, const GidPolicy& p, const std:
     if (r > rank) rank = r, best = e.index;
   }
   if (best >= 0 && rank < 3 && (p.familySet || p.prefixBits >= 0)) {
-    std::string set;
-    for (const GidEntry& e : table)
-      if (!zero(e.raw))
-        set += strprintf("%s%d: %s (RoCE v%d)", set.empty() ? "" : ", ", e.index, gidText(e.raw).c_str(),
-                         e.roceVersion);
     LOOM_THROW(kInvalidArgument, "%s: no GID of the port has a routable %s address (NCCL_IB_ADDR_FAMILY, "
                "NCCL_IB_ADDR_RANGE; or set NCCL_IB_GID_INDEX). Its GIDs: %s", who.c_str(),
-               p.addresses().c_str(), set.c_str());
+               p.addresses().c_str(), describeGids(table).c_str());
   }
   if (note) {
     note->clear();
-    if (rank == 3)
+    if (rank == 3 && versionOf(table, best) == 0)
+      *note = strprintf("the GIDs' RoCE versions are not known; using GID %d, the first with a routable %s address",
+                        best, p.addresses().c_str());
+    else if (rank == 3)
       *note = strprintf("no GID with a routable %s address is RoCE v%d (NCCL_IB_ROCE_VERSION_NUM); using GID %d, "
                         "RoCE v%d", p.addresses().c_str(), p.roceVersion, best, versionOf(table, best));
     else if (rank > 0 && rank < 3)

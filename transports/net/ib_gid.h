@@ -38,6 +38,9 @@ struct GidPolicy {
 
 // A GID as an address: "10.77.0.1" for IPv4-mapped ones, else IPv6 text.
 std::string gidText(const std::array<uint8_t, 16>& raw);
+bool gidSet(const std::array<uint8_t, 16>& raw);  // not all zero
+// "3: 10.77.0.1 (RoCE v2), 7: fd77::1 (RoCE v2)" for the set entries of `table`.
+std::string describeGids(const std::vector<GidEntry>& table);
 
 // The index `p` chooses in `table`, or -1 when no GID is set. Throws kInvalidArgument
 // (naming `who`, the knobs and the GIDs there are) when the family or range was set and

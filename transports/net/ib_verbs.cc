@@ -7,7 +7,7 @@
 #include <cstring>
 #include <array>
 #include <fstream>
-#include <limits>
+#include <algorithm>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -37,13 +37,13 @@ IntKnob kSplit("LOOM_IB_SPLIT_DATA_ON_QPS", "NCCL_IB_SPLIT_DATA_ON_QPS", 0,
 IntKnob kAr("LOOM_IB_ADAPTIVE_ROUTING", "NCCL_IB_ADAPTIVE_ROUTING", -2,
             "Adaptive routing: messages over NCCL_IB_AR_THRESHOLD are written first, their immediate after in "
             "a write of its own, so that no part of a message arrives after its completion. -2 (default): on "
-            "for InfiniBand ports, off for RoCE, as NCCL; 0 off; 1 on");
+            "for InfiniBand ports, off for RoCE, as NCCL; 0 off; any other value on");
 IntKnob kArThreshold("LOOM_IB_AR_THRESHOLD", "NCCL_IB_AR_THRESHOLD", 8192,
                      "With adaptive routing on, messages larger than this many bytes take the write, then "
                      "its immediate (default 8192, as NCCL)");
-BoolKnob kAsyncEvents("LOOM_IB_RETURN_ASYNC_EVENTS", "NCCL_IB_RETURN_ASYNC_EVENTS", true,
-                      "1: a fatal asynchronous event of a verbs device (device, QP or CQ error) fails the "
-                      "connections it names, as NCCL; 0: it is only logged");
+IntKnob kAsyncEvents("LOOM_IB_RETURN_ASYNC_EVENTS", "NCCL_IB_RETURN_ASYNC_EVENTS", 1,
+                     "Non-zero: a fatal asynchronous event of a verbs device (device, QP or CQ error) fails the "
+                     "connections it names, as NCCL; 0: it is only logged");
 IntKnob kPkey("LOOM_IB_PKEY", "NCCL_IB_PKEY", 0,
               "Partition-key index of verbs QPs (an index into the port's P_Key table, as NCCL)");
 BoolKnob kDisable("LOOM_IB_DISABLE", "NCCL_IB_DISABLE", false,
@@ -71,12 +71,19 @@ std::array<uint8_t, 16> gidBytes(const ibv_gid& g) {
   return b;
 }
 
-bool zero(const ibv_gid& g) {
-  for (uint8_t b : g.raw)
-    if (b) return false;
-  return true;
+// The port's set GIDs with their RoCE versions (sysfs); *typed: some version was readable.
+std::vector<GidEntry> gidTable(const IbvApi& api, ibv_context* ctx, const std::string& dev, int port, int len,
+                               bool* typed) {
+  std::vector<GidEntry> table;
+  for (int i = 0; i < len && i < 256; ++i) {
+    ibv_gid g{};
+    if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &g) != 0 || !gidSet(gidBytes(g))) continue;
+    std::string type = gidType(dev, port, i);
+    *typed |= !type.empty();
+    table.push_back({i, gidBytes(g), type == "RoCE v2" ? 2 : type.find("v1") != std::string::npos ? 1 : 0});
+  }
+  return table;
 }
-
 
 }  // namespace
 
@@ -90,15 +97,21 @@ IbOptions IbOptions::fromKnobs() {
   o.gidIndex = ranged(kGid, -1, 255);  // a GRH's sgid_index is 8 bits
   o.relaxedOrdering = ranged(kRelaxed, 0, 2);
   o.splitData = ranged(kSplit, 0, 1) == 1;
-  o.adaptiveRouting = ranged(kAr, -2, 1);
-  o.arThreshold = static_cast<size_t>(ranged(kArThreshold, 0, std::numeric_limits<int>::max()));
+  o.adaptiveRouting = static_cast<int>(std::clamp<int64_t>(kAr.get(), -2, 2));  // as NCCL: -2 auto, 0 off, else on
+  int64_t threshold = kArThreshold.get();
+  if (threshold < 0)
+    LOOM_THROW(kInvalidArgument, "%s=%lld: a threshold in bytes must not be negative", kArThreshold.name(),
+               static_cast<long long>(threshold));
+  o.arThreshold = static_cast<size_t>(threshold);
   o.gid = GidPolicy::fromKnobs();
-  o.asyncEvents = kAsyncEvents.get();
+  o.asyncEvents = kAsyncEvents.get() != 0;
   o.pkeyIndex = ranged(kPkey, 0, 65535);
   return o;
 }
 
 bool ibDisabled() { return kDisable.get(); }
+
+bool adaptiveRoutingOn(int knob, bool roce) { return knob == -2 ? !roce : knob != 0; }
 
 size_t maxMessageBytes(const IbDevice& dev, int qps) {
   uint64_t perQp = dev.attr.max_msg_sz ? dev.attr.max_msg_sz : (1ull << 30);
@@ -141,35 +154,19 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
     pkeyIndex = o.pkeyIndex;
     pd = api.allocPd(ctx);
     if (!pd) verbsFailed(who, "ibv_alloc_pd", errno);
+    bool typed = false;
     if (o.gidIndex >= 0) {
       gidIndex = o.gidIndex;  // NOLINT: range-checked by IbOptions
       if (gidIndex >= attr.gid_tbl_len || api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid) != 0 ||
-          (roce() && zero(gid))) {
-        std::string set;
-        for (int i = 0; i < attr.gid_tbl_len && i < 256; ++i) {
-          ibv_gid g{};
-          if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &g) == 0 && !zero(g))
-            set += (set.empty() ? "" : ",") + std::to_string(i);
-        }
+          (roce() && !gidSet(gidBytes(gid)))) {
+        std::string set = describeGids(gidTable(api, ctx, name, port, attr.gid_tbl_len, &typed));
         LOOM_THROW(kInvalidArgument, "%s: NCCL_IB_GID_INDEX=%d is not a set GID of the port "
                    "(its table has %d entries; set: %s)", who.c_str(), gidIndex,
                    attr.gid_tbl_len, set.empty() ? "none" : set.c_str());
       }
     } else if (roce()) {
-      std::vector<GidEntry> table;
-      bool typed = false;
-      for (int i = 0; i < attr.gid_tbl_len && i < 256; ++i) {
-        GidEntry e{i, {}, 0};
-        ibv_gid g{};
-        if (api.queryGid(ctx, static_cast<uint8_t>(port), i, &g) != 0 || zero(g)) continue;
-        memcpy(e.raw.data(), g.raw, sizeof(g.raw));
-        std::string type = gidType(name, port, i);
-        typed |= !type.empty();
-        e.roceVersion = type == "RoCE v2" ? 2 : type.find("v1") != std::string::npos ? 1 : 0;
-        table.push_back(e);
-      }
       std::string note;
-      gidIndex = chooseGid(table, o.gid, who, &note);
+      gidIndex = chooseGid(gidTable(api, ctx, name, port, attr.gid_tbl_len, &typed), o.gid, who, &note);
       if (gidIndex < 0) LOOM_THROW(kSystemError, "%s: no GID is set (is the netdev up with an "
                                    "address?)", who.c_str());
       api.queryGid(ctx, static_cast<uint8_t>(port), gidIndex, &gid);
@@ -198,11 +195,12 @@ IbDevice::IbDevice(const IbvApi& a, const IbPort& p, const IbOptions& o)
     else if (errno == EBADF) ptrSupport |= kNetPtrDmaBuf;
   }
   relaxedOrdering = o.relaxedOrdering != 0 && api.regMrIova2 != nullptr;
-  adaptiveRouting = o.adaptiveRouting < 0 ? !roce() : o.adaptiveRouting == 1;
+  adaptiveRouting = adaptiveRoutingOn(o.adaptiveRouting, roce());
   arThreshold = o.arThreshold;
   std::string ar = adaptiveRouting ? "on (over " + std::to_string(o.arThreshold) + " bytes)" : "off";
   LOOM_INFO(kLogNet | kLogInit,
-            "NET/IB: %s opened (%s, GID index %d: %s, MTU %d; relaxed ordering %s; adaptive routing %s; GPU memory: %s)",
+            "NET/IB: %s opened (%s, GID index %d: %s, MTU %d; relaxed ordering %s; adaptive routing %s; "
+            "GPU memory: %s)",
             label().c_str(), roce() ? "RoCE" : "InfiniBand", gidIndex, gidText(gidBytes(gid)).c_str(),
             128 << attr.active_mtu,
             relaxedOrdering ? "on" : o.relaxedOrdering ? "off (libibverbs has no ibv_reg_mr_iova2)" : "off",
@@ -289,7 +287,10 @@ std::unique_ptr<IbMr> registerGpuMr(const std::shared_ptr<IbDevice>& dev, void* 
 
 IbQps::IbQps(std::shared_ptr<IbDevice> dev, int n, const std::string& who)
     : dev_(std::move(dev)), api_(dev_->api), who_(who) {
-  // Each QP: a write per send in flight, a clear-to-send write per receive in flight.
+  // Each QP's send queue: per send in flight a write and (adaptive routing) its zero-byte
+  // immediate, or per receive in flight a clear-to-send write. Completions: one per send
+  // (the unsignaled write has none), receive and clear-to-send write.
+  static_assert(2 * kMaxRequests <= 64, "send queue depth: two work requests per request in flight");
   int cqe = n * 3 * kMaxRequests + 16;
   try {
     cq_ = api_.createCq(dev_->ctx, cqe, nullptr, nullptr, 0);
@@ -320,11 +321,14 @@ IbQps::IbQps(std::shared_ptr<IbDevice> dev, int n, const std::string& who)
 }
 
 void IbQps::release() {
-  if (dev_->events) dev_->events->forget(qps_.data(), size(), cq_);
-  for (ibv_qp* qp : qps_) api_.destroyQp(qp);
-  qps_.clear();
-  if (cq_) api_.destroyCq(cq_);
-  cq_ = nullptr;
+  // Under the events' lock, so that no event about them is taken between the forgetting
+  // and the destruction (their QP numbers and CQ address may be reused).
+  dev_->events->forget(qps_.data(), size(), cq_, [&] {
+    for (ibv_qp* qp : qps_) api_.destroyQp(qp);
+    qps_.clear();
+    if (cq_) api_.destroyCq(cq_);
+    cq_ = nullptr;
+  });
 }
 
 IbQps::~IbQps() { release(); }

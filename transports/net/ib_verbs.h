@@ -41,7 +41,7 @@ struct IbOptions {
   int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1: chosen by `gid` (ib_gid.h), as NCCL
   int relaxedOrdering = 2;  // NCCL_IB_PCI_RELAXED_ORDERING: 0 off; 1, 2 where libibverbs can
   bool splitData = false;   // NCCL_IB_SPLIT_DATA_ON_QPS: split each message across the QPs
-  int adaptiveRouting = -2;  // NCCL_IB_ADAPTIVE_ROUTING: 0, 1; < 0 on for InfiniBand, off for RoCE
+  int adaptiveRouting = -2;  // NCCL_IB_ADAPTIVE_ROUTING (adaptiveRoutingOn)
   size_t arThreshold = 8192;  // NCCL_IB_AR_THRESHOLD: larger messages take adaptive routing's way
   GidPolicy gid;  // NCCL_IB_ADDR_FAMILY, _ADDR_RANGE, _ROCE_VERSION_NUM (without NCCL_IB_GID_INDEX)
   bool asyncEvents = true;  // NCCL_IB_RETURN_ASYNC_EVENTS: fatal asynchronous events fail what they name
@@ -162,6 +162,10 @@ class IbQps {
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_qp*> qps_;
 };
+
+// NCCL_IB_ADAPTIVE_ROUTING's value on a port: -2 (unset) on for InfiniBand, off for RoCE;
+// 0 off; anything else on, as NCCL reads it.
+bool adaptiveRoutingOn(int knob, bool roce);
 
 // The largest message a connection of `qps` queue pairs on `dev` carries: each QP writes
 // its part with one work request (at most the port's max_msg_sz), and the size travels in

@@ -91,7 +91,8 @@ StartedNet startNetBackend(const NetContext& ctx) {
     }
   }
   // As NCCL: verbs where an RDMA port is active, unless NCCL_IB_DISABLE; a port that
-  // fails to start gives way to the socket transport.
+  // fails to start gives way to the socket transport. A malformed NCCL_IB_* value fails
+  // the init instead (kInvalidArgument: the job asked for something verbs cannot do).
   std::string why;
   if (ibIsDefault(&why)) {
     try {
@@ -99,6 +100,7 @@ StartedNet startNetBackend(const NetContext& ctx) {
       LOOM_INFO(kLogNet | kLogInit, "rank %d: NET/IB: using verbs", ctx.rank);
       return n;
     } catch (const Error& e) {
+      if (e.code() == Code::kInvalidArgument) throw;
       LOOM_WARN("%s; using the socket transport", e.what());
     }
   } else {
