@@ -42,7 +42,8 @@ prepare() {
     "$build"/tests/kernels/kernels_test "$stage/bin/"
   for t in all_reduce all_gather reduce_scatter sendrecv alltoall; do cp "$build/bench/${t}_perf" "$stage/bin/"; done
   cp -P "$build"/libloom.so* "$build"/libloom-cuda-kernels.so "$stage/lib/"
-  cp "$build"/tests/engine/tunerplugins/libnccl-tuner-loomtest-v5.so "$stage/lib/"
+  cp "$build"/tests/engine/tunerplugins/libnccl-tuner-loomtest-v5.so \
+    "$build"/tests/engine/tunerplugins/libnccl-tuner-loomtest-v6.so "$stage/lib/"
   cp -P "$build"/nccl/libnccl.so* "$stage/lib/nccl/"
   g++ -std=c++17 -O1 -o "$stage/bin/cuda_sync_probe" "$repo/scripts/gpu/cuda_sync_probe.cc" -ldl -lpthread
   if [ -n "${LOOM_NCCL_TESTS_SRC:-}" ]; then

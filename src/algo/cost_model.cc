@@ -325,6 +325,11 @@ PlanShape planShape(const NodeModel& m, Collective coll, Algorithm algo, Protoco
   return s;
 }
 
+size_t chunkCeiling(const NodeModel& m, Collective coll, Algorithm algo, Protocol proto, int nranks) {
+  constexpr size_t kLargest = size_t{1} << 40;  // the largest size class
+  return planShape(m, coll, algo, proto, kLargest, nranks).chunkBytes;
+}
+
 Estimate estimate(const NodeModel& m, Collective coll, Algorithm algo, Protocol proto, size_t bytes,
                   int nranks, int nnodes) {
   LOOM_CHECK_ARG(nranks >= 1 && nnodes >= 1 && nnodes <= nranks,

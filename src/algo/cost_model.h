@@ -76,6 +76,15 @@ struct PlanShape {
 PlanShape planShape(const NodeModel& node, Collective coll, Algorithm algo, Protocol proto, size_t bytes,
                     int nranks);
 
+// The most one step of a channel may carry for `algo`/`proto` on this executor's buffers:
+// the chunk planShape() cuts the largest message into (2^40 bytes), before it shrinks
+// chunks for smaller ones, as NCCL's buffer-based ceiling is its chunk before it shrinks.
+// Host memory: half a FIFO for ring and halving-doubling exchanges (both ends send before
+// they receive), two slots for the tree; GPU memory: a slot of the protocol, as NCCL's
+// buffers. Chains (broadcast, reduce) and one-shot messages stream through the FIFO slot by
+// slot, so their ceiling is the message. A tuner's chunk is clamped to it.
+size_t chunkCeiling(const NodeModel& node, Collective coll, Algorithm algo, Protocol proto, int nranks);
+
 // Whether the executor of this host model can move data in protocol `p` across `nnodes`
 // hosts at all (the CPU executor only has Simple slots; LL128 needs NVLink and GPUDirect);
 // `why` says why not.

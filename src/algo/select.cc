@@ -63,15 +63,45 @@ int bucketOf(size_t bytes) {
 
 int hostsOf(const PlanContext& ctx) { return std::max(1, ctx.layout.nhosts()); }
 
+// The channels a plan runs: a tuner hook's count when it set one, else the model's.
+int planChannels(int model, int hook, int nranks) {
+  return hook > 0 && nranks > 1 ? std::min(hook, kMaxPlanChannels) : model;
+}
+
 // The model's plan shape for `algo`/`proto` at this request's exact size, with a tuner
-// hook's channel count when it set one.
+// hook's channel count and chunk for the size class where it set them.
 Selection shapeOf(const CollRequest& req, const PlanContext& ctx, Algorithm algo, Protocol proto,
-                  int hookChannels) {
+                  const PlanContext::Ranking& r) {
   const size_t bytes = modelBytes(req.coll, req.count * req.eltSize, ctx.nranks);
   const algo::PlanShape s = algo::planShape(ctx.node, req.coll, algo, proto, bytes, ctx.nranks);
-  Selection sel{algo, proto, s.channels, s.chunkBytes};
-  if (hookChannels > 0 && ctx.nranks > 1) sel.channels = std::min(hookChannels, kMaxPlanChannels);
+  Selection sel{algo, proto, planChannels(s.channels, r.channels, ctx.nranks), s.chunkBytes};
+  const size_t tuned = r.chunk[static_cast<size_t>(algo)][static_cast<size_t>(proto)];
+  if (tuned > 0 && ctx.nranks > 1) sel.chunkBytes = tuned;
   return sel;
+}
+
+// The hook's chunk for each candidate of `t`'s size class that its table leaves feasible,
+// asked about the plan that size would run (the model's chunk, the channels), and clamped
+// to what the executor's buffers allow. 0 or the model's own value leave the model's chunk,
+// which then follows each call's exact size; any other answer holds for the whole class.
+void tuneChunks(const PlanContext& ctx, algo::TunerHook& hook, const algo::CostTable& t, PlanContext::Ranking& r) {
+  if (ctx.nranks <= 1) return;
+  for (const algo::Ranked& x : r.order) {
+    if (x.us < 0) continue;
+    const algo::PlanShape s = algo::planShape(ctx.node, t.coll, x.algo, x.proto, t.bytes, ctx.nranks);
+    const algo::ChunkQuery q{t.coll, t.bytes, x.algo, x.proto, planChannels(s.channels, r.channels, ctx.nranks),
+                             s.chunkBytes};
+    size_t want = hook.chunkBytes(q);
+    if (want == 0 || want == s.chunkBytes) continue;
+    const size_t ceiling = algo::chunkCeiling(ctx.node, t.coll, x.algo, x.proto, ctx.nranks);
+    if (want > ceiling) {
+      LOOM_INFO(kLogTuning, "%s of %zu bytes, %s/%s: the tuner's chunk of %zu bytes exceeds the %zu bytes the "
+                "buffers allow a step; clamping", collectiveName(t.coll), t.bytes, algorithmName(x.algo),
+                protocolName(x.proto), want, ceiling);
+      want = ceiling;
+    }
+    r.chunk[static_cast<size_t>(x.algo)][static_cast<size_t>(x.proto)] = want;
+  }
 }
 
 const PlanContext::Ranking& rankingOf(const CollRequest& req, const PlanContext& ctx) {
@@ -139,6 +169,8 @@ uint64_t PlanContext::digest() const {
     for (const Ranking& r : coll) {
       mix(static_cast<uint64_t>(r.channels));
       for (const algo::Ranked& x : r.order) mix(static_cast<uint64_t>(x.algo) * 8 + static_cast<uint64_t>(x.proto));
+      for (const auto& perAlgo : r.chunk)
+        for (size_t c : perAlgo) mix(c);
     }
   return h;
 }
@@ -162,6 +194,8 @@ void PlanContext::loadTuning(const algo::NodeModel& hostModel, algo::TunerHook* 
       Ranking& r = ranking[static_cast<size_t>(c)][static_cast<size_t>(k)];
       r.order = algo::rankCosts(t);
       r.channels = std::max(0, t.channels);
+      r.chunk = {};
+      if (hook) tuneChunks(*this, *hook, t, r);
     }
 }
 
@@ -198,7 +232,7 @@ Selection select(const CollRequest& req, const PlanContext& ctx) {
   for (const algo::Ranked& x : r.order)
     if (ctx.allowed[c][static_cast<size_t>(x.algo)] && ctx.allowedProtocols[c][static_cast<size_t>(x.proto)] &&
         canServe(x.algo, x.proto, req, ctx)) {
-      Selection sel = shapeOf(req, ctx, x.algo, x.proto, r.channels);
+      Selection sel = shapeOf(req, ctx, x.algo, x.proto, r);
       if (logEnabled(LogLevel::kInfo, kLogTuning)) logChoice(req, ctx, r, sel);
       return sel;
     }
@@ -207,7 +241,7 @@ Selection select(const CollRequest& req, const PlanContext& ctx) {
     if (canServe(x.algo, x.proto, req, ctx)) {
       LOOM_INFO(kLogTuning, "%s of %zu bytes: no allowed algorithm can serve it; using %s/%s",
                 collectiveName(req.coll), req.count * req.eltSize, algorithmName(x.algo), protocolName(x.proto));
-      return shapeOf(req, ctx, x.algo, x.proto, r.channels);
+      return shapeOf(req, ctx, x.algo, x.proto, r);
     }
   LOOM_THROW(kInternalError, "no algorithm serves %s", collectiveName(req.coll));
 }
@@ -215,7 +249,7 @@ Selection select(const CollRequest& req, const PlanContext& ctx) {
 Algorithm selectAlgorithm(const CollRequest& req, const PlanContext& ctx) { return select(req, ctx).algorithm; }
 
 Selection selectionFor(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {
-  return shapeOf(req, ctx, algo, Protocol::kSimple, rankingOf(req, ctx).channels);
+  return shapeOf(req, ctx, algo, Protocol::kSimple, rankingOf(req, ctx));
 }
 
 Plan buildPlan(const CollRequest& req, const PlanContext& ctx, Algorithm algo) {

@@ -8,8 +8,8 @@
 // costs. A call takes the first candidate of its size's ranking that NCCL_ALGO / NCCL_PROTO
 // (LOOM_ALGO / LOOM_PROTO) allow and that the executor can run for it; the channels and
 // chunk size come from the cost model's plan shape for that candidate at the call's exact
-// size. An algorithm that cannot serve a request falls through to the next one, never to a
-// wrong result.
+// size, or from the tuner hook for the size class where it set them. An algorithm that
+// cannot serve a request falls through to the next one, never to a wrong result.
 #pragma once
 
 #include <array>
@@ -63,11 +63,13 @@ struct PlanContext {
   // The host model the ranking came from; hostMemory: the CPU executor runs the plans.
   algo::NodeModel node;
   // Per collective and size bucket (ceil(log2 bytes)): every (algorithm, protocol) fastest
-  // first by the cost model (us < 0: ruled out), and a tuner hook's channel count (0: the
-  // model's).
+  // first by the cost model (us < 0: ruled out), a tuner hook's channel count (0: the
+  // model's) and its chunk per candidate (0: the model's at the call's size; else already
+  // clamped to algo::chunkCeiling, and every call of the bucket runs it).
   struct Ranking {
     algo::Ranking order;
     int channels = 0;
+    std::array<std::array<size_t, kProtoCount>, kAlgoCount> chunk{};
   };
   std::array<std::array<Ranking, kSizeBuckets>, kCollectiveCount> ranking;
   std::string modelNotes;  // the host model's figures, for TUNING logs
@@ -83,7 +85,7 @@ struct PlanContext {
   void loadTuning(const algo::NodeModel& node, algo::TunerHook* hook = nullptr);
   // Fills `rings` from layout, rank and node (after loadTuning).
   void loadRings();
-  // A checksum of `ranking` (every candidate order and channel count): ranks whose
+  // A checksum of `ranking` (every candidate order, channel count and chunk): ranks whose
   // digests differ would pick different plans.
   uint64_t digest() const;
 };

@@ -2,7 +2,9 @@
 // when a communicator ranks its candidates, it hands the hook the model's cost table for
 // each collective and size class, and the hook may rewrite predicted times (to favour,
 // demote or rule out an algorithm/protocol) and set the channel count, as NCCL's
-// getCollInfo() does with its collCostTable and nChannels.
+// getCollInfo() does with its collCostTable and nChannels. Then, for each candidate the
+// table leaves feasible, it may set the chunk a step of a channel carries, as NCCL's
+// getChunkSize() (tuner v6) does for the algorithm and protocol NCCL chose.
 //
 // The hook runs once per collective and size class at communicator creation, never per
 // call. Every rank must get the same answers from it: ranks that rank differently run
@@ -31,10 +33,23 @@ struct CostTable {
   double at(Algorithm a, Protocol p) const { return us[static_cast<size_t>(a)][static_cast<size_t>(p)]; }
 };
 
+// One candidate of a size class, as a plan of that size would be cut for it.
+struct ChunkQuery {
+  Collective coll = Collective::kAllReduce;
+  size_t bytes = 0;  // as CostTable::bytes
+  Algorithm algo = Algorithm::kRing;
+  Protocol proto = Protocol::kSimple;
+  int channels = 1;       // what the plan runs (the hook's count where adjust() set one)
+  size_t chunkBytes = 0;  // the model's chunk for it at `bytes`
+};
+
 class TunerHook {
  public:
   virtual ~TunerHook() = default;
   virtual void adjust(CostTable& table) = 0;
+  // After adjust(): the chunk the hook wants for this candidate, in bytes; 0 or
+  // q.chunkBytes leave the model's (select.h says how the answer is clamped and applied).
+  virtual size_t chunkBytes(const ChunkQuery& /*q*/) { return 0; }
 };
 
 }  // namespace loom::algo

@@ -272,4 +272,24 @@ void TunerPlugin::adjust(algo::CostTable& t) {
   if (channels > 0) t.channels = channels;
 }
 
+size_t TunerPlugin::chunkBytes(const algo::ChunkQuery& q) {
+  if (lib_.version < 6) return 0;
+  const auto* v6 = static_cast<const TunerV6*>(lib_.table);
+  const int func = funcOf(q.coll);
+  const Cell* cell = nullptr;
+  for (const Cell& c : kCells)
+    if (c.algo == q.algo && c.proto == q.proto) cell = &c;
+  if (!v6->getChunkSize || func < 0 || !cell) return 0;  // optional; NCCL has no such candidate
+  size_t chunk = q.chunkBytes;  // in/out, as NCCL passes its own
+  const Result r = v6->getChunkSize(ctx_, func, q.bytes, cell->row, cell->col, q.channels, &chunk);
+  if (r == kOk) return chunk;
+  // NCCL fails the collective here; Loom asks at init, where the model's chunk can stand.
+  if (!chunkWarned_)
+    LOOM_WARN("tuner plugin %s: getChunkSize(%s, %zu bytes, %s/%s, %d channels) returned %s; the cost model's "
+              "chunk stands where it fails", describe().c_str(), collectiveName(q.coll), q.bytes,
+              algorithmName(q.algo), protocolName(q.proto), q.channels, netResultName(r));
+  chunkWarned_ = true;
+  return 0;
+}
+
 }  // namespace loom

@@ -19,7 +19,12 @@
 // hierarchical) compete with their model times: a plugin that sets an entry to 0, as
 // NCCL's own tuners do, makes it the choice (equal costs in NCCL's order); -1 rules it out.
 // A channel count it sets (NCCL passes 0) is the communicator's for that collective and
-// size.
+// size. A v6 plugin's getChunkSize is asked, right after, about each candidate of that size
+// class in NCCL's Ring and Tree rows that the table leaves feasible, with NCCL's numbers
+// (ncclFunc_t, NCCL_ALGO_*, NCCL_PROTO_*), the size class, the plan's channels and the
+// model's chunk in *chunkSize; what it sets is that candidate's chunk for the size class
+// (algo/select.h: clamped to the buffers; 0, its own value back or a failure keep the
+// model's).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +53,9 @@ class TunerPlugin final : public algo::TunerHook {
   ~TunerPlugin() override;  // the plugin's finalize (destroy before v5)
 
   void adjust(algo::CostTable& table) override;
+  // v6's getChunkSize for the candidates NCCL has (its Ring and Tree), with NCCL's numbers;
+  // 0 where there is none, the candidate is Loom's own, or the call fails.
+  size_t chunkBytes(const algo::ChunkQuery& q) override;
   std::string describe() const;  // "<name> (v<N>, <path>)"
 
   struct Library;
@@ -56,7 +64,8 @@ class TunerPlugin final : public algo::TunerHook {
   TunerPlugin(const Library& lib, void* ctx) : lib_(lib), ctx_(ctx) {}
   const Library& lib_;
   void* ctx_;
-  bool warned_ = false;  // a failed getCollInfo is reported once per communicator
+  bool warned_ = false;       // a failed getCollInfo is reported once per communicator
+  bool chunkWarned_ = false;  // and a failed getChunkSize
 };
 
 }  // namespace loom

@@ -1563,6 +1563,45 @@ TEST(STAGED_SUITE, DeviceExecutorFollowsTheTunerPlugin) {
   }
 }
 
+// A v6 plugin's chunk reaches the device executor's plans as the host's (test_tuner_plugin.cc:
+// mode "tree", chunk "numbered" gives NCCL's Tree/Simple 3000 bytes), and an all-reduce of
+// many such chunks stays exact.
+TEST(STAGED_SUITE, DeviceExecutorTakesTheTunersChunk) {
+  NEED_DEVICE();
+  // Beside the v5 plugin LOOM_TEST_TUNER_PLUGIN names (scripts/gpu_check.sh stages both).
+  const std::string named = getenv("LOOM_TEST_TUNER_PLUGIN") ? getenv("LOOM_TEST_TUNER_PLUGIN") : "";
+  const std::string dir = named.empty() ? LOOM_TEST_TUNER_PLUGIN_DIR : named.substr(0, named.rfind('/'));
+  const std::string path = dir + "/libnccl-tuner-loomtest-v6.so";
+  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no test tuner plugin at " << path;
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  EnvGuard plugin("NCCL_TUNER_PLUGIN", path.c_str());
+  EnvGuard mode("LOOM_TEST_TUNER_MODE", "tree");
+  EnvGuard chunk("LOOM_TEST_TUNER_CHUNK", "numbered");
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    CollLogs logs;
+    verdict(threadsOnOwnDevices(n, [](int rank, int nranks, ncclComm_t comm) -> std::string {
+      const size_t k = 100003;  // 400 KB: over a hundred 3000-byte chunks per channel
+      if (const loom::DeviceExec* ex = comm->core->deviceExec()) {
+        const loom::Selection s = loom::select({loom::Collective::kAllReduce, k, 4, 0}, ex->planContext());
+        RANK_CHECK(s.algorithm == loom::Algorithm::kTree && s.chunkBytes == 3000, "device all-reduce: %s, chunk %zu",
+                   loom::algorithmName(s.algorithm), s.chunkBytes);
+      }
+      useRankDevice();
+      void* stream = mem().createStream();
+      int32_t* ar = devInts(inputs(1, rank, k));
+      RANK_NCCL(ncclAllReduce(ar, ar, k, ncclInt32, ncclSum, comm, static_cast<cudaStream_t>(stream)));
+      mem().syncStream(stream);
+      std::vector<int32_t> want(k, 0);
+      for (size_t i = 0; i < k; ++i)
+        for (int r = 0; r < nranks; ++r) want[i] += in(1, r, i);
+      RANK_TRY(expectInts("all-reduce in 3000-byte chunks", hostInts(ar, k), want));
+      return everyCollective(rank, nranks, comm);
+    }));
+    expectKernelLaunches(logs, threadsShareDevices(n) ? 0 : 8, n);  // everyCollective's 7, and one
+  }
+}
+
 // One thread drives two ranks on two devices (ncclCommInitAll), as a training process over
 // its GPUs does: a group of all-reduces, then one of all-gathers, each rank's kernel on its
 // own device's stream. Their first use makes the connections of both ranks at once (one

@@ -10,8 +10,13 @@
 //   "ll"          all-reduce: Tree/LL costs nothing (v2: names it), which host memory cannot run
 //   "init_fails"  init returns ncclInternalError
 //   "coll_fails"  getCollInfo returns ncclInternalError
+// LOOM_TEST_TUNER_CHUNK (v6, read at init): what getChunkSize does
+//   unset         leaves the chunk as Loom passes it
+//   "<N>"         all-reduce: N bytes, whatever the algorithm and protocol
+//   "numbered"    all-reduce: 1000 * (1 + 3 * algorithm + protocol) bytes, in NCCL's numbers
+//   "fail"        returns ncclInternalError
 // LOOM_TEST_TUNER_LOG: a file each call appends a line to ("init ...", "coll ...",
-// "finalize").
+// "chunk ...", "finalize").
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -46,7 +51,7 @@ constexpr float kIgnore = -1.0f;
 namespace {
 
 struct Ctx {
-  std::string mode;
+  std::string mode, chunk;
   size_t nranks, nnodes;
 };
 
@@ -67,7 +72,8 @@ void note(const char* fmt, ...) {
 Result start(void** context, size_t nRanks, size_t nNodes) {
   const char* m = getenv("LOOM_TEST_TUNER_MODE");
   if (m && strcmp(m, "init_fails") == 0) return 3;
-  *context = new Ctx{m ? m : "", nRanks, nNodes};
+  const char* chunk = getenv("LOOM_TEST_TUNER_CHUNK");
+  *context = new Ctx{m ? m : "", chunk ? chunk : "", nRanks, nNodes};
   return kOk;
 }
 
@@ -149,7 +155,15 @@ Result collInfoV4(void* context, int coll, size_t nBytes, int, float** table, in
 #endif
 
 #if LOOM_TEST_TUNER_VERSION == 6
-Result chunkSize(void*, int, size_t, int, int, int, size_t*) { return kOk; }
+Result chunkSize(void* context, int coll, size_t nBytes, int algo, int proto, int nChannels, size_t* chunk) {
+  auto* c = static_cast<Ctx*>(context);
+  note("chunk coll %d bytes %zu algo %d proto %d channels %d in %zu", coll, nBytes, algo, proto, nChannels, *chunk);
+  if (c->chunk == "fail") return 3;
+  if (coll != kFuncAllReduce || c->chunk.empty()) return kOk;
+  *chunk = c->chunk == "numbered" ? size_t{1000} * static_cast<size_t>(1 + 3 * algo + proto)
+                                  : strtoull(c->chunk.c_str(), nullptr, 10);
+  return kOk;
+}
 #endif
 
 }  // namespace

@@ -6,21 +6,29 @@
 #include <nccl.h>
 
 #include <fstream>
+#include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "algo/cost_model.h"
 #include "algo/select.h"
+#include "algo/simulate.h"
 #include "api/comm.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "core/core_util.h"
 #include "core/rank_harness.h"
 #include "engine/tuner_plugin.h"
+#include "topo/load.h"
 
 namespace loomtest {
 namespace {
 
 using loom::Algorithm;
 using loom::Collective;
+using loom::Protocol;
 
 std::string pluginPath(const std::string& v) {
   return std::string(LOOM_TEST_TUNER_PLUGIN_DIR) + "/libnccl-tuner-loomtest-v" + v + ".so";
@@ -221,6 +229,264 @@ TEST_F(TunerPluginTest, RanksThatRankDifferentlyFailTheInit) {
       EXPECT_NE(e.find("invalid usage"), std::string::npos) << e;
     }
   }
+}
+
+// ---- v6 getChunkSize ----
+
+size_t bucketChunk(const loom::PlanContext& ctx, Collective c, int bucket, Algorithm a, Protocol p) {
+  return ctx.ranking[static_cast<size_t>(c)][static_cast<size_t>(bucket)]
+      .chunk[static_cast<size_t>(a)][static_cast<size_t>(p)];
+}
+
+// Elements per iteration of the plan this rank's all-reduce of `count` floats ran (the plan
+// cache's entry for it: found, not built anew).
+std::string ranPerIter(ncclComm_t comm, size_t count, size_t* perIter) {
+  loom::PlanCache& cache = comm->core->planCache();
+  const size_t misses = cache.misses();
+  auto cp = cache.get({Collective::kAllReduce, count, 4, 0}, comm->core->planContext());
+  RANK_CHECK(cache.misses() == misses, "the all-reduce of %zu floats left no plan in the cache", count);
+  RANK_CHECK(cp->plan.sizeFree() && !cp->plan.channels[0].loops.empty(), "%zu floats: not a size-free plan", count);
+  *perIter = cp->plan.channels[0].loops[0].perIter;
+  return "";
+}
+
+// An H100 host's 8 GPUs as the cost model sees them, ranked with the v6 test plugin as a
+// communicator of 8 ranks would (as loom-topo does).
+struct GpuJob {
+  GpuJob() {
+    static const loom::algo::NodeModel model = loom::algo::buildNodeModel(
+        loom::topo::loadSystemFile(std::string(LOOM_TOPO_FIXTURES) + "/dgx_h100.xml"), 8, false);
+    node = model;
+    tuner = loom::TunerPlugin::open(1, 8, 1, 8, 8);
+    job = std::make_unique<loom::JobContexts>(loom::JobContexts::contiguous(8, 1), node, 256 << 10, 8, tuner.get());
+  }
+  loom::algo::NodeModel node;
+  std::unique_ptr<loom::TunerPlugin> tuner;
+  std::unique_ptr<loom::JobContexts> job;  // after `tuner`: its contexts point at it
+};
+
+// The chunk a v6 plugin sets is the all-reduce's: the plan each call ran cuts its steps to
+// it, on the ring and the tree, at sizes that are not multiples of it, and results stay
+// exact. Other collectives keep the model's chunk.
+TEST_F(TunerPluginTest, ChunkSizeReachesThePlan) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", pluginPath("6").c_str());
+  EnvGuard c("LOOM_TEST_TUNER_CHUNK", "numbered");  // 1000 * (1 + 3 * algorithm + protocol)
+  struct Case {
+    const char* algo;
+    Algorithm a;
+    size_t chunk;  // NCCL's numbers: Ring 1, Tree 0; Simple 2
+    size_t model;  // the model's for host memory (slots of 256 KiB, 8 deep)
+  };
+  for (const Case& k :
+       {Case{"ring", Algorithm::kRing, 6000, 1 << 20}, Case{"tree", Algorithm::kTree, 3000, 512 << 10}}) {
+    SCOPED_TRACE(k.algo);
+    EnvGuard a("NCCL_ALGO", (std::string("allreduce:") + k.algo).c_str());
+    auto f = runRanks(Mode::kThreads, 4, [&k](int rank, int nranks, ncclComm_t comm) -> std::string {
+      const loom::PlanContext& ctx = comm->core->planContext();
+      for (size_t count : {size_t{1} << 18, size_t{300007}, size_t{1000}}) {
+        RANK_TRY(exactAllReduce(rank, nranks, comm, count));
+        const loom::Selection s = allReduce(comm, count * 4);
+        RANK_CHECK(s.algorithm == k.a && s.chunkBytes == k.chunk, "%zu floats: %s, chunk %zu", count,
+                   loom::algorithmName(s.algorithm), s.chunkBytes);
+        const size_t model = loom::algo::planShape(ctx.node, Collective::kAllReduce, k.a, Protocol::kSimple,
+                                                   count * 4, nranks).chunkBytes;
+        RANK_CHECK(model == k.model, "%zu floats: the model's chunk is %zu", count, model);
+        // A ring iteration carries one chunk per rank, a tree iteration one chunk.
+        size_t perIter = 0;
+        RANK_TRY(ranPerIter(comm, count, &perIter));
+        const size_t want = (k.a == Algorithm::kRing ? static_cast<size_t>(nranks) : 1) * k.chunk / 4;
+        RANK_CHECK(perIter == want, "%zu floats: %zu elements per iteration, not %zu", count, perIter, want);
+      }
+      const size_t gather = 1 << 16;
+      const loom::Selection g = loom::select({Collective::kAllGather, gather, 4, 0}, ctx);
+      const size_t model = loom::algo::planShape(ctx.node, Collective::kAllGather, g.algorithm, g.protocol,
+                                                 gather * 4 * nranks, nranks).chunkBytes;
+      RANK_CHECK(g.chunkBytes == model, "all-gather: chunk %zu, the model's %zu", g.chunkBytes, model);
+      return "";
+    });
+    ASSERT_TRUE(f.empty()) << joinFailures(f);
+  }
+}
+
+// getChunkSize sees what NCCL passes it: ncclFunc_t, NCCL_ALGO_*, NCCL_PROTO_*, the size
+// (class), the channels the plan runs (getCollInfo's where it set them) and the model's
+// chunk; only for NCCL's five tuned collectives and its Ring and Tree.
+TEST_F(TunerPluginTest, ChunkSizeSeesNcclsNumbers) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", pluginPath("6").c_str());
+  EnvGuard l("LOOM_TEST_TUNER_LOG", log_.c_str());
+  {
+    EnvGuard m("LOOM_TEST_TUNER_MODE", "tree");  // all-reduce: 3 channels
+    auto f = runRanks(Mode::kThreads, 4, [](int rank, int nranks, ncclComm_t comm) -> std::string {
+      return exactAllReduce(rank, nranks, comm, 5000);
+    });
+    ASSERT_TRUE(f.empty()) << joinFailures(f);
+  }
+  std::set<int> colls, algos, protos;
+  for (const std::string& line : lines("chunk ")) {
+    int coll = -1, algo = -1, proto = -1;
+    ASSERT_EQ(sscanf(line.c_str(), "chunk coll %d bytes %*s algo %d proto %d", &coll, &algo, &proto), 3) << line;
+    colls.insert(coll);
+    algos.insert(algo);
+    protos.insert(proto);
+  }
+  EXPECT_EQ(colls, std::set<int>({0, 1, 2, 3, 4}));
+  EXPECT_EQ(algos, std::set<int>({0, 1}));  // Tree, Ring
+  EXPECT_EQ(protos, std::set<int>({2}));    // Simple: all host memory runs
+  // Each of the 4 communicators asked once per candidate: all-reduce's tree and ring on the
+  // plugin's 3 channels (the tree's chunk two slots, the ring's half the FIFO); all-gather of
+  // 1 MiB in all; a broadcast chain's chunk is its message.
+  for (const char* want : {"chunk coll 4 bytes 1048576 algo 0 proto 2 channels 3 in 524288",
+                           "chunk coll 4 bytes 1048576 algo 1 proto 2 channels 3 in 1048576",
+                           "chunk coll 2 bytes 1048576 algo 1 proto 2 channels 1 in 1048576",
+                           "chunk coll 0 bytes 4096 algo 1 proto 2 channels 1 in 4096"})
+    EXPECT_EQ(lines(want).size(), 4u) << want;
+
+  // A GPU host: the three protocols, each its own NCCL number, every chunk the plugin's.
+  EnvGuard c("LOOM_TEST_TUNER_CHUNK", "numbered");
+  GpuJob gpu;
+  const loom::PlanContext& ctx = (*gpu.job)[0];
+  for (int a : {0, 1})
+    for (int pr : {0, 1, 2}) {
+      const Algorithm algo = a == 0 ? Algorithm::kTree : Algorithm::kRing;
+      const Protocol proto = pr == 0 ? Protocol::kLL : pr == 1 ? Protocol::kLL128 : Protocol::kSimple;
+      EXPECT_EQ(bucketChunk(ctx, Collective::kAllReduce, 20, algo, proto), size_t{1000} * (1 + 3 * a + pr))
+          << loom::algorithmName(algo) << "/" << loom::protocolName(proto);
+    }
+  // Loom's own algorithms are not NCCL's to tune.
+  EXPECT_EQ(bucketChunk(ctx, Collective::kAllReduce, 20, Algorithm::kHalvingDoubling, Protocol::kSimple), 0u);
+  const loom::algo::PlanShape ring =
+      loom::algo::planShape(gpu.node, Collective::kAllReduce, Algorithm::kRing, Protocol::kSimple, 1 << 20, 8);
+  const std::string asked = loom::strprintf("chunk coll 4 bytes 1048576 algo 1 proto 2 channels %d in %zu",
+                                            ring.channels, ring.chunkBytes);
+  EXPECT_EQ(lines(asked).size(), 1u) << asked;
+  EXPECT_GT(ring.channels, 1);
+}
+
+// A chunk larger than the buffers allow a step is clamped to what they do: half a FIFO for
+// the host-memory ring, a protocol's slot on GPUs (as NCCL clamps to its buffers).
+TEST_F(TunerPluginTest, OverLargeChunksAreClampedToTheBuffers) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", pluginPath("6").c_str());
+  EnvGuard c("LOOM_TEST_TUNER_CHUNK", "1073741824");
+  {
+    EnvGuard a("NCCL_ALGO", "allreduce:ring");
+    auto f = runRanks(Mode::kThreads, 3, [](int rank, int nranks, ncclComm_t comm) -> std::string {
+      const size_t count = size_t{3} << 20;
+      RANK_TRY(exactAllReduce(rank, nranks, comm, count));
+      const loom::Selection s = allReduce(comm, count * 4);
+      RANK_CHECK(s.chunkBytes == (1 << 20), "chunk %zu, not half of a 2 MiB FIFO", s.chunkBytes);
+      size_t perIter = 0;
+      RANK_TRY(ranPerIter(comm, count, &perIter));
+      RANK_CHECK(perIter == static_cast<size_t>(nranks) * (1 << 20) / 4, "%zu elements per iteration", perIter);
+      return "";
+    });
+    ASSERT_TRUE(f.empty()) << joinFailures(f);
+  }
+  EnvGuard ring("NCCL_ALGO", "allreduce:ring");  // NCCL's to tune, not Loom's own algorithms
+  GpuJob gpu;
+  const loom::PlanContext& ctx = (*gpu.job)[0];
+  std::set<size_t> ceilings;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree})
+    for (Protocol pr : {Protocol::kLL, Protocol::kLL128, Protocol::kSimple}) {
+      SCOPED_TRACE(std::string(loom::algorithmName(a)) + "/" + loom::protocolName(pr));
+      const size_t ceiling = loom::algo::chunkCeiling(gpu.node, Collective::kAllReduce, a, pr, 8);
+      const size_t model = loom::algo::planShape(gpu.node, Collective::kAllReduce, a, pr, 1 << 20, 8).chunkBytes;
+      EXPECT_LT(model, ceiling);  // the model shrinks 1 MiB's chunks: the clamp is not the model's value
+      EXPECT_EQ(bucketChunk(ctx, Collective::kAllReduce, 20, a, pr), ceiling);
+      ceilings.insert(ceiling);
+    }
+  EXPECT_EQ(ceilings, std::set<size_t>({16384, 122880, 524288}));  // LL, LL128, Simple
+  // The plans with the clamped chunks still give every rank the exact sum.
+  const loom::CollRequest req{Collective::kAllReduce, (size_t{2} << 20) / 4, 4, 0};
+  const loom::SimReport sim = loom::simulate(req, *gpu.job);
+  EXPECT_EQ(sim.error, "");
+  EXPECT_TRUE(sim.dataChecked);
+  EXPECT_EQ(sim.selection.chunkBytes,
+            loom::algo::chunkCeiling(gpu.node, Collective::kAllReduce, sim.selection.algorithm,
+                                     sim.selection.protocol, 8));
+}
+
+// On the GPU model small chunks mean more steps, and the plans stay exact.
+TEST_F(TunerPluginTest, SmallChunksAddStepsAndStayExact) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", pluginPath("6").c_str());
+  EnvGuard ring("NCCL_ALGO", "allreduce:ring");
+  const loom::CollRequest req{Collective::kAllReduce, (size_t{2} << 20) / 4, 4, 0};
+  loom::SimReport model, tuned;
+  {
+    GpuJob gpu;
+    model = loom::simulate(req, *gpu.job);
+  }
+  {
+    EnvGuard c("LOOM_TEST_TUNER_CHUNK", "numbered");
+    GpuJob gpu;
+    tuned = loom::simulate(req, *gpu.job);
+  }
+  ASSERT_EQ(model.error, "");
+  ASSERT_EQ(tuned.error, "");
+  EXPECT_TRUE(tuned.dataChecked);
+  EXPECT_EQ(tuned.selection.algorithm, model.selection.algorithm);
+  EXPECT_LT(tuned.selection.chunkBytes, model.selection.chunkBytes);
+  EXPECT_EQ(tuned.selection.chunkBytes % 1000, 0u);  // the plugin's, not a model's multiple of 128
+  EXPECT_GT(tuned.stats[0].steps, 2 * model.stats[0].steps);
+}
+
+// NCCL_DEBUG=WARN into a file while it lives; text() puts the logging back as it was and
+// returns what was logged.
+class WarnLog {
+ public:
+  explicit WarnLog(const std::string& path)
+      : path_(path),
+        level_(std::make_unique<EnvGuard>("NCCL_DEBUG", "WARN")),
+        file_(std::make_unique<EnvGuard>("NCCL_DEBUG_FILE", path.c_str())) {
+    remove(path_.c_str());
+    loom::logReset();
+  }
+  ~WarnLog() { text(); }
+  std::string text() {
+    if (level_) {
+      level_.reset();
+      file_.reset();
+      loom::logReset();
+      std::ifstream in(path_);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      text_ = ss.str();
+      remove(path_.c_str());
+    }
+    return text_;
+  }
+
+ private:
+  std::string path_, text_;
+  std::unique_ptr<EnvGuard> level_, file_;
+};
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// 0, the chunk handed back as it came, or a failing getChunkSize leave the model's chunks
+// (the ranking is the one without a plugin); a failure is reported once per communicator.
+TEST_F(TunerPluginTest, ZeroOwnValueOrFailureKeepTheModelsChunk) {
+  EnvGuard l("LOOM_TEST_TUNER_LOG", log_.c_str());
+  const uint64_t model = rankingWith("none", "");
+  for (const char* chunk : {"0", static_cast<const char*>(nullptr), "fail"}) {
+    SCOPED_TRACE(chunk ? chunk : "unset");
+    remove(log_.c_str());
+    EnvGuard c("LOOM_TEST_TUNER_CHUNK", chunk);
+    WarnLog warnings(log_ + ".warn");
+    EXPECT_EQ(rankingWith(pluginPath("6"), ""), model);
+    EXPECT_FALSE(lines("chunk coll 4 ").empty()) << "getChunkSize was not asked";
+    const std::string w = warnings.text();
+    EXPECT_EQ(occurrences(w, "getChunkSize("), chunk && std::string(chunk) == "fail" ? 2u : 0u) << w;
+    if (chunk && std::string(chunk) == "fail") {
+      EXPECT_NE(w.find("returned ncclInternalError; the cost model's chunk stands"), std::string::npos) << w;
+    }
+  }
+  // The rank comparison covers chunks: a plugin that sets them ranks differently.
+  EnvGuard c("LOOM_TEST_TUNER_CHUNK", "numbered");
+  EXPECT_NE(rankingWith(pluginPath("6"), ""), model);
 }
 
 // NCCL_TUNER_PLUGIN=none, or a name that does not load, leaves the model alone; unset with
