@@ -322,6 +322,13 @@ PlanShape planShape(const NodeModel& m, Collective coll, Algorithm algo, Protoco
   s.channels = channelsFor(m, proto, bytes);
   s.chunkBytes = algo == Algorithm::kDirect ? (bytes + s.channels - 1) / s.channels
                                             : chunkFor(m, proto, bytes, s.channels, nranks);
+  // The device executor's FIFOs have the host's shape, and its steps the host's rule: an
+  // exchange's step fits half a FIFO, a tree's two slots (chains stream whole messages).
+  // With the default FIFO (8 x 256 KiB) NCCL's chunks already do.
+  if (m.fifoSlotBytes > 0 && algo != Algorithm::kDirect && !(rooted && algo == Algorithm::kRing)) {
+    const size_t half = m.fifoSlotBytes * static_cast<size_t>(std::max(1, m.fifoDepth)) / 2;
+    s.chunkBytes = std::min(s.chunkBytes, algo == Algorithm::kTree ? 2 * m.fifoSlotBytes : half);
+  }
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include "algo/hierarchical.h"
 #include "algo/tree.h"
 #include "algo/tuner.h"
+#include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -15,6 +16,39 @@ namespace loom {
 // A hook may ask for more channels than any host keeps busy; past this, each channel's
 // connections cost more than the parallelism gains.
 constexpr int kMaxPlanChannels = 64;
+
+namespace {
+// NCCL reads both pairs: the channel knobs (older) and the CTA ones (NCCL 2.17+); the
+// tighter bound of each pair holds. Job-wide: ranks with other bounds would run other plans.
+IntKnob kMinNchannels("LOOM_MIN_NCHANNELS", "NCCL_MIN_NCHANNELS", 0,
+                      "Fewest channels a plan runs (0: the model's); also NCCL_MIN_CTAS", KnobScope::kJob);
+IntKnob kMaxNchannels("LOOM_MAX_NCHANNELS", "NCCL_MAX_NCHANNELS", 0,
+                      "Most channels a plan runs (0: no bound but 64); also NCCL_MAX_CTAS", KnobScope::kJob);
+IntKnob kMinCtas("LOOM_MIN_CTAS", "NCCL_MIN_CTAS", 0,
+                 "Fewest channels (CUDA blocks of the device executor) a plan runs (0: the model's)", KnobScope::kJob);
+IntKnob kMaxCtas("LOOM_MAX_CTAS", "NCCL_MAX_CTAS", 0,
+                 "Most channels (CUDA blocks of the device executor) a plan runs (0: no bound but 64)",
+                 KnobScope::kJob);
+
+int channelKnob(const IntKnob& k) {
+  const int64_t v = k.get();
+  if (v < 0)
+    LOOM_THROW(kInvalidArgument, "%s=%lld: a channel count must not be negative", k.name(), static_cast<long long>(v));
+  return static_cast<int>(std::min<int64_t>(v, kMaxPlanChannels));
+}
+}  // namespace
+
+void PlanContext::loadChannelBounds() {
+  const int minN = channelKnob(kMinNchannels), minC = channelKnob(kMinCtas);
+  const int maxN = channelKnob(kMaxNchannels), maxC = channelKnob(kMaxCtas);
+  minChannels = std::max({1, minN, minC});
+  maxChannels = std::min(maxN ? maxN : kMaxPlanChannels, maxC ? maxC : kMaxPlanChannels);
+}
+
+const std::vector<const KnobBase*>& channelBoundKnobs() {
+  static const std::vector<const KnobBase*> v = {&kMinNchannels, &kMaxNchannels, &kMinCtas, &kMaxCtas};
+  return v;
+}
 
 PlanContext::PlanContext() {
   for (auto& a : allowed) a.fill(true);
@@ -63,9 +97,12 @@ int bucketOf(size_t bytes) {
 
 int hostsOf(const PlanContext& ctx) { return std::max(1, ctx.layout.nhosts()); }
 
-// The channels a plan runs: a tuner hook's count when it set one, else the model's.
-int planChannels(int model, int hook, int nranks) {
-  return hook > 0 && nranks > 1 ? std::min(hook, kMaxPlanChannels) : model;
+// The channels a plan runs: a tuner hook's count when it set one, else the model's, within
+// the channel bounds (the minimum last, as NCCL copies channels up to it).
+int planChannels(const PlanContext& ctx, int model, int hook) {
+  if (ctx.nranks <= 1) return model;
+  const int c = hook > 0 ? std::min(hook, kMaxPlanChannels) : model;
+  return std::max(std::min(c, ctx.maxChannels), ctx.minChannels);
 }
 
 // The model's plan shape for `algo`/`proto` at this request's exact size, with a tuner
@@ -74,7 +111,7 @@ Selection shapeOf(const CollRequest& req, const PlanContext& ctx, Algorithm algo
                   const PlanContext::Ranking& r) {
   const size_t bytes = modelBytes(req.coll, req.count * req.eltSize, ctx.nranks);
   const algo::PlanShape s = algo::planShape(ctx.node, req.coll, algo, proto, bytes, ctx.nranks);
-  Selection sel{algo, proto, planChannels(s.channels, r.channels, ctx.nranks), s.chunkBytes};
+  Selection sel{algo, proto, planChannels(ctx, s.channels, r.channels), s.chunkBytes};
   const size_t tuned = r.chunk[static_cast<size_t>(algo)][static_cast<size_t>(proto)];
   if (tuned > 0 && ctx.nranks > 1) sel.chunkBytes = tuned;
   return sel;
@@ -86,10 +123,15 @@ Selection shapeOf(const CollRequest& req, const PlanContext& ctx, Algorithm algo
 // which then follows each call's exact size; any other answer holds for the whole class.
 void tuneChunks(const PlanContext& ctx, algo::TunerHook& hook, const algo::CostTable& t, PlanContext::Ranking& r) {
   if (ctx.nranks <= 1) return;
+  const size_t c = static_cast<size_t>(t.coll);
   for (const algo::Ranked& x : r.order) {
-    if (x.us < 0) continue;
+    // Only what may run: candidates the table leaves, NCCL_ALGO / NCCL_PROTO allow and the
+    // executor runs (the device executor: Simple only).
+    if (x.us < 0 || !ctx.allowed[c][static_cast<size_t>(x.algo)] ||
+        !ctx.allowedProtocols[c][static_cast<size_t>(x.proto)] || !algo::protocolRuns(ctx.node, x.proto, hostsOf(ctx)))
+      continue;
     const algo::PlanShape s = algo::planShape(ctx.node, t.coll, x.algo, x.proto, t.bytes, ctx.nranks);
-    const algo::ChunkQuery q{t.coll, t.bytes, x.algo, x.proto, planChannels(s.channels, r.channels, ctx.nranks),
+    const algo::ChunkQuery q{t.coll, t.bytes, x.algo, x.proto, planChannels(ctx, s.channels, r.channels),
                              s.chunkBytes};
     size_t want = hook.chunkBytes(q);
     if (want == 0 || want == s.chunkBytes) continue;

@@ -304,6 +304,7 @@ JobContexts::JobContexts(const std::vector<int>& hostOf, const algo::NodeModel& 
   tuned.slotBytes = slotBytes;
   tuned.depth = depth;
   tuned.loadAlgoFilter();
+  tuned.loadChannelBounds();
   tuned.loadTuning(node, hook);
   for (int r = 0; r < n; ++r) {
     auto ctx = std::make_unique<PlanContext>(tuned);

@@ -65,6 +65,7 @@ std::vector<JobSetting> jobSettings(FifoShape shape, uint8_t interp, const PlanC
                                   : interp == Task::kInterpSimple ? "simple"
                                                                   : ""},
   };
+  for (const KnobBase* k : channelBoundKnobs()) v.push_back({k, k->canonical()});
   for (JobSetting& s : v) s = read.published(s);
   return v;
 }
@@ -162,6 +163,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   read.read({knob("LOOM_EXECUTOR"), knob("LOOM_INTERP_PROTO")},
             [&] { interp_ = interpExecutorSelected(); });
   read.read({knob("LOOM_ALGO"), knob("LOOM_PROTO")}, [&] { planCtx_.loadAlgoFilter(); });
+  read.read(channelBoundKnobs(), [&] { planCtx_.loadChannelBounds(); });
   const std::vector<JobSetting> settings = jobSettings(shape, interp_, planCtx_, read);
   ShmSegment::sweepDead();
   bootstrap_ = std::make_unique<Bootstrap>(job, rank, nranks, abortFlag);

@@ -68,6 +68,15 @@ TEST(CoreKnobAgreement, AnAlgorithmSetOnOneRankFailsTheInitOnEveryRank) {
                   "\"tree\" (env NCCL_ALGO); 1 of 3 ranks differ from rank 0");
 }
 
+TEST(CoreKnobAgreement, AChannelBoundSetOnOneRankFailsTheInitOnEveryRank) {
+  EnvGuard a("NCCL_MAX_NCHANNELS", nullptr), b("LOOM_MAX_NCHANNELS", nullptr), t("LOOM_TIMEOUT", "60");
+  // A rank that ran its plans on fewer channels than its peers would wait on channels
+  // they never fill.
+  expectInitFails({{}, {{"NCCL_MAX_NCHANNELS", "1"}}, {}},
+                  "NCCL_MAX_NCHANNELS differs between ranks: rank 0 has \"0\" (default), rank 1 has "
+                  "\"1\" (env NCCL_MAX_NCHANNELS); 1 of 3 ranks differ from rank 0");
+}
+
 TEST(CoreKnobAgreement, AFifoShapeSetOnSomeRanksFailsTheInitOnEveryRank) {
   EnvGuard d("LOOM_FIFO_DEPTH", nullptr), s("LOOM_SLOT_BYTES", nullptr);
   // Before, the ranks failed on a shared-memory segment "holding N bytes but M expected".

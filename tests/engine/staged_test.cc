@@ -1602,6 +1602,46 @@ TEST(STAGED_SUITE, DeviceExecutorTakesTheTunersChunk) {
   }
 }
 
+// A tuner's chunk larger than the device executor's FIFOs (8 slots of 64 KiB here) is
+// clamped to what they hold (half of them for the ring, two slots for the tree), as on the
+// host: a ring whose first send filled every slot would wait for ever.
+TEST(STAGED_SUITE, DeviceExecutorClampsTheTunersChunkToItsFifos) {
+  NEED_DEVICE();
+  const std::string named = getenv("LOOM_TEST_TUNER_PLUGIN") ? getenv("LOOM_TEST_TUNER_PLUGIN") : "";
+  const std::string dir = named.empty() ? LOOM_TEST_TUNER_PLUGIN_DIR : named.substr(0, named.rfind('/'));
+  const std::string path = dir + "/libnccl-tuner-loomtest-v6.so";
+  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no test tuner plugin at " << path;
+  EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
+  EnvGuard plugin("NCCL_TUNER_PLUGIN", path.c_str());
+  EnvGuard slot("LOOM_SLOT_BYTES", "65536");
+  EnvGuard chunk("LOOM_TEST_TUNER_CHUNK", "1073741824");
+  EnvGuard topo("NCCL_TOPO_FILE", LOOM_TOPO_FIXTURES "/dgx_h100.xml");  // the GPU model's plans
+  for (const char* algo : {"ring", "tree"}) {
+    SCOPED_TRACE(algo);
+    EnvGuard a("NCCL_ALGO", algo);
+    CollLogs logs;
+    verdict(threadsOnOwnDevices(3, [algo](int rank, int nranks, ncclComm_t comm) -> std::string {
+      const size_t k = 1 << 20;  // 4 MiB
+      if (const loom::DeviceExec* ex = comm->core->deviceExec()) {
+        const loom::Selection s = loom::select({loom::Collective::kAllReduce, k, 4, 0}, ex->planContext());
+        const size_t most = std::string(algo) == "ring" ? 256 << 10 : 128 << 10;
+        RANK_CHECK(s.chunkBytes == most, "device all-reduce (%s): chunk %zu, not %zu", algo, s.chunkBytes, most);
+      }
+      useRankDevice();
+      void* stream = mem().createStream();
+      int32_t* ar = devInts(inputs(2, rank, k));
+      RANK_NCCL(ncclAllReduce(ar, ar, k, ncclInt32, ncclSum, comm, static_cast<cudaStream_t>(stream)));
+      mem().syncStream(stream);
+      std::vector<int32_t> want(k, 0);
+      for (size_t i = 0; i < k; ++i)
+        for (int r = 0; r < nranks; ++r) want[i] += in(2, r, i);
+      RANK_TRY(expectInts("all-reduce in clamped chunks", hostInts(ar, k), want));
+      return "";
+    }));
+    expectKernelLaunches(logs, threadsShareDevices(3) ? 0 : 1, 3);
+  }
+}
+
 // One thread drives two ranks on two devices (ncclCommInitAll), as a training process over
 // its GPUs does: a group of all-reduces, then one of all-gathers, each rank's kernel on its
 // own device's stream. Their first use makes the connections of both ranks at once (one

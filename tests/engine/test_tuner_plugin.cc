@@ -14,6 +14,7 @@
 //   unset         leaves the chunk as Loom passes it
 //   "<N>"         all-reduce: N bytes, whatever the algorithm and protocol
 //   "numbered"    all-reduce: 1000 * (1 + 3 * algorithm + protocol) bytes, in NCCL's numbers
+//   "every:<N>"   every collective: N bytes
 //   "fail"        returns ncclInternalError
 // LOOM_TEST_TUNER_LOG: a file each call appends a line to ("init ...", "coll ...",
 // "chunk ...", "finalize").
@@ -159,6 +160,10 @@ Result chunkSize(void* context, int coll, size_t nBytes, int algo, int proto, in
   auto* c = static_cast<Ctx*>(context);
   note("chunk coll %d bytes %zu algo %d proto %d channels %d in %zu", coll, nBytes, algo, proto, nChannels, *chunk);
   if (c->chunk == "fail") return 3;
+  if (c->chunk.rfind("every:", 0) == 0) {
+    *chunk = strtoull(c->chunk.c_str() + 6, nullptr, 10);
+    return kOk;
+  }
   if (coll != kFuncAllReduce || c->chunk.empty()) return kOk;
   *chunk = c->chunk == "numbered" ? size_t{1000} * static_cast<size_t>(1 + 3 * algo + proto)
                                   : strtoull(c->chunk.c_str(), nullptr, 10);

@@ -308,6 +308,53 @@ TEST_F(TunerPluginTest, ChunkSizeReachesThePlan) {
   }
 }
 
+// Every collective NCCL tunes, on the ring and on the tree, in chunks of 3001 bytes (not a
+// whole number of doubles: plans cut whole elements) and of 9 bytes (about one double a
+// step): results exact, with doubles holding whole numbers.
+TEST_F(TunerPluginTest, ChunksOfEveryCollectiveCutWholeElements) {
+  EnvGuard p("NCCL_TUNER_PLUGIN", pluginPath("6").c_str());
+  for (const char* chunk : {"every:3001", "every:9"})
+    for (const char* algo : {"ring", "allreduce:tree"}) {
+      SCOPED_TRACE(std::string(chunk) + " " + algo);
+      EnvGuard c("LOOM_TEST_TUNER_CHUNK", chunk);
+      EnvGuard a("NCCL_ALGO", algo);
+      auto f = runRanks(Mode::kThreads, 3, [](int rank, int nranks, ncclComm_t comm) -> std::string {
+        const size_t n = 5003;
+        auto in = [](int r, size_t i) { return static_cast<double>((r + 1) * 1000 + static_cast<int>(i % 977)); };
+        std::vector<double> mine(n), out(n * nranks, -1);
+        for (size_t i = 0; i < n; ++i) mine[i] = in(rank, i);
+        RANK_NCCL(ncclAllReduce(mine.data(), out.data(), n, ncclFloat64, ncclSum, comm, nullptr));
+        for (size_t i = 0; i < n; ++i) {
+          double want = 0;
+          for (int r = 0; r < nranks; ++r) want += in(r, i);
+          RANK_CHECK(out[i] == want, "all-reduce [%zu] = %g, not %g", i, out[i], want);
+        }
+        RANK_NCCL(ncclAllGather(mine.data(), out.data(), n, ncclFloat64, comm, nullptr));
+        for (int r = 0; r < nranks; ++r)
+          for (size_t i = 0; i < n; ++i)
+            RANK_CHECK(out[r * n + i] == in(r, i), "all-gather block %d [%zu] = %g", r, i, out[r * n + i]);
+        std::vector<double> all(n * nranks), part(n, -1);
+        for (size_t i = 0; i < all.size(); ++i) all[i] = in(rank, i);
+        RANK_NCCL(ncclReduceScatter(all.data(), part.data(), n, ncclFloat64, ncclSum, comm, nullptr));
+        for (size_t i = 0; i < n; ++i) {
+          double want = 0;
+          for (int r = 0; r < nranks; ++r) want += in(r, rank * n + i);
+          RANK_CHECK(part[i] == want, "reduce-scatter [%zu] = %g, not %g", i, part[i], want);
+        }
+        std::vector<double> b(n, -1);
+        if (rank == 1) b = mine;
+        RANK_NCCL(ncclBroadcast(b.data(), b.data(), n, ncclFloat64, 1, comm, nullptr));
+        for (size_t i = 0; i < n; ++i) RANK_CHECK(b[i] == in(1, i), "broadcast [%zu] = %g", i, b[i]);
+        std::vector<double> red(n, -1);
+        RANK_NCCL(ncclReduce(mine.data(), red.data(), n, ncclFloat64, ncclMax, 2, comm, nullptr));
+        if (rank == 2)
+          for (size_t i = 0; i < n; ++i) RANK_CHECK(red[i] == in(nranks - 1, i), "reduce [%zu] = %g", i, red[i]);
+        return "";
+      });
+      ASSERT_TRUE(f.empty()) << joinFailures(f);
+    }
+}
+
 // getChunkSize sees what NCCL passes it: ncclFunc_t, NCCL_ALGO_*, NCCL_PROTO_*, the size
 // (class), the channels the plan runs (getCollInfo's where it set them) and the model's
 // chunk; only for NCCL's five tuned collectives and its Ring and Tree.
@@ -391,7 +438,8 @@ TEST_F(TunerPluginTest, OverLargeChunksAreClampedToTheBuffers) {
       const size_t ceiling = loom::algo::chunkCeiling(gpu.node, Collective::kAllReduce, a, pr, 8);
       const size_t model = loom::algo::planShape(gpu.node, Collective::kAllReduce, a, pr, 1 << 20, 8).chunkBytes;
       EXPECT_LT(model, ceiling);  // the model shrinks 1 MiB's chunks: the clamp is not the model's value
-      EXPECT_EQ(bucketChunk(ctx, Collective::kAllReduce, 20, a, pr), ceiling);
+      // NCCL_ALGO rules the tree out: its cells are not asked and keep the model's chunk.
+      EXPECT_EQ(bucketChunk(ctx, Collective::kAllReduce, 20, a, pr), a == Algorithm::kRing ? ceiling : 0);
       ceilings.insert(ceiling);
     }
   EXPECT_EQ(ceilings, std::set<size_t>({16384, 122880, 524288}));  // LL, LL128, Simple

@@ -10,6 +10,7 @@
 #include "algo/select.h"
 #include "algo/simulate.h"
 #include "algo/tree.h"
+#include "base/error.h"
 #include "topo/search.h"
 #include "topo_test_util.h"
 
@@ -180,6 +181,60 @@ TEST(Select, ChannelsAndChunkComeFromTheModel) {
   for (const Plan& plan : sim.plans) EXPECT_EQ(plan.channels.size(), 16u);
 }
 
+// NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS and NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS bound the
+// channels of every plan (the tighter of each pair; the minimum last, as NCCL), and the
+// plans still run exactly; past 64 they clamp, negative is refused, one rank has no
+// channels to bound.
+TEST(Select, ChannelBoundsClampThePlan) {
+  CollRequest large{Collective::kAllReduce, (size_t{64} << 20) / 4, 4, 0};
+  auto gpuChannels = [&](int expect) {
+    JobContexts gpu(JobContexts::contiguous(8, 1), algo::buildNodeModel(h100(), 8, false));
+    Selection g = select(large, gpu[0]);
+    EXPECT_EQ(g.channels, expect);
+    SimReport sim = simulate(large, gpu, g);
+    EXPECT_EQ(sim.error, "");
+    for (const Plan& plan : sim.plans) EXPECT_EQ(plan.channels.size(), static_cast<size_t>(expect));
+  };
+  gpuChannels(16);  // the model's
+  {
+    Env m("NCCL_MAX_NCHANNELS", "4");
+    gpuChannels(4);
+    Env c("NCCL_MAX_CTAS", "2");
+    gpuChannels(2);
+  }
+  {
+    Env m("NCCL_MIN_NCHANNELS", "6"), x("NCCL_MAX_CTAS", "4");
+    gpuChannels(6);  // the minimum wins
+    Env big("NCCL_MIN_CTAS", "1000");
+    gpuChannels(64);
+  }
+  // Host memory: the ring's one channel becomes three, exact.
+  CollRequest ar{Collective::kAllReduce, (size_t{8} << 20) / 4, 4, 0};
+  {
+    Env m("LOOM_MIN_NCHANNELS", "3");
+    JobContexts job = hostJob(4, 1);
+    Selection ring = selectionFor(ar, job[0], Algorithm::kRing);
+    EXPECT_EQ(ring.channels, 3);
+    SimReport sim = simulate(ar, job, ring);
+    EXPECT_EQ(sim.error, "");
+    EXPECT_EQ(sim.plans[0].channels.size(), 3u);
+  }
+  {
+    Env m("NCCL_MAX_NCHANNELS", "1");
+    JobContexts one(JobContexts::contiguous(1, 1), algo::buildNodeModel(cpuOnly(), 1, true));
+    EXPECT_EQ(select({Collective::kAllReduce, 1 << 20, 4, 0}, one[0]).channels,
+              select({Collective::kAllReduce, 1 << 20, 4, 0}, hostJob(1, 1)[0]).channels);
+  }
+  Env bad("NCCL_MAX_CTAS", "-1");
+  try {
+    PlanContext().loadChannelBounds();
+    ADD_FAILURE() << "NCCL_MAX_CTAS=-1 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("MAX_CTAS=-1"), std::string::npos) << e.what();
+  }
+}
+
 // A stand-in for an NCCL tuner plugin: makes the tree the fastest all-reduce and asks for
 // three channels.
 class FavourTree : public algo::TunerHook {
@@ -211,6 +266,10 @@ TEST(Select, TunerHookCanRewriteTheCostTable) {
   // Other collectives keep the model's choice.
   CollRequest ag{Collective::kAllGather, 1 << 20, 4, 0};
   EXPECT_EQ(select(ag, tuned[0]).algorithm, select(ag, plain[0]).algorithm);
+  // NCCL_MAX_NCHANNELS bounds the hook's count too.
+  Env m("NCCL_MAX_NCHANNELS", "2");
+  JobContexts capped = hostJob(4, 1, 256 << 10, 8, &hook);
+  EXPECT_EQ(select(req, capped[0]).channels, 2);
 }
 
 TEST(Select, EstimateMicrosIsTheModelsPredictionForWhatRuns) {

@@ -100,6 +100,11 @@ Check checkKnobs() {
   } catch (const Error& e) {
     bad.push_back(e.what());
   }
+  try {  // channel bounds: integers that must not be negative
+    PlanContext().loadChannelBounds();
+  } catch (const Error& e) {
+    bad.push_back(e.what());
+  }
   for (char** e = environ; *e; ++e) {
     std::string name(*e, strcspn(*e, "="));
     const bool loomName = name.rfind("LOOM_", 0) == 0;
