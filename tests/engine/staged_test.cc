@@ -1536,14 +1536,23 @@ TEST(STAGED_SUITE, DeviceExecutorSendsAndReceivesInThreads) {
   }
 }
 
+// Loom's test tuner plugin of ABI version `v` (test_tuner_plugin.cc): beside the build's, or,
+// where the binary runs away from its build (scripts/gpu_check.sh), beside the v5 plugin
+// LOOM_TEST_TUNER_PLUGIN names (the check stages v5 and v6).
+std::string testTunerPlugin(int v) {
+  const std::string named = getenv("LOOM_TEST_TUNER_PLUGIN") ? getenv("LOOM_TEST_TUNER_PLUGIN") : "";
+  const std::string dir = named.empty() ? LOOM_TEST_TUNER_PLUGIN_DIR : named.substr(0, named.rfind('/'));
+  return dir + "/libnccl-tuner-loomtest-v" + std::to_string(v) + ".so";
+}
+#define NEED_TUNER_PLUGIN(path) \
+  if (access((path).c_str(), R_OK) != 0) GTEST_SKIP() << "no test tuner plugin at " << (path)
+
 // An NCCL tuner plugin ranks the device executor's plans too: Loom's test plugin
 // (test_tuner_plugin.cc, mode "tree") makes the tree the all-reduce, on 3 channels.
 TEST(STAGED_SUITE, DeviceExecutorFollowsTheTunerPlugin) {
   NEED_DEVICE();
-  // Where the binary runs away from its build (scripts/gpu_check.sh), the plugin is named.
-  const char* named = getenv("LOOM_TEST_TUNER_PLUGIN");
-  const std::string path = named ? named : LOOM_TEST_TUNER_PLUGIN_DIR "/libnccl-tuner-loomtest-v5.so";
-  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no test tuner plugin at " << path;
+  const std::string path = testTunerPlugin(5);
+  NEED_TUNER_PLUGIN(path);
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
   EnvGuard plugin("NCCL_TUNER_PLUGIN", path.c_str());
   EnvGuard mode("LOOM_TEST_TUNER_MODE", "tree");
@@ -1568,11 +1577,8 @@ TEST(STAGED_SUITE, DeviceExecutorFollowsTheTunerPlugin) {
 // many such chunks stays exact.
 TEST(STAGED_SUITE, DeviceExecutorTakesTheTunersChunk) {
   NEED_DEVICE();
-  // Beside the v5 plugin LOOM_TEST_TUNER_PLUGIN names (scripts/gpu_check.sh stages both).
-  const std::string named = getenv("LOOM_TEST_TUNER_PLUGIN") ? getenv("LOOM_TEST_TUNER_PLUGIN") : "";
-  const std::string dir = named.empty() ? LOOM_TEST_TUNER_PLUGIN_DIR : named.substr(0, named.rfind('/'));
-  const std::string path = dir + "/libnccl-tuner-loomtest-v6.so";
-  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no test tuner plugin at " << path;
+  const std::string path = testTunerPlugin(6);
+  NEED_TUNER_PLUGIN(path);
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
   EnvGuard plugin("NCCL_TUNER_PLUGIN", path.c_str());
   EnvGuard mode("LOOM_TEST_TUNER_MODE", "tree");
@@ -1607,10 +1613,8 @@ TEST(STAGED_SUITE, DeviceExecutorTakesTheTunersChunk) {
 // host: a ring whose first send filled every slot would wait for ever.
 TEST(STAGED_SUITE, DeviceExecutorClampsTheTunersChunkToItsFifos) {
   NEED_DEVICE();
-  const std::string named = getenv("LOOM_TEST_TUNER_PLUGIN") ? getenv("LOOM_TEST_TUNER_PLUGIN") : "";
-  const std::string dir = named.empty() ? LOOM_TEST_TUNER_PLUGIN_DIR : named.substr(0, named.rfind('/'));
-  const std::string path = dir + "/libnccl-tuner-loomtest-v6.so";
-  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no test tuner plugin at " << path;
+  const std::string path = testTunerPlugin(6);
+  NEED_TUNER_PLUGIN(path);
   EnvGuard kernel("LOOM_DEVICE_EXECUTOR", "kernel");
   EnvGuard plugin("NCCL_TUNER_PLUGIN", path.c_str());
   EnvGuard slot("LOOM_SLOT_BYTES", "65536");
