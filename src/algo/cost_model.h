@@ -43,8 +43,9 @@ struct NodeModel {
   // rides ringOrders[c % size] (empty for host memory: ranks in local order).
   std::vector<std::vector<int>> ringOrders;
   std::string notes;           // assumptions made (shown by loom-topo and TUNING logs)
-  // The CPU executor's connection FIFOs (LOOM_SLOT_BYTES x LOOM_FIFO_DEPTH): its plans cut
-  // their steps to fit them. GPU figures keep NCCL's buffer sizes.
+  // The connection FIFOs (LOOM_SLOT_BYTES x LOOM_FIFO_DEPTH): host plans cut their steps to
+  // fit them; GPU plans keep NCCL's chunks, cut to fit them too where they are smaller (the
+  // device executor's FIFOs have the host's shape).
   size_t fifoSlotBytes = 256 << 10;
   int fifoDepth = 8;
 };

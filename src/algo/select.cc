@@ -13,40 +13,44 @@
 
 namespace loom {
 
-// A hook may ask for more channels than any host keeps busy; past this, each channel's
-// connections cost more than the parallelism gains.
-constexpr int kMaxPlanChannels = 64;
-
 namespace {
-// NCCL reads both pairs: the channel knobs (older) and the CTA ones (NCCL 2.17+); the
-// tighter bound of each pair holds. Job-wide: ranks with other bounds would run other plans.
-IntKnob kMinNchannels("LOOM_MIN_NCHANNELS", "NCCL_MIN_NCHANNELS", 0,
-                      "Fewest channels a plan runs (0: the model's); also NCCL_MIN_CTAS", KnobScope::kJob);
-IntKnob kMaxNchannels("LOOM_MAX_NCHANNELS", "NCCL_MAX_NCHANNELS", 0,
-                      "Most channels a plan runs (0: no bound but 64); also NCCL_MAX_CTAS", KnobScope::kJob);
+// NCCL's channel knobs (NRINGS their legacy names; -2: unset) bound the communicator's
+// channels; the CTA knobs (NCCL 2.17+; <= 0: unset) bound them too. Job-wide: ranks with
+// other bounds would run other plans.
+IntKnob kMinNrings("LOOM_MIN_NRINGS", "NCCL_MIN_NRINGS", -2, "Legacy name of NCCL_MIN_NCHANNELS", KnobScope::kJob);
+IntKnob kMaxNrings("LOOM_MAX_NRINGS", "NCCL_MAX_NRINGS", -2, "Legacy name of NCCL_MAX_NCHANNELS", KnobScope::kJob);
+IntKnob kMinNchannels("LOOM_MIN_NCHANNELS", "NCCL_MIN_NCHANNELS", -2,
+                      "Fewest channels of a GPU communicator's largest messages (-2: unset; as NCCL)", KnobScope::kJob);
+IntKnob kMaxNchannels("LOOM_MAX_NCHANNELS", "NCCL_MAX_NCHANNELS", -2,
+                      "Most channels a plan runs (-2: unset; below 1: 1; as NCCL)", KnobScope::kJob);
 IntKnob kMinCtas("LOOM_MIN_CTAS", "NCCL_MIN_CTAS", 0,
-                 "Fewest channels (CUDA blocks of the device executor) a plan runs (0: the model's)", KnobScope::kJob);
-IntKnob kMaxCtas("LOOM_MAX_CTAS", "NCCL_MAX_CTAS", 0,
-                 "Most channels (CUDA blocks of the device executor) a plan runs (0: no bound but 64)",
+                 "Fewest channels (CUDA blocks) of a GPU communicator's largest messages (<= 0: unset; as NCCL)",
+                 KnobScope::kJob);
+IntKnob kMaxCtas("LOOM_MAX_CTAS", "NCCL_MAX_CTAS", 0, "Most channels (CUDA blocks) a plan runs (<= 0: unset; as NCCL)",
                  KnobScope::kJob);
 
-int channelKnob(const IntKnob& k) {
-  const int64_t v = k.get();
-  if (v < 0)
-    LOOM_THROW(kInvalidArgument, "%s=%lld: a channel count must not be negative", k.name(), static_cast<long long>(v));
-  return static_cast<int>(std::min<int64_t>(v, kMaxPlanChannels));
+// The knob's value where set (`unset` its sentinel), then its legacy name's, else `def`.
+int64_t eitherOf(const IntKnob& k, const IntKnob& legacy, int64_t unset, int64_t def) {
+  const int64_t v = k.get(), l = legacy.get();
+  return v != unset ? v : l != unset ? l : def;
 }
 }  // namespace
 
 void PlanContext::loadChannelBounds() {
-  const int minN = channelKnob(kMinNchannels), minC = channelKnob(kMinCtas);
-  const int maxN = channelKnob(kMaxNchannels), maxC = channelKnob(kMaxCtas);
-  minChannels = std::max({1, minN, minC});
-  maxChannels = std::min(maxN ? maxN : kMaxPlanChannels, maxC ? maxC : kMaxPlanChannels);
+  // As NCCL's ncclMinNchannels / ncclMaxNchannels and its CTA checks (init.cc).
+  const int64_t minN = std::clamp<int64_t>(eitherOf(kMinNchannels, kMinNrings, -2, 0), 0, kMaxPlanChannels);
+  const int64_t maxN = std::clamp<int64_t>(eitherOf(kMaxNchannels, kMaxNrings, -2, kMaxPlanChannels), 1,
+                                           kMaxPlanChannels);
+  const int64_t minC0 = kMinCtas.get(), maxC0 = kMaxCtas.get();
+  const int64_t maxC = maxC0 > 0 ? std::min<int64_t>(maxC0, kMaxPlanChannels) : kMaxPlanChannels;
+  const int64_t minC = std::min(minC0 > 0 ? std::min<int64_t>(minC0, kMaxPlanChannels) : 1, maxC);
+  maxChannels = static_cast<int>(std::min(maxN, maxC));
+  minChannels = static_cast<int>(std::max(minN, minC));
 }
 
 const std::vector<const KnobBase*>& channelBoundKnobs() {
-  static const std::vector<const KnobBase*> v = {&kMinNchannels, &kMaxNchannels, &kMinCtas, &kMaxCtas};
+  static const std::vector<const KnobBase*> v = {&kMinNchannels, &kMaxNchannels, &kMinCtas,
+                                                 &kMaxCtas,      &kMinNrings,    &kMaxNrings};
   return v;
 }
 
@@ -97,12 +101,13 @@ int bucketOf(size_t bytes) {
 
 int hostsOf(const PlanContext& ctx) { return std::max(1, ctx.layout.nhosts()); }
 
-// The channels a plan runs: a tuner hook's count when it set one, else the model's, within
-// the channel bounds (the minimum last, as NCCL copies channels up to it).
+// The channels a plan runs: a tuner hook's count when it set one, else the model's, at most
+// the GPU model's channel pool (bounded at loadTuning; NCCL caps a tuner's count at its
+// communicator's channels too) or, in host memory, maxChannels.
 int planChannels(const PlanContext& ctx, int model, int hook) {
   if (ctx.nranks <= 1) return model;
-  const int c = hook > 0 ? std::min(hook, kMaxPlanChannels) : model;
-  return std::max(std::min(c, ctx.maxChannels), ctx.minChannels);
+  const int most = ctx.node.hostMemory ? ctx.maxChannels : std::max(1, ctx.node.maxChannels);
+  return std::min(hook > 0 ? std::min(hook, kMaxPlanChannels) : model, most);
 }
 
 // The model's plan shape for `algo`/`proto` at this request's exact size, with a tuner
@@ -220,6 +225,11 @@ uint64_t PlanContext::digest() const {
 void PlanContext::loadTuning(const algo::NodeModel& hostModel, algo::TunerHook* hook) {
   node = hostModel;
   tuner = hook;
+  // NCCL's channel bounds set the GPU communicator's channel pool: its largest messages run
+  // on at least minChannels, smaller ones on fewer, as NCCL drops channels for them. Host
+  // plans have no pool (their one or two channels run on one thread): only the maximum
+  // bounds them (planChannels).
+  if (!node.hostMemory) node.maxChannels = std::max(std::min(node.maxChannels, maxChannels), minChannels);
   node.fifoSlotBytes = slotBytes;
   node.fifoDepth = depth;
   modelNotes = strprintf("%s, %d rank(s) per host over %s at %.1f GB/s, hosts joined by %s at %.2f GB/s",

@@ -45,6 +45,10 @@ struct Selection {
 
 constexpr int kSizeBuckets = 41;  // message sizes up to 2^40 bytes, by power of two
 
+// A hook may ask for more channels than any host keeps busy; past this, each channel's
+// connections cost more than the parallelism gains. NCCL's channel limit too (MAXCHANNELS).
+constexpr int kMaxPlanChannels = 64;
+
 class KnobBase;
 // NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_MIN_CTAS and NCCL_MAX_CTAS (job-wide knobs).
 const std::vector<const KnobBase*>& channelBoundKnobs();
@@ -78,18 +82,19 @@ struct PlanContext {
   std::array<std::array<Ranking, kSizeBuckets>, kCollectiveCount> ranking;
   std::string modelNotes;  // the host model's figures, for TUNING logs
   algo::TunerHook* tuner = nullptr;  // the hook the ranking was made with (not owned; null: none)
-  // The channels a plan may run (NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS, NCCL_MAX_NCHANNELS /
-  // NCCL_MAX_CTAS): the model's or a tuner's count is clamped into them, the minimum last.
+  // NCCL's channel bounds (NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS, NCCL_MAX_NCHANNELS /
+  // NCCL_MAX_CTAS): the GPU model's channel pool lies within them (loadTuning); every plan,
+  // a tuner's count included, runs at most maxChannels.
   int minChannels = 1;
-  int maxChannels = 64;
+  int maxChannels = kMaxPlanChannels;
 
   PlanContext();
   // Reads NCCL_ALGO / LOOM_ALGO and NCCL_PROTO / LOOM_PROTO into `allowed*`; throws
   // kInvalidArgument on bad syntax.
   void loadAlgoFilter();
-  // Reads the channel bounds (NCCL's names; 0 or unset: none) into min/maxChannels, each
-  // clamped to 1..64 as NCCL clamps to its channel limit; throws kInvalidArgument on a
-  // negative value.
+  // Reads the channel bounds into min/maxChannels as NCCL reads them (out-of-range values
+  // clamped, never refused; a minimum over a maximum of the CTA pair lowered to it); call
+  // before loadTuning. Throws kInvalidArgument on a value that is not an integer.
   void loadChannelBounds();
   // Ranks the candidates for every collective and size with the cost model of this host
   // (its FIFO shape taken from slotBytes / depth), after `hook`, if any, has adjusted each

@@ -73,7 +73,7 @@ TEST(CoreKnobAgreement, AChannelBoundSetOnOneRankFailsTheInitOnEveryRank) {
   // A rank that ran its plans on fewer channels than its peers would wait on channels
   // they never fill.
   expectInitFails({{}, {{"NCCL_MAX_NCHANNELS", "1"}}, {}},
-                  "NCCL_MAX_NCHANNELS differs between ranks: rank 0 has \"0\" (default), rank 1 has "
+                  "NCCL_MAX_NCHANNELS differs between ranks: rank 0 has \"-2\" (default), rank 1 has "
                   "\"1\" (env NCCL_MAX_NCHANNELS); 1 of 3 ranks differ from rank 0");
 }
 

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algo/select.h"
 #include "algo/simulate.h"
@@ -181,57 +184,80 @@ TEST(Select, ChannelsAndChunkComeFromTheModel) {
   for (const Plan& plan : sim.plans) EXPECT_EQ(plan.channels.size(), 16u);
 }
 
-// NCCL_MIN_NCHANNELS / NCCL_MIN_CTAS and NCCL_MAX_NCHANNELS / NCCL_MAX_CTAS bound the
-// channels of every plan (the tighter of each pair; the minimum last, as NCCL), and the
-// plans still run exactly; past 64 they clamp, negative is refused, one rank has no
-// channels to bound.
-TEST(Select, ChannelBoundsClampThePlan) {
+// NCCL's channel bounds, read as NCCL reads them: on GPUs they bound the communicator's
+// channel pool (the tighter maximum, then the larger minimum), which a large message runs
+// on and a small one runs below; NCCL_MAX_NCHANNELS 0 means 1, a negative minimum none, a
+// CTA minimum over the CTA maximum is lowered to it, NCCL_MAX_NRINGS is the legacy name.
+// Host plans take only the maximum (they have no pool; a minimum would multiply their
+// FIFOs). Plans at the bounded counts still run exactly.
+TEST(Select, ChannelBoundsAsNccl) {
   CollRequest large{Collective::kAllReduce, (size_t{64} << 20) / 4, 4, 0};
-  auto gpuChannels = [&](int expect) {
-    JobContexts gpu(JobContexts::contiguous(8, 1), algo::buildNodeModel(h100(), 8, false));
-    Selection g = select(large, gpu[0]);
-    EXPECT_EQ(g.channels, expect);
-    SimReport sim = simulate(large, gpu, g);
+  CollRequest small{Collective::kAllReduce, (size_t{8} << 10) / 4, 4, 0};
+  auto gpu = [&](const CollRequest& req) {
+    JobContexts job(JobContexts::contiguous(8, 1), algo::buildNodeModel(h100(), 8, false));
+    Selection g = select(req, job[0]);
+    SimReport sim = simulate(req, job, g);
     EXPECT_EQ(sim.error, "");
-    for (const Plan& plan : sim.plans) EXPECT_EQ(plan.channels.size(), static_cast<size_t>(expect));
+    for (const Plan& plan : sim.plans) EXPECT_EQ(plan.channels.size(), static_cast<size_t>(g.channels));
+    return g.channels;
   };
-  gpuChannels(16);  // the model's
-  {
-    Env m("NCCL_MAX_NCHANNELS", "4");
-    gpuChannels(4);
-    Env c("NCCL_MAX_CTAS", "2");
-    gpuChannels(2);
+  const int model = gpu(large), modelSmall = gpu(small);
+  EXPECT_EQ(model, 16);
+  EXPECT_LT(modelSmall, model);
+  struct Case {
+    std::vector<std::pair<const char*, const char*>> env;
+    int large;
+  };
+  for (const Case& c : {Case{{{"NCCL_MAX_NCHANNELS", "4"}}, 4}, Case{{{"NCCL_MAX_NCHANNELS", "4"}, {"NCCL_MAX_CTAS", "2"}}, 2},
+                        Case{{{"NCCL_MAX_NRINGS", "3"}}, 3}, Case{{{"NCCL_MAX_NRINGS", "3"}, {"NCCL_MAX_NCHANNELS", "5"}}, 5},
+                        Case{{{"NCCL_MAX_NCHANNELS", "0"}}, 1}, Case{{{"NCCL_MAX_CTAS", "-1"}}, 16},
+                        Case{{{"NCCL_MIN_NCHANNELS", "32"}}, 32}, Case{{{"NCCL_MIN_NCHANNELS", "-5"}}, 16},
+                        Case{{{"NCCL_MIN_CTAS", "24"}}, 24}, Case{{{"NCCL_MIN_CTAS", "16"}, {"NCCL_MAX_CTAS", "8"}}, 8},
+                        Case{{{"NCCL_MIN_NCHANNELS", "6"}, {"NCCL_MAX_CTAS", "4"}}, 6},
+                        Case{{{"NCCL_MIN_NCHANNELS", "1000"}}, 64}}) {
+    std::string what;
+    std::vector<std::unique_ptr<Env>> set;
+    for (auto [k, v] : c.env) {
+      set.push_back(std::make_unique<Env>(k, v));
+      what += std::string(k) + "=" + v + " ";
+    }
+    SCOPED_TRACE(what);
+    EXPECT_EQ(gpu(large), c.large);
+    EXPECT_LE(gpu(small), std::max(modelSmall, 1)) << "a small message keeps to fewer channels";
   }
-  {
-    Env m("NCCL_MIN_NCHANNELS", "6"), x("NCCL_MAX_CTAS", "4");
-    gpuChannels(6);  // the minimum wins
-    Env big("NCCL_MIN_CTAS", "1000");
-    gpuChannels(64);
-  }
-  // Host memory: the ring's one channel becomes three, exact.
+  // Host memory: the tree's two channels become one under a maximum of 1; a minimum leaves
+  // the ring's one channel alone. Exact either way.
   CollRequest ar{Collective::kAllReduce, (size_t{8} << 20) / 4, 4, 0};
-  {
-    Env m("LOOM_MIN_NCHANNELS", "3");
+  auto host = [&](Algorithm a) {
     JobContexts job = hostJob(4, 1);
-    Selection ring = selectionFor(ar, job[0], Algorithm::kRing);
-    EXPECT_EQ(ring.channels, 3);
-    SimReport sim = simulate(ar, job, ring);
+    Selection sel = selectionFor(ar, job[0], a);
+    SimReport sim = simulate(ar, job, sel);
     EXPECT_EQ(sim.error, "");
-    EXPECT_EQ(sim.plans[0].channels.size(), 3u);
-  }
+    EXPECT_EQ(sim.plans[0].channels.size(), static_cast<size_t>(sel.channels));
+    return sel.channels;
+  };
+  EXPECT_EQ(host(Algorithm::kTree), 2);
   {
     Env m("NCCL_MAX_NCHANNELS", "1");
-    JobContexts one(JobContexts::contiguous(1, 1), algo::buildNodeModel(cpuOnly(), 1, true));
-    EXPECT_EQ(select({Collective::kAllReduce, 1 << 20, 4, 0}, one[0]).channels,
-              select({Collective::kAllReduce, 1 << 20, 4, 0}, hostJob(1, 1)[0]).channels);
+    EXPECT_EQ(host(Algorithm::kTree), 1);
   }
-  Env bad("NCCL_MAX_CTAS", "-1");
+  {
+    Env m("NCCL_MIN_NCHANNELS", "8"), c("LOOM_MIN_CTAS", "8");
+    EXPECT_EQ(host(Algorithm::kRing), 1);
+    EXPECT_EQ(host(Algorithm::kTree), 2);
+  }
+  // One rank has no channels to bound: its choice is the unbounded one.
+  auto one = [] { return select({Collective::kAllReduce, 1 << 20, 4, 0}, hostJob(1, 1)[0]).channels; };
+  const int unbounded = one();
+  Env m("NCCL_MAX_NCHANNELS", "0");
+  EXPECT_EQ(one(), unbounded);
+  Env bad("NCCL_MAX_CTAS", "many");
   try {
     PlanContext().loadChannelBounds();
-    ADD_FAILURE() << "NCCL_MAX_CTAS=-1 accepted";
+    ADD_FAILURE() << "NCCL_MAX_CTAS=many accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Code::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("MAX_CTAS=-1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MAX_CTAS=many"), std::string::npos) << e.what();
   }
 }
 
