@@ -407,6 +407,16 @@ TEST_F(TunerPluginTest, ChunkSizeSeesNcclsNumbers) {
                                             ring.channels, ring.chunkBytes);
   EXPECT_EQ(lines(asked).size(), 1u) << asked;
   EXPECT_GT(ring.channels, 1);
+  // NCCL_PROTO=Simple: the LL and LL128 cells are not asked and keep the model's chunk.
+  EnvGuard simpleOnly("NCCL_PROTO", "Simple");
+  GpuJob simple;
+  for (int a : {0, 1}) {
+    const Algorithm algo = a == 0 ? Algorithm::kTree : Algorithm::kRing;
+    const loom::PlanContext& sc = (*simple.job)[0];
+    EXPECT_EQ(bucketChunk(sc, Collective::kAllReduce, 20, algo, Protocol::kLL), 0u) << loom::algorithmName(algo);
+    EXPECT_EQ(bucketChunk(sc, Collective::kAllReduce, 20, algo, Protocol::kLL128), 0u) << loom::algorithmName(algo);
+    EXPECT_EQ(bucketChunk(sc, Collective::kAllReduce, 20, algo, Protocol::kSimple), size_t{1000} * (3 + 3 * a));
+  }
 }
 
 // A chunk larger than the buffers allow a step is clamped to what they do: half a FIFO for
