@@ -101,6 +101,12 @@ int bucketOf(size_t bytes) {
 
 int hostsOf(const PlanContext& ctx) { return std::max(1, ctx.layout.nhosts()); }
 
+// Whether NCCL_ALGO and NCCL_PROTO allow `x` for `coll`.
+bool allowedFor(const PlanContext& ctx, Collective coll, const algo::Ranked& x) {
+  const size_t c = static_cast<size_t>(coll);
+  return ctx.allowed[c][static_cast<size_t>(x.algo)] && ctx.allowedProtocols[c][static_cast<size_t>(x.proto)];
+}
+
 // The channels a plan runs: a tuner hook's count when it set one, else the model's, at most
 // the GPU model's channel pool (bounded at loadTuning; NCCL caps a tuner's count at its
 // communicator's channels too) or, in host memory, maxChannels.
@@ -128,13 +134,10 @@ Selection shapeOf(const CollRequest& req, const PlanContext& ctx, Algorithm algo
 // which then follows each call's exact size; any other answer holds for the whole class.
 void tuneChunks(const PlanContext& ctx, algo::TunerHook& hook, const algo::CostTable& t, PlanContext::Ranking& r) {
   if (ctx.nranks <= 1) return;
-  const size_t c = static_cast<size_t>(t.coll);
   for (const algo::Ranked& x : r.order) {
     // Only what may run: candidates the table leaves, NCCL_ALGO / NCCL_PROTO allow and the
     // executor runs (the device executor: Simple only).
-    if (x.us < 0 || !ctx.allowed[c][static_cast<size_t>(x.algo)] ||
-        !ctx.allowedProtocols[c][static_cast<size_t>(x.proto)] || !algo::protocolRuns(ctx.node, x.proto, hostsOf(ctx)))
-      continue;
+    if (x.us < 0 || !allowedFor(ctx, t.coll, x) || !algo::protocolRuns(ctx.node, x.proto, hostsOf(ctx))) continue;
     const algo::PlanShape s = algo::planShape(ctx.node, t.coll, x.algo, x.proto, t.bytes, ctx.nranks);
     const algo::ChunkQuery q{t.coll, t.bytes, x.algo, x.proto, planChannels(ctx, s.channels, r.channels),
                              s.chunkBytes};
@@ -279,11 +282,9 @@ bool canServe(Algorithm algo, Protocol proto, const CollRequest& req, const Plan
 }
 
 Selection select(const CollRequest& req, const PlanContext& ctx) {
-  const size_t c = static_cast<size_t>(req.coll);
   const PlanContext::Ranking& r = rankingOf(req, ctx);
   for (const algo::Ranked& x : r.order)
-    if (ctx.allowed[c][static_cast<size_t>(x.algo)] && ctx.allowedProtocols[c][static_cast<size_t>(x.proto)] &&
-        canServe(x.algo, x.proto, req, ctx)) {
+    if (allowedFor(ctx, req.coll, x) && canServe(x.algo, x.proto, req, ctx)) {
       Selection sel = shapeOf(req, ctx, x.algo, x.proto, r);
       if (logEnabled(LogLevel::kInfo, kLogTuning)) logChoice(req, ctx, r, sel);
       return sel;

@@ -8,16 +8,12 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/time.h"
 
 namespace loom::ibnet {
 namespace {
 
-constexpr int64_t kEveryNs = 10'000'000;  // pending events are read at most this often
-
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+constexpr uint64_t kEveryNs = 10'000'000;  // pending events are read at most this often
 
 const char* eventId(ibv_event_type t) {
   switch (t) {
@@ -87,7 +83,7 @@ void IbEvents::take(const ibv_async_event& e) {
       if (e.element.port_num != port_) return;
       if (e.event_type == IBV_EVENT_PORT_ERR) {
         portDown_ = what;
-        portDownAt_ = std::chrono::steady_clock::now();
+        portDownAt_ = nowNs();
       } else {
         portDown_.clear();
       }
@@ -126,7 +122,7 @@ std::string IbEvents::portNote() {
   std::lock_guard<std::mutex> lock(mu_);
   drainLocked();
   if (portDown_.empty()) return "";
-  double ago = std::chrono::duration<double>(std::chrono::steady_clock::now() - portDownAt_).count();
+  const double ago = static_cast<double>(nowNs() - portDownAt_) * 1e-9;
   return strprintf("; %s reported its port down, %s, read %.1f s before", label_.c_str(), portDown_.c_str(), ago);
 }
 

@@ -14,7 +14,6 @@
 
 #ifdef LOOM_VERBS_HEADERS
 #include <atomic>
-#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
@@ -58,14 +57,14 @@ class IbEvents {
   std::string label_;
   bool failComms_;
   std::mutex mu_;
-  std::atomic<int64_t> nextNs_{0};
+  std::atomic<uint64_t> nextNs_{0};  // base/time.h nowNs
   std::atomic<bool> anyFatal_{false};
   bool readable_ = true;  // false once reading failed for good
   std::string deviceFatal_;
   std::map<uint32_t, std::string> qps_;  // by QP number
   std::map<const ibv_cq*, std::string> cqs_;
   std::string portDown_;  // the event's name while the port's last event said down
-  std::chrono::steady_clock::time_point portDownAt_;
+  uint64_t portDownAt_ = 0;  // nowNs
 };
 
 }  // namespace loom::ibnet

@@ -97,7 +97,8 @@ IbOptions IbOptions::fromKnobs() {
   o.gidIndex = ranged(kGid, -1, 255);  // a GRH's sgid_index is 8 bits
   o.relaxedOrdering = ranged(kRelaxed, 0, 2);
   o.splitData = ranged(kSplit, 0, 1) == 1;
-  o.adaptiveRouting = static_cast<int>(std::clamp<int64_t>(kAr.get(), -2, 2));  // as NCCL: -2 auto, 0 off, else on
+  const int64_t ar = kAr.get();
+  o.adaptiveRouting = ar == -2 ? -2 : ar != 0;  // as NCCL: -2 by link layer, 0 off, anything else on
   int64_t threshold = kArThreshold.get();
   if (threshold < 0)
     LOOM_THROW(kInvalidArgument, "%s=%lld: a threshold in bytes must not be negative", kArThreshold.name(),
