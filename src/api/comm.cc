@@ -244,6 +244,8 @@ void ncclComm::runInit() noexcept {
               static_cast<void*>(this), rank, cudaDev, deviceServer.c_str());
     LOOM_INFO(loom::kLogInit, "comm %p %s - Init COMPLETE", static_cast<void*>(this),
               c->initSummary().c_str());
+    profiler = loom::Profiler::open(c->commHash(), commName.empty() ? nullptr : commName.c_str(),
+                                    c->planContext().layout.nhosts(), nranks, rank);
     core = std::move(c);
     if (!shadow && cudaDev >= 0) {  // ncclMemAlloc asks (api/stock_route.h)
       loom::api::countLoomServedDevice(cudaDev, +1);

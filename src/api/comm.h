@@ -16,6 +16,7 @@
 #include "bootstrap/unique_id.h"
 #include "dispatch/shadow.h"
 #include "engine/communicator.h"
+#include "engine/profiler_plugin.h"
 #include "kernels/reduce.h"
 
 struct ncclComm {
@@ -30,6 +31,9 @@ struct ncclComm {
   const ncclConfig_t* userConfig() const { return config.get(); }
   loom::JobId job;
 
+  // The profiler plugin's context for this communicator (null: none); finalised after
+  // `core` is gone, so after the last work that reports to it.
+  std::unique_ptr<loom::Profiler> profiler;
   std::unique_ptr<loom::Communicator> core;  // null until init completes
   // Stock NCCL's communicator over the same ranks when the fallback serves this one's
   // device-memory calls (LOOM_NCCL_FALLBACK); `deviceServer` says who serves them and why.

@@ -13,8 +13,11 @@
 #include "api/comm.h"
 #include "api/guard.h"
 #include "api/mgmt_job.h"
+#include "base/cuda_driver.h"
 #include "base/log.h"
 #include "engine/engine.h"
+#include "engine/profiler_abi.h"
+#include "engine/profiler_plugin.h"
 
 namespace loom::api {
 namespace {
@@ -37,8 +40,38 @@ struct GroupState {
   const dispatch::StockNccl* stockLib = nullptr;
   std::vector<DeferredInit> stockComms;
   std::vector<std::function<void()>> stockThens;
+  // The profiler plugin's GroupApi event of the group's operations (engine/profiler_plugin.h),
+  // started by the first (on its communicator's plugin context), stopped when the outermost
+  // end returns; `groupApiProf` set once one was asked for.
+  void* groupApi = nullptr;
+  Profiler* groupApiProf = nullptr;
 };
 thread_local GroupState tlsGroup;
+
+// Ends the group's GroupApi event around the launch, as NCCL's group end: the
+// GroupEndApiStart state, then the stop when the launch has returned or failed.
+class GroupApiEnd {
+ public:
+  explicit GroupApiEnd(GroupState& g) : g_(g) {
+    if (g_.groupApiProf) g_.groupApiProf->record(g_.groupApi, profabi::kStateGroupEndApiStart);
+  }
+  ~GroupApiEnd() {
+    if (g_.groupApiProf) g_.groupApiProf->stop(g_.groupApi);
+    g_.groupApi = nullptr;
+    g_.groupApiProf = nullptr;
+  }
+
+ private:
+  GroupState& g_;
+};
+
+bool capturing(const OpArgs& a) {
+  if (a.mem != MemKind::kDevice) return false;
+  const cuda::Driver* drv = cuda::driver();
+  int status = cuda::kStreamCaptureStatusNone;
+  return drv && drv->hasStreams && drv->streams.streamIsCapturing(a.stream, &status) == cuda::kCudaSuccess &&
+         status == cuda::kStreamCaptureStatusActive;
+}
 
 Reducer reducerFor(const OpArgs& a, const void** deviceScalar) {
   ncclComm_t comm = a.comm;
@@ -78,7 +111,9 @@ Op toOp(const OpArgs& a) {
   op.mem = a.mem;
   op.stream = a.stream;
   op.device = a.comm->cudaDev;
-  op.comm = {a.comm->core.get(), &a.comm->abortFlag, &a.comm->revoked, &onFailure, a.comm};
+  op.comm = {a.comm->core.get(), &a.comm->abortFlag, &a.comm->revoked, &onFailure, a.comm,
+             a.comm->profiler.get()};
+  op.profApi = a.profApi;
   return op;
 }
 
@@ -337,12 +372,31 @@ double estimateGroupMicros(const std::vector<OpArgs>& ops) {
 
 bool inGroup() { return tlsGroup.depth > 0; }
 
-void submit(const OpArgs& op) {
+void submit(const OpArgs& args) {
+  GroupState& g = tlsGroup;
+  OpArgs op = args;
+  // The profiler plugin's API events of the calls Loom serves (stock NCCL reports its own).
+  Profiler* prof = onStock(op) ? nullptr : op.comm->profiler.get();
+  if (__builtin_expect(prof != nullptr, 0)) {
+    const bool captured = capturing(op);
+    if (!g.groupApiProf) {
+      g.groupApi = prof->startGroupApi(g.depth + 1, captured);
+      g.groupApiProf = prof;
+    }
+    op.profApi = op.isSend || op.isRecv
+                     ? prof->startP2pApi(g.groupApi, op.isSend, op.count, static_cast<int>(op.dtype), op.stream,
+                                         captured)
+                     : prof->startCollApi(g.groupApi, op.coll, op.count, static_cast<int>(op.dtype), op.root,
+                                          op.stream, captured);
+  }
   if (inGroup()) {
-    tlsGroup.ops.push_back(op);
-    tlsGroup.ops.back().serial = op.comm->serial;  // the recording call is counted in it
+    g.ops.push_back(op);
+    g.ops.back().serial = op.comm->serial;  // the recording call is counted in it
+    if (prof) prof->stop(op.profApi);
     return;
   }
+  if (prof) prof->stop(op.profApi);
+  GroupApiEnd end(g);
   launchOne(op);
 }
 
@@ -410,6 +464,7 @@ ncclResult_t endGroup(const char* fn, ncclSimInfo_t* sim) {
   auto& g = tlsGroup;
   LOOM_CHECK_USAGE(g.depth > 0, "%s: no matching ncclGroupStart", fn);
   if (--g.depth > 0) return ncclSuccess;
+  GroupApiEnd profEnd(g);
   std::vector<DeferredCall> calls = std::move(g.calls);
   std::vector<DeferredInit> inits = std::move(g.inits);
   std::vector<OpArgs> ops = std::move(g.ops);

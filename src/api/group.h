@@ -28,6 +28,7 @@ struct OpArgs {
   // comm's registration serial, noted when a group records the call: the group's end
   // enters that communicator, not one made since at a freed one's address.
   uint64_t serial = 0;
+  void* profApi = nullptr;  // the call's profiler API event (engine/profiler_plugin.h)
 };
 
 bool inGroup();

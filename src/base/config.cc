@@ -135,7 +135,11 @@ std::vector<std::string> unreadNcclVariables() {
   for (char** e = environ; e && *e; ++e) {
     const std::string entry(*e);
     const std::string name = entry.substr(0, entry.find('='));
-    if (name.rfind("NCCL_", 0) != 0 || name.rfind("NCCL_TESTS_", 0) == 0) continue;
+    if (name.rfind("NCCL_", 0) != 0) continue;
+    // The benchmarks', and the profiler plugins' (NVIDIA's example plugin, NCCL Inspector).
+    if (name.rfind("NCCL_TESTS_", 0) == 0 || name.rfind("NCCL_PROFILE_", 0) == 0 ||
+        name.rfind("NCCL_INSPECTOR_", 0) == 0)
+      continue;
     if (!findKnob(name)) out.push_back(entry);
   }
   std::sort(out.begin(), out.end());

@@ -84,8 +84,9 @@ class SizeKnob : public KnobBase {
 
 const std::vector<const KnobBase*>& allKnobs();
 // The NCCL_* variables set in this process's environment that no knob reads (as "NAME=value"),
-// NCCL_TESTS_* (the benchmarks') aside: NCCL's own tuning that Loom's paths ignore, though a
-// stock NCCL serving device buffers reads it.
+// NCCL_TESTS_* (the benchmarks'), NCCL_PROFILE_* and NCCL_INSPECTOR_* (profiler plugins')
+// aside: NCCL's own tuning that Loom's paths ignore, though a stock NCCL serving device
+// buffers reads it.
 std::vector<std::string> unreadNcclVariables();
 const KnobBase* findKnob(const std::string& name);
 uint64_t parseSize(const std::string& text, const char* what);

@@ -9,6 +9,8 @@
 #include "base/log.h"
 #include "engine/communicator.h"
 #include "engine/cpu_executor.h"
+#include "engine/profiler_abi.h"
+#include "engine/profiler_plugin.h"
 #include "engine/staged.h"
 
 namespace loom {
@@ -108,6 +110,60 @@ FlightEntry* recordColl(const Op& op, uint64_t seq, const CachedPlan& cp) {
 
 const char* opName(const Op& op) { return collectiveName(op.coll); }
 
+// ---- the profiler plugin's events of a launch (engine/profiler_plugin.h)
+
+// NCCL's style of algorithm name ("RING", "TREE"), Loom's own algorithms alike.
+const char* profAlgoName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kRing: return "RING";
+    case Algorithm::kTree: return "TREE";
+    case Algorithm::kHalvingDoubling: return "HALVING_DOUBLING";
+    case Algorithm::kDirect: return "DIRECT";
+    case Algorithm::kHierarchical: return "HIERARCHICAL";
+    default: return "Unknown";
+  }
+}
+
+// One communicator's part of a launch: its Group event and its task events, started as the
+// tasks are bound and stopped once they all are (queued, as NCCL's); the channel events are
+// the executor's (Task::prof).
+class LaunchProfile {
+ public:
+  explicit LaunchProfile(Profiler* p) : p_(p), group_(p ? p->startGroup() : nullptr) {}
+  ~LaunchProfile() {
+    if (!p_) return;
+    for (void* h : tasks_) p_->stop(h);
+    p_->stop(group_);
+  }
+  void coll(const Op& op, const Plan& plan, Task* t) {
+    if (!p_) return;
+    const int channels = static_cast<int>(plan.channels.size());
+    void* h = p_->startColl(op.profApi, group_, op.coll, op.sendbuff, op.recvbuff, op.count, op.dtype, op.root,
+                            channels, profAlgoName(plan.algo), t->interp == Task::kInterpLL ? "LL" : "SIMPLE");
+    attach(t, {h}, channels);
+  }
+  void p2p(const std::vector<const Op*>& ops, Task* t) {
+    if (!p_) return;
+    std::vector<void*> hs;
+    for (const Op* op : ops)
+      hs.push_back(p_->startP2p(op->profApi, group_, op->isSend,
+                                op->isSend ? const_cast<void*>(op->sendbuff) : op->recvbuff, op->count, op->dtype,
+                                op->root));
+    attach(t, std::move(hs), 1);
+  }
+
+ private:
+  void attach(Task* t, std::vector<void*> events, int channels) {
+    for (void* h : events)
+      if (h) tasks_.push_back(h);
+    if (p_->wants(profabi::kKernelCh) && std::any_of(events.begin(), events.end(), [](void* h) { return h; }))
+      t->prof = std::make_shared<TaskProfile>(p_, std::move(events), channels);
+  }
+  Profiler* p_;
+  void* group_;
+  std::vector<void*> tasks_;
+};
+
 void logColl(const Op& op, uint64_t seq, Algorithm algo) {
   LOOM_INFO(kLogColl, "%s: opCount %llu count %zu datatype %d op %d root %d algorithm %s",
             opName(op), static_cast<unsigned long long>(seq), op.count, op.dtype, op.redop,
@@ -125,6 +181,7 @@ bool runReady(const Op& op, const CachedPlan& cp) {
   logColl(op, seq, cp.plan.algo);
   Task t = bindTask(op, cp.plan, seq, opName(op));
   t.rec = recordColl(op, seq, cp);
+  if (__builtin_expect(op.comm.profiler != nullptr, 0)) LaunchProfile(op.comm.profiler).coll(op, cp.plan, &t);
   if (cp.plan.scratchBytes > 0) t.scratch = core.scratch(cp.plan.scratchBytes);
   core.executor().drain();
   Task* task = &t;
@@ -316,6 +373,7 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
   auto batch = std::make_unique<Batch>();
   for (CommWork& cw : comms) {
     Communicator& core = *cw.comm.core;
+    LaunchProfile prof(cw.comm.profiler);
     // The group's sends and receives run after its collectives, on every rank alike
     // (they share connections), however each rank ordered its calls.
     std::vector<const Op*> p2p;
@@ -332,6 +390,7 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
       logColl(*op, seq, cp->plan.algo);
       batch->tasks.push_back(bindTask(*op, cp->plan, seq, opName(*op)));
       batch->tasks.back().rec = recordColl(*op, seq, *cp);
+      prof.coll(*op, cp->plan, &batch->tasks.back());
       batch->plans.push_back(std::shared_ptr<const Plan>(cp, &cp->plan));
     }
     if (!p2p.empty()) {
@@ -350,6 +409,7 @@ std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
       t.eltSize = 1;
       t.sendbuf = nullptr;
       t.recvbuf = nullptr;
+      prof.p2p(p2p, &t);
       batch->tasks.push_back(std::move(t));
       batch->plans.push_back(cw.p2p);
     }

@@ -12,6 +12,7 @@
 #include "base/time.h"
 #include "engine/flight_recorder.h"
 #include "engine/job_status.h"
+#include "engine/profiler_plugin.h"
 #include "engine/host_step_ops.h"
 #include "engine/interp_executor.h"
 #include "kernels/plan_steps.h"
@@ -197,6 +198,7 @@ struct CommQueue {
       for (size_t ch = 0; ch < t->plan->channels.size(); ++ch)
         runs.emplace_back(*t, ch);
       if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->start();
+      if (t->prof) t->prof->begin();
     }
     bool all = true;
     for (auto& r : runs) {
@@ -217,6 +219,7 @@ struct CommQueue {
         if (!c->fifo().drained()) return any;
       draining = false;
       if (t->recorder) t->recorder->complete(t->rec, t->seq);
+      if (t->prof) t->prof->end();
       ++next;
       any = true;
     }
@@ -394,7 +397,10 @@ void runTasks(std::span<Task* const> tasks) {
     }
   } catch (const Error& e) {
     for (auto& q : queues)
-      if (Task* t = q.current(); t && t->recorder) t->recorder->fail(t->rec, t->seq);
+      if (Task* t = q.current()) {
+        if (t->recorder) t->recorder->fail(t->rec, t->seq);
+        if (t->prof) t->prof->end();
+      }
     throw;
   }
 }

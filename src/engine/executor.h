@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ namespace loom {
 class Communicator;
 class FlightRecorder;
 struct FlightEntry;
+class TaskProfile;
 
 // One plan bound to buffers and a reduction, on one communicator.
 struct Task {
@@ -48,6 +50,8 @@ struct Task {
   Communicator* core = nullptr;        // for the job view in time-out messages
   FlightRecorder* recorder = nullptr;  // the communicator's flight recorder
   FlightEntry* rec = nullptr;          // this operation's entry there (nullptr: recorder off)
+  // Its profiler plugin's channel events (engine/profiler_plugin.h; null: no plugin).
+  std::shared_ptr<TaskProfile> prof;
 };
 
 // Runs every task to completion. Tasks of one communicator must be given in issue order;

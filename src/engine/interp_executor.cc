@@ -17,6 +17,7 @@
 #include "engine/flat_plan.h"
 #include "engine/flight_recorder.h"
 #include "engine/host_step_ops.h"
+#include "engine/profiler_plugin.h"
 #include "kernels/interp.h"
 
 namespace loom {
@@ -220,6 +221,7 @@ bool advance(Queue& q, int64_t spin) {
       LOOM_THROW(kInternalError, "rank %d: %s #%llu needs %zu bytes of scratch and has none",
                  t->rank, t->name, static_cast<unsigned long long>(t->seq), t->plan->scratchBytes);
     if (FlightEntry* e = FlightRecorder::held(t->rec, t->seq)) e->start();
+    if (t->prof) t->prof->begin();
     q.run = std::make_unique<TaskRun>(*t, spin, t->interp == Task::kInterpLL);
     q.seen = 0;
     return true;
@@ -235,6 +237,7 @@ bool advance(Queue& q, int64_t spin) {
     if (!c->fifo().drained()) return any;
   q.run.reset();
   if (t->recorder) t->recorder->complete(t->rec, t->seq);
+  if (t->prof) t->prof->end();
   ++q.next;
   return true;
 }
@@ -303,7 +306,10 @@ void runTasksInterp(std::span<Task* const> tasks) {
   } catch (const Error&) {
     for (Queue& q : queues) {
       if (q.run) q.run->stop();
-      if (Task* t = q.current(); t && t->recorder) t->recorder->fail(t->rec, t->seq);
+      if (Task* t = q.current()) {
+        if (t->recorder) t->recorder->fail(t->rec, t->seq);
+        if (t->prof) t->prof->end();
+      }
     }
     throw;
   }

@@ -14,6 +14,7 @@
 namespace loom {
 
 class Communicator;
+class Profiler;
 
 // The engine's view of a communicator for one operation: its core and the flags the API
 // owns (ncclCommAbort, ncclCommRevoke), polled while the operation waits.
@@ -25,6 +26,7 @@ struct OpComm {
   // API records the error there: ncclCommGetAsyncError, ncclGetLastError).
   void (*onFailure)(void* owner, const Error& e) = nullptr;
   void* owner = nullptr;
+  Profiler* profiler = nullptr;  // the communicator's profiler plugin (null: none)
 
   // "aborted" or "revoked" once ncclCommAbort / ncclCommRevoke was called, else nullptr:
   // for waits that must end then.
@@ -54,6 +56,7 @@ struct Op {
   void* stream = nullptr;        // the caller's cudaStream_t; host work completes before return
   int device = -1;               // the communicator's CUDA device (device memory)
   OpComm comm;
+  void* profApi = nullptr;  // the call's CollApi / P2pApi profiler event (null: none)
 
   bool isP2p() const { return isSend || isRecv; }
   // The call, for messages: "ncclSend", "ncclRecv", or the collective as NCCL prints it.

@@ -141,14 +141,18 @@ TEST(Config, SizeSuffixes) {
   EXPECT_NE(msg.find("NCCL_TEST_SIZE=lots"), std::string::npos) << msg;
 }
 
-// NCCL_* variables no knob reads are listed (NCCL_TESTS_* aside); knobs' NCCL names are not.
+// NCCL_* variables no knob reads are listed (NCCL_TESTS_* and profiler plugins' variables
+// aside); knobs' NCCL names are not.
 TEST(Config, UnreadNcclVariables) {
   ScopedEnv a("NCCL_P2P_LEVEL", "NVL"), b("NCCL_TEST_INT", "3"), c("NCCL_TESTS_SPLIT", "MOD 2");
+  ScopedEnv d("NCCL_PROFILE_EVENT_MASK", "2"), e("NCCL_INSPECTOR_ENABLE", "1");
   std::vector<std::string> unread = unreadNcclVariables();
   EXPECT_NE(std::find(unread.begin(), unread.end(), "NCCL_P2P_LEVEL=NVL"), unread.end());
   for (const std::string& v : unread) {
     EXPECT_NE(v.rfind("NCCL_TEST_INT=", 0), 0u) << "a knob's alias is read: " << v;
     EXPECT_NE(v.rfind("NCCL_TESTS_", 0), 0u) << v;
+    EXPECT_NE(v.rfind("NCCL_PROFILE_", 0), 0u) << v;
+    EXPECT_NE(v.rfind("NCCL_INSPECTOR_", 0), 0u) << v;
   }
 }
 

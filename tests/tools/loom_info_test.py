@@ -110,7 +110,7 @@ def case_json():
            doc["ncclVersionCode"] == 22809, f"versions {doc['version']} {doc['ncclVersion']}")
     feats = {f["key"]: f for f in doc["features"]}
     expect(sorted(feats) == sorted(["hostMemory", "cuda", "nvml", "ibverbs", "ucx", "ncclFallback",
-                                    "netPlugins", "tunerPlugin"]),
+                                    "netPlugins", "tunerPlugin", "profilerPlugin"]),
            f"feature keys {sorted(feats)}")
     expect(feats["hostMemory"]["compiled"] and feats["hostMemory"]["available"], "host memory")
     for f in doc["features"]:
@@ -223,6 +223,24 @@ def case_tuner_plugin():
         out, _ = run("--json", env={"NCCL_TUNER_PLUGIN": spec, "NCCL_NET_PLUGIN": "none"})
         f = {x["key"]: x for x in json.loads(out)["features"]}["tunerPlugin"]
         expect(not f["available"] and says in f["detail"], f"tunerPlugin with {spec}: {f}")
+
+
+def case_profiler_plugin():
+    """NCCL_PROFILER_PLUGIN as loom-info reports it: the plugin with its ABI version and path;
+    a name that does not load, or none: nothing, saying so."""
+    plugin = os.environ["LOOM_TEST_PROFILER_PLUGIN"]
+    out, _ = run("--json", env={"NCCL_PROFILER_PLUGIN": plugin})
+    f = {x["key"]: x for x in json.loads(out)["features"]}["profilerPlugin"]
+    expect(f["available"] and f["path"] == plugin and f["detail"] == f"loomtest-v5 (v5, {plugin})",
+           f"profilerPlugin {f}")
+    for spec, says in (("none", "NCCL_PROFILER_PLUGIN=none"), ("no-such-profiler", "no-such-profiler does not load"),
+                       (None, "libnccl-profiler.so does not load")):
+        env = {"NCCL_NET_PLUGIN": "none"}
+        if spec:
+            env["NCCL_PROFILER_PLUGIN"] = spec
+        out, _ = run("--json", env=env)
+        f = {x["key"]: x for x in json.loads(out)["features"]}["profilerPlugin"]
+        expect(not f["available"] and says in f["detail"], f"profilerPlugin with {spec}: {f}")
 
 
 def case_logs_off_stdout():

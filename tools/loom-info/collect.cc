@@ -11,6 +11,7 @@
 #include "base/dl.h"
 #include "base/error.h"
 #include "base/host.h"
+#include "engine/profiler_plugin.h"
 #include "engine/tuner_plugin.h"
 #include "base/socket.h"
 #include "bootstrap/unique_id.h"
@@ -124,6 +125,19 @@ FeatureInfo tunerPlugin() {
   return f;
 }
 
+// The NCCL profiler plugin as NCCL_PROFILER_PLUGIN names it (or a net plugin's library exports).
+FeatureInfo profilerPlugin() {
+  FeatureInfo f;
+  f.name = "NCCL profiler plugin";
+  f.key = "profilerPlugin";
+  f.compiled = true;
+  std::string path;
+  f.detail = processProfilerPlugin(&path);
+  f.available = !path.empty();
+  f.path = path;
+  return f;
+}
+
 std::vector<FeatureInfo> collectFeatures() {
   unsigned compiled = 0, available = 0;
   ncclResult_t rc = loomGetFeatures(&compiled, &available);
@@ -141,6 +155,7 @@ std::vector<FeatureInfo> collectFeatures() {
   }
   out.push_back(netPlugins());
   out.push_back(tunerPlugin());
+  out.push_back(profilerPlugin());
   return out;
 }
 
