@@ -36,12 +36,16 @@ int64_t eitherOf(const IntKnob& k, const IntKnob& legacy, int64_t unset, int64_t
 }
 }  // namespace
 
-void PlanContext::loadChannelBounds() {
-  // As NCCL's ncclMinNchannels / ncclMaxNchannels and its CTA checks (init.cc).
+void PlanContext::loadChannelBounds(int configMin, int configMax) {
+  // As NCCL's ncclMinNchannels / ncclMaxNchannels and its CTA checks (init.cc): the
+  // environment's CTA bounds replace the config's.
   const int64_t minN = std::clamp<int64_t>(eitherOf(kMinNchannels, kMinNrings, -2, 0), 0, kMaxPlanChannels);
   const int64_t maxN = std::clamp<int64_t>(eitherOf(kMaxNchannels, kMaxNrings, -2, kMaxPlanChannels), 1,
                                            kMaxPlanChannels);
-  const int64_t minC0 = kMinCtas.get(), maxC0 = kMaxCtas.get();
+  const int64_t envMin = kMinCtas.get(), envMax = kMaxCtas.get();
+  configMinCtas = envMin > 0 ? 0 : std::max(configMin, 0);
+  configMaxCtas = envMax > 0 ? 0 : std::max(configMax, 0);
+  const int64_t minC0 = envMin > 0 ? envMin : configMinCtas, maxC0 = envMax > 0 ? envMax : configMaxCtas;
   const int64_t maxC = maxC0 > 0 ? std::min<int64_t>(maxC0, kMaxPlanChannels) : kMaxPlanChannels;
   const int64_t minC = std::min(minC0 > 0 ? std::min<int64_t>(minC0, kMaxPlanChannels) : 1, maxC);
   maxChannels = static_cast<int>(std::min(maxN, maxC));

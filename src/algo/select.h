@@ -87,6 +87,10 @@ struct PlanContext {
   // a tuner's count included, runs at most maxChannels.
   int minChannels = 1;
   int maxChannels = kMaxPlanChannels;
+  // The CTA bounds ncclConfig_t's minCTAs / maxCTAs set, where NCCL_MIN_CTAS / NCCL_MAX_CTAS
+  // leave them to it (0: none): job-wide, as the knobs.
+  int configMinCtas = 0;
+  int configMaxCtas = 0;
 
   PlanContext();
   // Reads NCCL_ALGO / LOOM_ALGO and NCCL_PROTO / LOOM_PROTO into `allowed*`; throws
@@ -94,8 +98,10 @@ struct PlanContext {
   void loadAlgoFilter();
   // Reads the channel bounds into min/maxChannels as NCCL reads them (out-of-range values
   // clamped, never refused; a minimum over a maximum of the CTA pair lowered to it); call
-  // before loadTuning. Throws kInvalidArgument on a value that is not an integer.
-  void loadChannelBounds();
+  // before loadTuning. `configMin/MaxCtas` (> 0) are ncclConfig_t's minCTAs / maxCTAs,
+  // which NCCL_MIN_CTAS / NCCL_MAX_CTAS override where set (> 0), as in NCCL. Throws
+  // kInvalidArgument on a value that is not an integer.
+  void loadChannelBounds(int configMinCtas = 0, int configMaxCtas = 0);
   // Ranks the candidates for every collective and size with the cost model of this host
   // (its FIFO shape taken from slotBytes / depth), after `hook`, if any, has adjusted each
   // cost table.

@@ -198,7 +198,7 @@ void ncclComm::runInit() noexcept {
     loom::ScopedLogRank lr(rank);
     for (int t = 0; t < ncclNumTypes; ++t)
       for (int o = 0; o < ncclNumOps; ++o) builtinOps[t][o] = loom::Reducer::make(t, o, nranks);
-    auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag);
+    auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag, configMinCtas, configMaxCtas);
     loom::dispatch::FallbackSetup fb = loom::dispatch::setUpFallback(
         c->bootstrap(), cudaDev, c->peers()[rank].hostHash, &abortFlag, &revoked,
         loom::deviceExecutorWanted(), userConfig());

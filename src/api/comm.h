@@ -29,6 +29,7 @@ struct ncclComm {
   // and a split given no config passes it on.
   loom::api::KeptConfig config;
   const ncclConfig_t* userConfig() const { return config.get(); }
+  int configMinCtas = 0, configMaxCtas = 0;  // its minCTAs / maxCTAs (0: unset)
   loom::JobId job;
 
   // The profiler plugin's context for this communicator (null: none); finalised after

@@ -67,6 +67,13 @@ std::vector<JobSetting> jobSettings(FifoShape shape, uint8_t interp, const PlanC
   };
   for (const KnobBase* k : channelBoundKnobs()) v.push_back({k, k->canonical()});
   for (JobSetting& s : v) s = read.published(s);
+  // ncclConfig_t's CTA bounds, where the environment leaves them to the config.
+  auto config = [](const char* name, const char* field, int value) {
+    const std::string shown = value > 0 ? std::to_string(value) : "";
+    return JobSetting{knob(name), shown, shown, value > 0 ? strprintf("ncclConfig_t %s", field) : "unset"};
+  };
+  v.push_back(config("LOOM_MIN_CTAS", "minCTAs", ctx.configMinCtas));
+  v.push_back(config("LOOM_MAX_CTAS", "maxCTAs", ctx.configMaxCtas));
   return v;
 }
 
@@ -147,8 +154,8 @@ void Communicator::agreeOnRanking() {
 
 // A failed init (a peer died while connections were being set up) may leave behind a
 // name the dead peer created and nobody mapped: sweep once our own segments are gone.
-Communicator::Communicator(const JobId& job, int rank, int nranks,
-                           const std::atomic<bool>* abortFlag) try
+Communicator::Communicator(const JobId& job, int rank, int nranks, const std::atomic<bool>* abortFlag,
+                           int configMinCtas, int configMaxCtas) try
     : rank_(rank), nranks_(nranks), abort_(abortFlag) {
   Digest d = sha256(job.secret, sizeof(job.secret));
   memcpy(&commHash_, d.data(), sizeof(commHash_));
@@ -163,7 +170,7 @@ Communicator::Communicator(const JobId& job, int rank, int nranks,
   read.read({knob("LOOM_EXECUTOR"), knob("LOOM_INTERP_PROTO")},
             [&] { interp_ = interpExecutorSelected(); });
   read.read({knob("LOOM_ALGO"), knob("LOOM_PROTO")}, [&] { planCtx_.loadAlgoFilter(); });
-  read.read(channelBoundKnobs(), [&] { planCtx_.loadChannelBounds(); });
+  read.read(channelBoundKnobs(), [&] { planCtx_.loadChannelBounds(configMinCtas, configMaxCtas); });
   const std::vector<JobSetting> settings = jobSettings(shape, interp_, planCtx_, read);
   ShmSegment::sweepDead();
   bootstrap_ = std::make_unique<Bootstrap>(job, rank, nranks, abortFlag);

@@ -28,7 +28,9 @@ namespace loom {
 class Communicator {
  public:
   // Joins `job` as `rank` of `nranks`: rendezvous, peer exchange, ring connections.
-  Communicator(const JobId& job, int rank, int nranks, const std::atomic<bool>* abortFlag);
+  // `configMin/MaxCtas` (> 0): ncclConfig_t's minCTAs / maxCTAs (algo/select.h).
+  Communicator(const JobId& job, int rank, int nranks, const std::atomic<bool>* abortFlag, int configMinCtas = 0,
+               int configMaxCtas = 0);
   ~Communicator();
 
   int rank() const { return rank_; }

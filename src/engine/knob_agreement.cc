@@ -67,8 +67,10 @@ namespace {
     const KnobBase& k = *settings[i].knob;
     snprintf(mine.k[i].name, sizeof(mine.k[i].name), "%s", k.name());
     mine.k[i].value = fnv1a(settings[i].value);
-    snprintf(mine.k[i].shown, sizeof(mine.k[i].shown), "%s", k.raw().c_str());
-    snprintf(mine.k[i].source, sizeof(mine.k[i].source), "%s", k.source().c_str());
+    const bool own = settings[i].source.empty();
+    snprintf(mine.k[i].shown, sizeof(mine.k[i].shown), "%s", own ? k.raw().c_str() : settings[i].shown.c_str());
+    snprintf(mine.k[i].source, sizeof(mine.k[i].source), "%s",
+             own ? k.source().c_str() : settings[i].source.c_str());
   }
   bs.allGather(all.data(), sizeof(KnobValues));
 
@@ -96,8 +98,8 @@ namespace {
       // The variable a user set (rank 0's, else the other's); the knob's name if neither did.
       std::string name = field(first.k[i].name);
       for (const std::string& src : {field(first.k[i].source), field(other.k[i].source)})
-        if (src.rfind("env ", 0) == 0) {
-          name = src.substr(4);
+        if (src.rfind("env ", 0) == 0 || src.rfind("ncclConfig_t ", 0) == 0) {
+          name = src.rfind("env ", 0) == 0 ? src.substr(4) : src;
           break;
         }
       LOOM_THROW(kInvalidUsage, "%s differs between ranks: %s, %s%s", name.c_str(),

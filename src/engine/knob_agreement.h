@@ -25,6 +25,10 @@ namespace loom {
 struct JobSetting {
   const KnobBase* knob;
   std::string value;
+  // Where the value is not the knob's own (a communicator's config): what a mismatch shows
+  // and where it came from, instead of the knob's raw value and source.
+  std::string shown = {};
+  std::string source = {};
 };
 
 // Reads settings whose parsing may fail, for the exchange: a malformed value becomes a

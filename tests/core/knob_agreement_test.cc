@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "base/log.h"
+#include "algo/select.h"
+#include "api/comm.h"
 #include "core/core_util.h"
 
 namespace loomtest {
@@ -25,16 +27,22 @@ using Settings = std::vector<std::pair<const char*, const char*>>;
 // message and the communicator (when made); body's "" is success.
 using InitBody = std::function<std::string(int rank, ncclResult_t r, const std::string& msg,
                                            ncclComm_t comm)>;
-std::vector<std::string> initEach(const std::vector<Settings>& perRank, const InitBody& body) {
+// With `configure`, each rank inits with the config it fills (ncclCommInitRankConfig).
+using Configure = std::function<void(int rank, ncclConfig_t* config)>;
+std::vector<std::string> initEach(const std::vector<Settings>& perRank, const InitBody& body,
+                                  const Configure& configure = nullptr, Mode mode = Mode::kProcesses) {
   LateId late;
   return runEach(
-      Mode::kProcesses, static_cast<int>(perRank.size()),
+      mode, static_cast<int>(perRank.size()),
       [&](int rank, int n) {
         ncclUniqueId id;
         RANK_TRY(late.wait(&id));
         for (const auto& [name, value] : perRank[rank]) setenv(name, value, 1);
         ncclComm_t comm = nullptr;
-        const ncclResult_t r = ncclCommInitRank(&comm, n, id, rank);
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        if (configure) configure(rank, &config);
+        const ncclResult_t r = configure ? ncclCommInitRankConfig(&comm, n, id, rank, &config)
+                                         : ncclCommInitRank(&comm, n, id, rank);
         return body(rank, r, ncclGetLastError(nullptr), comm);
       },
       120, [&] { return makeId(late); });
@@ -43,7 +51,7 @@ std::vector<std::string> initEach(const std::vector<Settings>& perRank, const In
 // Every rank's init must fail with ncclInvalidUsage and a message containing `want`, but
 // rank `own`, if any, with ncclInvalidArgument and `ownWant` (its own malformed value).
 void expectInitFails(const std::vector<Settings>& perRank, const std::string& want,
-                     int own = -1, const std::string& ownWant = "") {
+                     int own = -1, const std::string& ownWant = "", const Configure& configure = nullptr) {
   auto t0 = std::chrono::steady_clock::now();
   auto f = initEach(perRank, [&](int rank, ncclResult_t r, const std::string& msg, ncclComm_t) {
     const ncclResult_t code = rank == own ? ncclInvalidArgument : ncclInvalidUsage;
@@ -53,7 +61,7 @@ void expectInitFails(const std::vector<Settings>& perRank, const std::string& wa
     RANK_CHECK(msg.find(text) != std::string::npos, "message '%s' lacks '%s'", msg.c_str(),
                text.c_str());
     return std::string();
-  });
+  }, configure);
   EXPECT_TRUE(f.empty()) << joinFailures(f);
   // At init, not after a time-out of any kind.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
@@ -132,6 +140,98 @@ TEST(CoreKnobAgreement, TheSameValuesWrittenDifferentlyAgree) {
     return std::string();
   });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
+}
+
+// ncclConfig_t's minCTAs / maxCTAs bound the channels as NCCL_MIN_CTAS / NCCL_MAX_CTAS do,
+// which override them (as in NCCL), and are job-wide like them: set on one rank only, every
+// rank's init fails naming the field.
+TEST(CoreKnobAgreement, ConfigCtaBoundsAsTheKnobs) {
+  EnvGuard a("NCCL_MIN_CTAS", nullptr), b("NCCL_MAX_CTAS", nullptr), c("NCCL_ALGO", nullptr),
+      t("LOOM_TIMEOUT", "60");
+  struct Case {
+    int minCtas, maxCtas;
+    const char* envMax;
+    int wantMin, wantMax, wantConfigMax, wantTreeChannels;
+  };
+  // A host tree runs 2 channels at 8 MiB on 4 ranks unbounded (Select.ChannelBoundsAsNccl).
+  for (const Case& k : {Case{NCCL_CONFIG_UNDEF_INT, 1, nullptr, 1, 1, 1, 1},
+                        Case{3, 5, nullptr, 3, 5, 5, 2},
+                        Case{NCCL_CONFIG_UNDEF_INT, 1, "2", 1, 2, 0, 2},
+                        Case{NCCL_CONFIG_UNDEF_INT, 100, nullptr, 1, 64, 100, 2}}) {
+    SCOPED_TRACE(std::to_string(k.minCtas) + "/" + std::to_string(k.maxCtas) + " env " +
+                 (k.envMax ? k.envMax : "-"));
+    // (Ranks as threads share the environment: set here, for the case only.)
+    EnvGuard algo("NCCL_ALGO", "tree"), envMax("NCCL_MAX_CTAS", k.envMax);
+    auto f = initEach(
+        std::vector<Settings>(4),
+        [&](int rank, ncclResult_t r, const std::string& msg, ncclComm_t comm) {
+          RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
+          const loom::PlanContext& ctx = comm->core->planContext();
+          RANK_CHECK(ctx.minChannels == k.wantMin && ctx.maxChannels == k.wantMax && ctx.configMaxCtas == k.wantConfigMax,
+                     "channels %d..%d, config max %d", ctx.minChannels, ctx.maxChannels, ctx.configMaxCtas);
+          const loom::Selection s = loom::select({loom::Collective::kAllReduce, (size_t{8} << 20) / 4, 4, 0}, ctx);
+          RANK_CHECK(s.channels == k.wantTreeChannels, "the tree runs %d channels", s.channels);
+          std::vector<float> in(2 << 20, static_cast<float>(rank + 1)), out(in.size(), 0);
+          RANK_NCCL(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat, ncclSum, comm, nullptr));
+          for (size_t i = 0; i < out.size(); ++i) RANK_CHECK(out[i] == 10.0f, "element %zu is %g", i, out[i]);
+          RANK_NCCL(ncclCommDestroy(comm));
+          return std::string();
+        },
+        [&](int, ncclConfig_t* config) {
+          config->minCTAs = k.minCtas;
+          config->maxCTAs = k.maxCtas;
+        },
+        Mode::kThreads);
+    EXPECT_TRUE(f.empty()) << joinFailures(f);
+  }
+  expectInitFails({{}, {}, {}},
+                  "ncclConfig_t maxCTAs differs between ranks: rank 0 has \"\" (unset), rank 1 has \"2\" "
+                  "(ncclConfig_t maxCTAs); 1 of 3 ranks differ from rank 0",
+                  -1, "", [](int rank, ncclConfig_t* config) {
+                    if (rank == 1) config->maxCTAs = 2;
+                  });
+  // The environment's bound stands for the config's everywhere: nothing differs.
+  auto f = initEach(
+      std::vector<Settings>(2, Settings{{"NCCL_MAX_CTAS", "4"}}),
+      [](int, ncclResult_t r, const std::string& msg, ncclComm_t comm) {
+        RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
+        RANK_NCCL(ncclCommDestroy(comm));
+        return std::string();
+      },
+      [](int rank, ncclConfig_t* config) { config->maxCTAs = rank + 1; });
+  EXPECT_TRUE(f.empty()) << joinFailures(f);
+}
+
+// As NCCL checks them: a set bound below 1, or a minimum over the maximum, is an invalid
+// argument; a config from headers older than NCCL 2.17 has no such fields to read.
+TEST(CoreKnobAgreement, InvalidConfigCtaBoundsAreRefused) {
+  struct Case {
+    int version, minCtas, maxCtas;
+    const char* want;  // null: accepted
+  };
+  for (const Case& k : {Case{NCCL_VERSION_CODE, 0, NCCL_CONFIG_UNDEF_INT, "config->minCTAs=0 must be positive"},
+                        Case{NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT, -3, "config->maxCTAs=-3 must be positive"},
+                        Case{NCCL_VERSION_CODE, 4, 2, "config->minCTAs=4 is larger than config->maxCTAs=2"},
+                        Case{NCCL_VERSION(2, 16, 0), 0, -3, nullptr}}) {
+    SCOPED_TRACE(std::to_string(k.minCtas) + "/" + std::to_string(k.maxCtas));
+    ncclUniqueId id;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.version = k.version;
+    config.minCTAs = k.minCtas;
+    config.maxCTAs = k.maxCtas;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+    if (!k.want) {
+      ASSERT_EQ(r, ncclSuccess) << ncclGetLastError(nullptr);
+      EXPECT_EQ(comm->core->planContext().maxChannels, 64);
+      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+      continue;
+    }
+    EXPECT_EQ(r, ncclInvalidArgument);
+    EXPECT_EQ(comm, nullptr);
+    EXPECT_NE(std::string(ncclGetLastError(nullptr)).find(k.want), std::string::npos) << ncclGetLastError(nullptr);
+  }
 }
 
 }  // namespace
