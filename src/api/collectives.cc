@@ -191,6 +191,7 @@ LOOM_NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, si
                 false, comm};
     base.mem = mem;
     base.stream = stream;
+    loom::api::InternalGroup internal;
     pncclGroupStart();
     for (int p = 0; p < comm->nranks; ++p) {
       OpArgs s = base, r = base;
@@ -225,6 +226,7 @@ LOOM_NCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size
                 false, comm};
     base.mem = mem;
     base.stream = stream;
+    loom::api::InternalGroup internal;
     pncclGroupStart();
     OpArgs s = base;
     s.isSend = true;
@@ -261,6 +263,7 @@ LOOM_NCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, siz
                 false, comm};
     base.mem = mem;
     base.stream = stream;
+    loom::api::InternalGroup internal;
     pncclGroupStart();
     if (comm->rank == root)
       for (int p = 0; p < comm->nranks; ++p) {

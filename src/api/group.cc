@@ -5,6 +5,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -41,28 +42,40 @@ struct GroupState {
   std::vector<DeferredInit> stockComms;
   std::vector<std::function<void()>> stockThens;
   // The profiler plugin's GroupApi event of the group's operations (engine/profiler_plugin.h),
-  // started by the first (on its communicator's plugin context), stopped when the outermost
-  // end returns; `groupApiProf` set once one was asked for.
+  // started by the first, in its communicator's plugin context, and stopped when the
+  // outermost end returns; `groupApiComm` (with its serial) set once one was asked for.
   void* groupApi = nullptr;
-  Profiler* groupApiProf = nullptr;
+  ncclComm_t groupApiComm = nullptr;
+  uint64_t groupApiSerial = 0;
+  // Groups an entry point opens around its own sends and receives (all-to-all, gather,
+  // scatter): part of the call, not a group of the caller's, for the event's depth.
+  int internal = 0;
 };
 thread_local GroupState tlsGroup;
 
 // Ends the group's GroupApi event around the launch, as NCCL's group end: the
-// GroupEndApiStart state, then the stop when the launch has returned or failed.
+// GroupEndApiStart state, then the stop when the launch has returned or failed. Only while
+// the event's communicator lives: one aborted or destroyed since has finalised its plugin
+// context, and the event with it.
 class GroupApiEnd {
  public:
   explicit GroupApiEnd(GroupState& g) : g_(g) {
-    if (g_.groupApiProf) g_.groupApiProf->record(g_.groupApi, profabi::kStateGroupEndApiStart);
+    if (g_.groupApiComm && enterCall(g_.groupApiComm, g_.groupApiSerial)) {
+      scope_.emplace(CallScope::kEntered, g_.groupApiComm);
+      prof_ = g_.groupApiComm->profiler.get();
+      prof_->record(g_.groupApi, profabi::kStateGroupEndApiStart);
+    }
   }
   ~GroupApiEnd() {
-    if (g_.groupApiProf) g_.groupApiProf->stop(g_.groupApi);
+    if (prof_) prof_->stop(g_.groupApi);
     g_.groupApi = nullptr;
-    g_.groupApiProf = nullptr;
+    g_.groupApiComm = nullptr;
   }
 
  private:
   GroupState& g_;
+  std::optional<CallScope> scope_;
+  Profiler* prof_ = nullptr;
 };
 
 bool capturing(const OpArgs& a) {
@@ -379,9 +392,11 @@ void submit(const OpArgs& args) {
   Profiler* prof = onStock(op) ? nullptr : op.comm->profiler.get();
   if (__builtin_expect(prof != nullptr, 0)) {
     const bool captured = capturing(op);
-    if (!g.groupApiProf) {
-      g.groupApi = prof->startGroupApi(g.depth + 1, captured);
-      g.groupApiProf = prof;
+    if (!g.groupApiComm) {
+      // As NCCL's: 1 for a lone call's implicit group, more inside the caller's groups.
+      g.groupApi = prof->startGroupApi(g.depth - g.internal + 1, captured);
+      g.groupApiComm = op.comm;
+      g.groupApiSerial = op.comm->serial;
     }
     op.profApi = op.isSend || op.isRecv
                      ? prof->startP2pApi(g.groupApi, op.isSend, op.count, static_cast<int>(op.dtype), op.stream,
@@ -413,6 +428,9 @@ void joinStockGroup(ncclComm_t comm, std::function<void()> then) {
 }
 
 void deferInit(ncclComm_t comm) { tlsGroup.inits.push_back({comm, comm->serial}); }
+
+InternalGroup::InternalGroup() { ++tlsGroup.internal; }
+InternalGroup::~InternalGroup() { --tlsGroup.internal; }
 
 void deferCall(ncclComm_t comm, const char* fn, ncclComm_t* newcomm,
                std::function<ncclResult_t(ncclComm_t* out)> run, std::function<void()> skipped) {

@@ -32,6 +32,15 @@ struct OpArgs {
 };
 
 bool inGroup();
+// While alive: the group an entry point opens around its own sends and receives (all-to-all,
+// gather, scatter) is part of the call, not a group of the caller's (a profiler plugin's
+// GroupApi depth, as NCCL's).
+struct InternalGroup {
+  InternalGroup();
+  ~InternalGroup();
+  InternalGroup(const InternalGroup&) = delete;
+  InternalGroup& operator=(const InternalGroup&) = delete;
+};
 // Queues an op in the current group, or launches it alone when no group is open.
 void submit(const OpArgs& op);
 // Queues a deferred communicator init to run (concurrently with the group's others) at

@@ -163,4 +163,21 @@ struct ProfilerV5 {
   Result (*finalize)(void* context);
 };
 
+// NCCL's numbers, written out (its headers' layout on LP64), so that a slip here cannot hide
+// behind Loom's test plugin, which shares these declarations.
+static_assert(kGroup == 1 && kColl == 2 && kP2p == 4 && kKernelCh == 64 && kGroupApi == 256 && kCollApi == 512 &&
+              kP2pApi == 1024 && kKernelLaunch == 2048);
+static_assert(kStateKernelChStop == 22 && kStateGroupStartApiStop == 23 && kStateGroupEndApiStart == 24);
+static_assert(offsetof(DescrV4, parentObj) == 8 && offsetof(DescrV4, rank) == 16 && offsetof(DescrV4, coll) == 24);
+static_assert(offsetof(DescrV5, parentObj) == 8 && offsetof(DescrV5, rank) == 16 && offsetof(DescrV5, coll) == 24);
+static_assert(offsetof(CollFields, count) == 32 && offsetof(CollFields, root) == 40 &&
+              offsetof(CollFields, nChannels) == 56 && offsetof(CollFields, algo) == 64 &&
+              offsetof(CollFields, proto) == 72 && sizeof(CollFields) == 80);
+static_assert(offsetof(P2pFields, peer) == 32 && offsetof(P2pFields, nChannels) == 36 && sizeof(P2pFields) == 40);
+static_assert(offsetof(DescrV5, coll.parentGroup) == 104 && offsetof(DescrV5, p2p.parentGroup) == 64);
+static_assert(offsetof(DescrV5, groupApi.groupDepth) == 28 && offsetof(DescrV5, collApi.stream) == 56 &&
+              offsetof(DescrV5, collApi.graphCaptured) == 64 && offsetof(DescrV5, p2pApi.stream) == 48);
+static_assert(offsetof(KernelChFields, pTimer) == 8);
+static_assert(offsetof(ProfilerV5, finalize) == 40 && offsetof(ProfilerV4, finalize) == 40);
+
 }  // namespace loom::profabi

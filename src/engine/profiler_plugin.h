@@ -5,8 +5,10 @@
 // lib*.so). When none of those loads, the NCCL net plugin libraries this process loaded are
 // searched, as NCCL searches its own. The newest ncclProfiler_v<N> symbol wins (v6 down to
 // v4). Loaded once per process and never unloaded; each communicator initialises the plugin
-// for itself (a failed init: no events for that communicator, as NCCL) and finalises it when
-// destroyed. The activation mask the plugin sets at init is one per process, as NCCL's.
+// for itself (a failed init: no events for that communicator; NCCL goes on calling the
+// plugin with the context it did not make) and finalises it when destroyed. The activation
+// mask the plugin sets at init is one per process, as NCCL's, read when each event would be
+// made (NCCL notes it once per call for the call's events).
 //
 // The events, as NCCL emits them (v5 and v6; v4 has no API events):
 //   GroupApi     from a group's first operation to the outermost ncclGroupEnd's return
