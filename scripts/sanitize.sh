@@ -33,11 +33,11 @@ case "$kind" in
   # Loom's own code with both.
   address) flags=address,undefined; test_flags=address; name="asan+ubsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-asan}"
     targets=(core_test chaos_test fault_test hier_test diag_test engine_staged_stand_in_test
-             engine_interp_test loom_stand_in_kernels) ;;
+             engine_interp_test engine_profiler_plugin_test loom_stand_in_kernels) ;;
   thread) flags=thread; test_flags=thread; name="tsan"; build="${LOOM_SANITIZE_DIR:-$repo/build-tsan}"
     targets=(core_test transports_test kernels_test diag_test engine_metrics_test
              engine_staged_stand_in_test engine_stand_in_stream_test engine_interp_test
-             engine_tuner_plugin_test loom_stand_in_kernels) ;;
+             engine_tuner_plugin_test engine_profiler_plugin_test loom_stand_in_kernels) ;;
   *) echo "sanitize: LOOM_SANITIZER=$kind (expected address or thread)"; exit 2 ;;
 esac
 jobs="${LOOM_JOBS:-$(nproc)}"
@@ -94,6 +94,9 @@ if [ "$kind" = address ]; then
   # The flight recorder, status queries, loom-status and a SIGSTOPped rank (issue 14).
   diag_filter='*'
   metrics_filter=''
+  # An NCCL profiler plugin's events: handles passed between the API, the engine and the
+  # executor, an abort inside a group, a failing operation.
+  profiler_filter='*'
   # Device buffers through the staged path (stand-in driver: streams, host functions).
   staged_filter='*'
   # The device executor (engine/device_exec.h) with the kernels module's stand-in, whose
@@ -128,6 +131,9 @@ else
   kernels_filter='StepPrimitive.*'
   # Rank threads of one process loading an NCCL tuner plugin and initialising it at once.
   tuner_filter='TunerPluginTest.EachVersionSteersTheAllReduce:TunerPluginTest.TiesGoAsInNccl:TunerPluginTest.LoaderAsNcclLoadsIt'
+  # Rank threads calling an NCCL profiler plugin at once (the process-wide activation mask,
+  # a group's events across the API and the executor, an abort from another thread).
+  profiler_filter='*:-*Processes*'
   # Status queries answered on the listener's thread and metrics scraped by the exporter's,
   # both reading flight recorders the ranks' threads are writing.
   diag_filter='FlightRecorder.KeepsTheLastEntriesWithTheirStatesAndTotals:FlightRecorder.DumpStateAndStatusQueriesOnLiveRanks:DiagStatus.*'
@@ -209,6 +215,10 @@ fi
 
 if [ -n "${tuner_filter:-}" ]; then
   run engine_tuner_plugin_test "$build/tests/engine/engine_tuner_plugin_test" --gtest_filter="$tuner_filter"
+fi
+
+if [ -n "${profiler_filter:-}" ]; then
+  run engine_profiler_plugin_test "$build/tests/engine/engine_profiler_plugin_test" --gtest_filter="$profiler_filter"
 fi
 
 if [ -n "${diag_filter:-}" ]; then

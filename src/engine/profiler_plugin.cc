@@ -177,11 +177,16 @@ std::string processProfilerPlugin(std::string* path) {
   return lib ? lib->describe() : why;
 }
 
+namespace {
+
+// The host clock Loom passes as a KernelCh event's pTimer (CLOCK_REALTIME, ns).
 uint64_t profilerTimer() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+}  // namespace
 
 std::unique_ptr<Profiler> Profiler::open(uint64_t commHash, const char* commName, int nNodes, int nranks,
                                          int rank) {
@@ -207,8 +212,6 @@ Profiler::~Profiler() {
 }
 
 bool Profiler::wants(int mask) const { return (eventMask() & mask) != 0; }
-int Profiler::version() const { return lib_.version; }
-std::string Profiler::describe() const { return lib_.describe(); }
 
 namespace {
 

@@ -54,10 +54,8 @@ class Profiler {
                                         int rank);
   ~Profiler();  // the plugin's finalize
 
-  // The activation mask's bits (profabi::k*) that make an event of each kind.
+  // Whether the activation mask has any of `mask`'s bits (profabi::k*).
   bool wants(int mask) const;
-  int version() const;
-  std::string describe() const;  // "<name> (v<N>, <path>)"
 
   // API events (v5+); null when the mask or the version leaves them out.
   void* startGroupApi(int depth, bool captured);
@@ -100,8 +98,5 @@ class TaskProfile {
   std::vector<void*> running_;
   bool begun_ = false, ended_ = false;
 };
-
-// The host clock Loom passes as a KernelCh event's pTimer (CLOCK_REALTIME, ns).
-uint64_t profilerTimer();
 
 }  // namespace loom

@@ -20,7 +20,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/profiler_abi.h"
 
@@ -39,8 +41,15 @@ struct Handle {  // a context or an event
   int ctx;
 };
 std::atomic<int> gNextId{1};
+std::mutex gMu;
+std::vector<Handle*>* gHandles = new std::vector<Handle*>;  // every handle, kept: they outlive stops
 
-Handle* make(int ctx) { return new Handle{kMagic, gNextId.fetch_add(1), ctx}; }  // kept: handles outlive stops
+Handle* make(int ctx) {
+  auto* h = new Handle{kMagic, gNextId.fetch_add(1), ctx};
+  std::lock_guard<std::mutex> lock(gMu);
+  gHandles->push_back(h);
+  return h;
+}
 int idOf(void* h) {
   if (!h) return 0;
   auto* x = static_cast<Handle*>(h);
