@@ -1,17 +1,13 @@
 #include "engine/profiler_plugin.h"
 
-#include <dlfcn.h>
-#include <strings.h>
-
 #include <algorithm>
 #include <cstdarg>
 #include <ctime>
-#include <map>
-#include <mutex>
 
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/plugin_library.h"
 #include "engine/profiler_abi.h"
 #include "kernels/reduce.h"
 #include "transports/net/plugin_api.h"
@@ -58,124 +54,17 @@ const char* ncclTypeName(int dtype) {
 // ncclFuncToString's names.
 const char* funcName(Collective c) { return collectiveName(c); }
 
-}  // namespace
+const PluginKind kProfiler{"PROFILER/Plugin", &kProfilerPlugin, "NCCL_PROFILER_PLUGIN", "libnccl-profiler",
+                           "ncclProfiler_v", 6, 4, kLogInit, /*staticPlugin=*/false};
 
-struct Profiler::Library {
-  int version = 0;              // 0: the library loaded but exports no profiler (`why`)
-  const void* table = nullptr;  // the exported ncclProfiler_v<version>
-  std::string name, path, why;
-  std::string describe() const { return strprintf("%s (v%d, %s)", name.c_str(), version, path.c_str()); }
-  const ProfilerV4& v4() const { return *static_cast<const ProfilerV4*>(table); }
-  const ProfilerV5& v5() const { return *static_cast<const ProfilerV5*>(table); }
-};
-
-namespace {
-
-bool findProfiler(void* lib, const std::string& fallbackPath, Profiler::Library* out) {
-  for (int v = 6; v >= 4; --v) {
-    const std::string sym = "ncclProfiler_v" + std::to_string(v);
-    const void* t = dlsym(lib, sym.c_str());
-    if (!t) continue;
-    out->version = v;
-    out->table = t;
-    const char* name = *static_cast<const char* const*>(t);
-    out->name = name ? name : "?";
-    Dl_info info;
-    out->path = dladdr(t, &info) && info.dli_fname ? info.dli_fname : fallbackPath;
-    return true;
-  }
-  return false;
-}
-
-// What NCCL_PROFILER_PLUGIN (null: unset) names. Null when nothing loads; a Library of
-// version 0 when a library loads without a profiler Loom takes.
-const Profiler::Library* loadByName(const char* spec) {
-  std::string tried;
-  for (const std::string& n : profilerLibraryNames(spec)) {
-    dlerror();
-    void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char* err = dlerror();
-      tried += strprintf("%s%s (%s)", tried.empty() ? "" : "; ", n.c_str(), err ? err : "not found");
-      continue;
-    }
-    auto* lib = new Profiler::Library;  // lives as long as the process: plugins keep state
-    if (findProfiler(h, n, lib)) {
-      LOOM_INFO(kLogInit, "PROFILER/Plugin: loaded %s", lib->describe().c_str());
-      return lib;
-    }
-    lib->why = dlsym(h, "ncclProfiler_v3") || dlsym(h, "ncclProfiler_v2") || dlsym(h, "ncclProfiler_v1")
-                   ? strprintf("%s exports only a profiler interface older than v4 (NCCL 2.25), which Loom "
-                               "does not load",
-                               n.c_str())
-                   : strprintf("%s loads but exports no ncclProfiler_v4..v6 symbol", n.c_str());
-    if (spec) LOOM_WARN("PROFILER/Plugin: %s: no profiler plugin", lib->why.c_str());
-    else LOOM_INFO(kLogInit, "PROFILER/Plugin: %s", lib->why.c_str());
-    dlclose(h);
-    return lib;
-  }
-  if (spec)
-    LOOM_WARN("PROFILER/Plugin: NCCL_PROFILER_PLUGIN=%s: could not load %s; running without a profiler "
-              "plugin unless a net plugin's library has one",
-              spec, tried.c_str());
-  else
-    LOOM_INFO(kLogInit, "PROFILER/Plugin: %s", tried.c_str());
-  return nullptr;
-}
-
-const Profiler::Library* loadFromNetPlugin(const std::string& path) {
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (!h) return nullptr;
-  auto* lib = new Profiler::Library;
-  if (findProfiler(h, path, lib)) {
-    LOOM_INFO(kLogInit, "PROFILER/Plugin: loaded %s from the net plugin's library", lib->describe().c_str());
-    return lib;
-  }
-  dlclose(h);
-  delete lib;
-  return nullptr;
-}
-
-const Profiler::Library* processProfiler(std::string* why = nullptr) {
-  static std::mutex mu;
-  static auto* byName = new std::map<std::string, const Profiler::Library*>;  // "\x01": unset
-  static auto* byNetPlugin = new std::map<std::string, const Profiler::Library*>;
-  const std::string value = kProfilerPlugin.get();
-  const bool set = kProfilerPlugin.isSet();
-  if (set && strcasecmp(value.c_str(), "none") == 0) {
-    if (why) *why = "none (NCCL_PROFILER_PLUGIN=none)";
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> g(mu);
-  const std::string key = set ? value : std::string("\x01");
-  auto it = byName->find(key);
-  if (it == byName->end()) it = byName->emplace(key, loadByName(set ? value.c_str() : nullptr)).first;
-  if (it->second && !it->second->version && why) *why = "none: " + it->second->why;
-  if (it->second) return it->second->version ? it->second : nullptr;
-  for (const auto& net : processNetPlugins().plugins) {
-    auto n = byNetPlugin->find(net->path());
-    if (n == byNetPlugin->end()) n = byNetPlugin->emplace(net->path(), loadFromNetPlugin(net->path())).first;
-    if (n->second) return n->second;
-  }
-  if (why)
-    *why = strprintf("none: %s does not load and no net plugin library exports one",
-                     set ? value.c_str() : "libnccl-profiler.so");
-  return nullptr;
-}
+const ProfilerV4& v4(const PluginLibrary& lib) { return *static_cast<const ProfilerV4*>(lib.table); }
+const ProfilerV5& v5(const PluginLibrary& lib) { return *static_cast<const ProfilerV5*>(lib.table); }
 
 }  // namespace
 
-std::vector<std::string> profilerLibraryNames(const char* spec) {
-  if (!spec) return {"libnccl-profiler.so"};
-  return pluginLibraryNames(spec, "libnccl-profiler");
-}
+std::vector<std::string> profilerLibraryNames(const char* spec) { return pluginLibrariesFor(kProfiler, spec); }
 
-std::string processProfilerPlugin(std::string* path) {
-  std::string why;
-  const Profiler::Library* lib = processProfiler(&why);
-  *path = lib ? lib->path : "";
-  return lib ? lib->describe() : why;
-}
+std::string processProfilerPlugin(std::string* path) { return describeProcessPlugin(kProfiler, path); }
 
 namespace {
 
@@ -190,12 +79,12 @@ uint64_t profilerTimer() {
 
 std::unique_ptr<Profiler> Profiler::open(uint64_t commHash, const char* commName, int nNodes, int nranks,
                                          int rank) {
-  const Library* lib = processProfiler();
+  const PluginLibrary* lib = processPlugin(kProfiler);
   if (!lib) return nullptr;
   void* ctx = nullptr;
   const Result r = lib->version == 4
-                       ? lib->v4().init(&ctx, &gEventMask, commName, commHash, nNodes, nranks, rank, profilerLogger)
-                       : lib->v5().init(&ctx, commHash, &gEventMask, commName, nNodes, nranks, rank, profilerLogger);
+                       ? v4(*lib).init(&ctx, &gEventMask, commName, commHash, nNodes, nranks, rank, profilerLogger)
+                       : v5(*lib).init(&ctx, commHash, &gEventMask, commName, nNodes, nranks, rank, profilerLogger);
   if (r != kOk) {
     LOOM_INFO(kLogInit, "PROFILER/Plugin: %s: init failed (%s) for rank %d of %d; no profiler events for this "
               "communicator", lib->describe().c_str(), netResultName(r), rank, nranks);
@@ -207,8 +96,8 @@ std::unique_ptr<Profiler> Profiler::open(uint64_t commHash, const char* commName
 }
 
 Profiler::~Profiler() {
-  if (lib_.version == 4) lib_.v4().finalize(ctx_);
-  else lib_.v5().finalize(ctx_);
+  if (lib_.version == 4) v4(lib_).finalize(ctx_);
+  else v5(lib_).finalize(ctx_);
 }
 
 bool Profiler::wants(int mask) const { return (eventMask() & mask) != 0; }
@@ -216,9 +105,9 @@ bool Profiler::wants(int mask) const { return (eventMask() & mask) != 0; }
 namespace {
 
 // Starts a v5 event (v6: the same prefix); null when the plugin gives no handle.
-void* startV5(const Profiler::Library& lib, void* ctx, DescrV5& d) {
+void* startV5(const PluginLibrary& lib, void* ctx, DescrV5& d) {
   void* h = nullptr;
-  if (lib.v5().startEvent(ctx, &h, &d) != kOk) return nullptr;
+  if (v5(lib).startEvent(ctx, &h, &d) != kOk) return nullptr;
   return h;
 }
 
@@ -266,20 +155,36 @@ void* Profiler::startP2pApi(void* groupApi, bool isSend, size_t count, int dtype
   return startV5(lib_, ctx_, d);
 }
 
-void* Profiler::startGroup() {
-  if (!wants(kGroupNeeds)) return nullptr;
-  void* h = nullptr;
-  if (lib_.version == 4) {
+namespace {
+
+// Starts a task or channel event in the library's descriptor layout: v4's parent is
+// `parent4` (a task's group), v5's `parent5` (its API event); `fill4` / `fill5` set the
+// union's members.
+template <class Fill4, class Fill5>
+void* startTask(const PluginLibrary& lib, void* ctx, int rank, int type, void* parent4, void* parent5, Fill4 fill4,
+                Fill5 fill5) {
+  if (lib.version == 4) {
     DescrV4 d{};
-    d.type = kGroup;
-    d.rank = rank_;
-    if (lib_.v4().startEvent(ctx_, &h, &d) != kOk) return nullptr;
-    return h;
+    d.type = static_cast<uint8_t>(type);
+    d.parentObj = parent4;
+    d.rank = rank;
+    fill4(d);
+    void* h = nullptr;
+    return v4(lib).startEvent(ctx, &h, &d) == kOk ? h : nullptr;
   }
   DescrV5 d{};
-  d.type = kGroup;
-  d.rank = rank_;
-  return startV5(lib_, ctx_, d);
+  d.type = static_cast<uint64_t>(type);
+  d.parentObj = parent5;
+  d.rank = rank;
+  fill5(d);
+  return startV5(lib, ctx, d);
+}
+
+}  // namespace
+
+void* Profiler::startGroup() {
+  if (!wants(kGroupNeeds)) return nullptr;
+  return startTask(lib_, ctx_, rank_, kGroup, nullptr, nullptr, [](DescrV4&) {}, [](DescrV5&) {});
 }
 
 void* Profiler::startColl(void* api, void* group, Collective coll, const void* sendbuff, void* recvbuff,
@@ -304,22 +209,11 @@ void* Profiler::startColl(void* api, void* group, Collective coll, const void* s
     c.count = count * static_cast<size_t>(dtypeSize(dtype));
     c.datatype = ncclTypeName(0);
   }
-  void* h = nullptr;
-  if (lib_.version == 4) {
-    DescrV4 d{};
-    d.type = kColl;
-    d.parentObj = group;
-    d.rank = rank_;
-    d.coll = c;
-    return lib_.v4().startEvent(ctx_, &h, &d) == kOk ? h : nullptr;
-  }
-  DescrV5 d{};
-  d.type = kColl;
-  d.parentObj = api;
-  d.rank = rank_;
-  d.coll.c = c;
-  d.coll.parentGroup = group;
-  return startV5(lib_, ctx_, d);
+  return startTask(lib_, ctx_, rank_, kColl, group, api, [&](DescrV4& d) { d.coll = c; },
+                   [&](DescrV5& d) {
+                     d.coll.c = c;
+                     d.coll.parentGroup = group;
+                   });
 }
 
 void* Profiler::startP2p(void* api, void* group, bool isSend, void* buff, size_t count, int dtype, int peer) {
@@ -331,42 +225,18 @@ void* Profiler::startP2p(void* api, void* group, bool isSend, void* buff, size_t
   p.count = count;
   p.peer = peer;
   p.nChannels = 1;  // one channel per (direction, peer)
-  void* h = nullptr;
-  if (lib_.version == 4) {
-    DescrV4 d{};
-    d.type = kP2p;
-    d.parentObj = group;
-    d.rank = rank_;
-    d.p2p = p;
-    return lib_.v4().startEvent(ctx_, &h, &d) == kOk ? h : nullptr;
-  }
-  DescrV5 d{};
-  d.type = kP2p;
-  d.parentObj = api;
-  d.rank = rank_;
-  d.p2p.p = p;
-  d.p2p.parentGroup = group;
-  return startV5(lib_, ctx_, d);
+  return startTask(lib_, ctx_, rank_, kP2p, group, api, [&](DescrV4& d) { d.p2p = p; },
+                   [&](DescrV5& d) {
+                     d.p2p.p = p;
+                     d.p2p.parentGroup = group;
+                   });
 }
 
 void* Profiler::startKernelCh(void* task, int channel, uint64_t pTimer) {
   if (!task || !wants(kKernelCh)) return nullptr;
-  KernelChFields k{static_cast<uint8_t>(channel), pTimer};
-  void* h = nullptr;
-  if (lib_.version == 4) {
-    DescrV4 d{};
-    d.type = kKernelCh;
-    d.parentObj = task;
-    d.rank = rank_;
-    d.kernelCh = k;
-    return lib_.v4().startEvent(ctx_, &h, &d) == kOk ? h : nullptr;
-  }
-  DescrV5 d{};
-  d.type = kKernelCh;
-  d.parentObj = task;
-  d.rank = rank_;
-  d.kernelCh = k;
-  return startV5(lib_, ctx_, d);
+  const KernelChFields k{static_cast<uint8_t>(channel), pTimer};
+  return startTask(lib_, ctx_, rank_, kKernelCh, task, task, [&](DescrV4& d) { d.kernelCh = k; },
+                   [&](DescrV5& d) { d.kernelCh = k; });
 }
 
 void Profiler::record(void* event, int state, uint64_t pTimer) {
@@ -374,14 +244,14 @@ void Profiler::record(void* event, int state, uint64_t pTimer) {
   StateArgs a{};
   a.kernelCh.pTimer = pTimer;
   StateArgs* args = state == kStateKernelChStop ? &a : nullptr;
-  if (lib_.version == 4) lib_.v4().recordEventState(event, state, args);
-  else lib_.v5().recordEventState(event, state, args);
+  if (lib_.version == 4) v4(lib_).recordEventState(event, state, args);
+  else v5(lib_).recordEventState(event, state, args);
 }
 
 void Profiler::stop(void* event) {
   if (!event) return;
-  if (lib_.version == 4) lib_.v4().stopEvent(event);
-  else lib_.v5().stopEvent(event);
+  if (lib_.version == 4) v4(lib_).stopEvent(event);
+  else v5(lib_).stopEvent(event);
 }
 
 void TaskProfile::begin() {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "algo/collective.h"
+#include "engine/plugin_library.h"
 
 namespace loom {
 
@@ -71,11 +72,9 @@ class Profiler {
   void record(void* event, int state, uint64_t pTimer = 0);
   void stop(void* event);  // nothing for null
 
-  struct Library;
-
  private:
-  Profiler(const Library& lib, void* ctx, int rank) : lib_(lib), ctx_(ctx), rank_(rank) {}
-  const Library& lib_;
+  Profiler(const PluginLibrary& lib, void* ctx, int rank) : lib_(lib), ctx_(ctx), rank_(rank) {}
+  const PluginLibrary& lib_;
   void* ctx_;
   int rank_;
   std::array<std::atomic<uint64_t>, kCollectiveCount> seq_{};  // NCCL's per-collective numbers

@@ -1,17 +1,13 @@
 #include "engine/tuner_plugin.h"
 
-#include <dlfcn.h>
-#include <strings.h>
-
 #include <cstdarg>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <vector>
 
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "engine/plugin_library.h"
 #include "engine/tuner_abi.h"
 #include "transports/net/plugin_api.h"
 
@@ -32,111 +28,10 @@ void tunerLogger(int level, unsigned long flags, const char* file, int line, con
   va_end(ap);
 }
 
-}  // namespace
+const PluginKind kTuner{"TUNER/Plugin", &kTunerPlugin, "NCCL_TUNER_PLUGIN", "libnccl-tuner", "ncclTunerPlugin_v",
+                        6, 2, kLogTuning, /*staticPlugin=*/true};
 
-struct TunerPlugin::Library {
-  int version = 0;              // 0: the library loaded but exports no tuner (`why`)
-  const void* table = nullptr;  // the exported ncclTunerPlugin_v<version>
-  std::string name, path, why;
-  std::string describe() const { return strprintf("%s (v%d, %s)", name.c_str(), version, path.c_str()); }
-};
-
-namespace {
-
-// The newest tuner interface `lib` exports; false if none.
-bool findTuner(void* lib, const std::string& fallbackPath, TunerPlugin::Library* out) {
-  for (int v = 6; v >= 2; --v) {
-    const std::string sym = "ncclTunerPlugin_v" + std::to_string(v);
-    const void* t = dlsym(lib, sym.c_str());
-    if (!t) continue;
-    out->version = v;
-    out->table = t;
-    const char* name = *static_cast<const char* const*>(t);  // every version's first member
-    out->name = name ? name : "?";
-    Dl_info info;
-    out->path = dladdr(t, &info) && info.dli_fname ? info.dli_fname : fallbackPath;
-    return true;
-  }
-  return false;
-}
-
-// What NCCL_TUNER_PLUGIN (null: unset) names, as NCCL 2.28 opens it. Null when nothing
-// loads; a Library of version 0 when a library loads without a tuner (NCCL then looks no
-// further).
-const TunerPlugin::Library* loadByName(const char* spec) {
-  std::string tried;
-  for (const std::string& n : tunerLibraryNames(spec)) {
-    dlerror();
-    // As NCCL: STATIC_PLUGIN names a tuner linked into the program itself.
-    const bool inProgram = strcasecmp(n.c_str(), "STATIC_PLUGIN") == 0;
-    void* h = dlopen(inProgram ? nullptr : n.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char* err = dlerror();
-      tried += strprintf("%s%s (%s)", tried.empty() ? "" : "; ", n.c_str(), err ? err : "not found");
-      continue;
-    }
-    auto* lib = new TunerPlugin::Library;  // lives as long as the process: plugins keep state
-    if (findTuner(h, n, lib)) {
-      LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: loaded %s", lib->describe().c_str());
-      return lib;
-    }
-    lib->why = strprintf("%s loads but exports no ncclTunerPlugin_v2..v6 symbol", n.c_str());
-    if (spec) LOOM_WARN("TUNER/Plugin: %s: no tuner plugin", lib->why.c_str());
-    else LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: %s", lib->why.c_str());
-    dlclose(h);
-    return lib;  // version 0: NCCL looks no further
-  }
-  if (spec)
-    LOOM_WARN("TUNER/Plugin: NCCL_TUNER_PLUGIN=%s: could not load %s; looking in the net plugins' libraries",
-              spec, tried.c_str());
-  else
-    LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: %s; looking in the net plugins' libraries", tried.c_str());
-  return nullptr;
-}
-
-// The tuner of a net plugin's library (loaded already), or null.
-const TunerPlugin::Library* loadFromNetPlugin(const std::string& path) {
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (!h) return nullptr;
-  auto* lib = new TunerPlugin::Library;
-  if (findTuner(h, path, lib)) {
-    LOOM_INFO(kLogTuning | kLogInit, "TUNER/Plugin: loaded %s (v%d) from the net plugin %s", lib->name.c_str(),
-              lib->version, lib->path.c_str());
-    return lib;
-  }
-  dlclose(h);
-  delete lib;
-  return nullptr;
-}
-
-// The tuner this process's NCCL_TUNER_PLUGIN gives (null: none, with *why saying why).
-const TunerPlugin::Library* processTuner(std::string* why = nullptr) {
-  static std::mutex mu;
-  static auto* byName = new std::map<std::string, const TunerPlugin::Library*>;  // "\x01": unset
-  static auto* byNetPlugin = new std::map<std::string, const TunerPlugin::Library*>;
-  const std::string value = kTunerPlugin.get();
-  const bool set = kTunerPlugin.isSet();
-  if (set && strcasecmp(value.c_str(), "none") == 0) {
-    if (why) *why = "none (NCCL_TUNER_PLUGIN=none)";
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> g(mu);
-  const std::string key = set ? value : std::string("\x01");
-  auto it = byName->find(key);
-  if (it == byName->end()) it = byName->emplace(key, loadByName(set ? value.c_str() : nullptr)).first;
-  if (it->second && !it->second->version && why) *why = "none: " + it->second->why;
-  if (it->second) return it->second->version ? it->second : nullptr;
-  // As NCCL: the net plugin's library, when no tuner library loads.
-  for (const auto& net : processNetPlugins().plugins) {
-    auto n = byNetPlugin->find(net->path());
-    if (n == byNetPlugin->end()) n = byNetPlugin->emplace(net->path(), loadFromNetPlugin(net->path())).first;
-    if (n->second) return n->second;
-  }
-  if (why)
-    *why = strprintf("none: %s does not load and no net plugin library exports one",
-                     set ? value.c_str() : "libnccl-tuner.so");
-  return nullptr;
-}
+const PluginLibrary* processTuner() { return processPlugin(kTuner); }
 
 int funcOf(Collective c) {
   switch (c) {
@@ -166,23 +61,13 @@ constexpr Cell kCells[] = {
 
 }  // namespace
 
-std::string processTunerPlugin(std::string* path) {
-  std::string why;
-  const TunerPlugin::Library* lib = processTuner(&why);
-  path->clear();
-  if (!lib) return why;
-  *path = lib->path;
-  return lib->describe();
-}
+std::string processTunerPlugin(std::string* path) { return describeProcessPlugin(kTuner, path); }
 
-std::vector<std::string> tunerLibraryNames(const char* spec) {
-  if (!spec || !*spec) return {"libnccl-tuner.so"};
-  return pluginLibraryNames(spec, "libnccl-tuner");
-}
+std::vector<std::string> tunerLibraryNames(const char* spec) { return pluginLibrariesFor(kTuner, spec); }
 
 std::unique_ptr<TunerPlugin> TunerPlugin::open(uint64_t commId, int nranks, int nnodes, int minPerHost,
                                                int maxPerHost) {
-  const Library* lib = processTuner();
+  const PluginLibrary* lib = processTuner();
   if (!lib) return nullptr;
   void* ctx = nullptr;
   Result r = kOk;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "algo/tuner_hook.h"
+#include "engine/plugin_library.h"
 
 namespace loom {
 
@@ -58,11 +59,9 @@ class TunerPlugin final : public algo::TunerHook {
   size_t chunkBytes(const algo::ChunkQuery& q) override;
   std::string describe() const;  // "<name> (v<N>, <path>)"
 
-  struct Library;
-
  private:
-  TunerPlugin(const Library& lib, void* ctx) : lib_(lib), ctx_(ctx) {}
-  const Library& lib_;
+  TunerPlugin(const PluginLibrary& lib, void* ctx) : lib_(lib), ctx_(ctx) {}
+  const PluginLibrary& lib_;
   void* ctx_;
   bool warned_ = false;       // a failed getCollInfo is reported once per communicator
   bool chunkWarned_ = false;  // and a failed getChunkSize

@@ -112,27 +112,15 @@ FeatureInfo netPlugins() {
   return f;
 }
 
-// The NCCL tuner plugin as NCCL_TUNER_PLUGIN names it (or a net plugin's library exports).
-FeatureInfo tunerPlugin() {
+// An NCCL plugin beside the network's as its variable names it (or a net plugin's library
+// exports one): processTunerPlugin, processProfilerPlugin.
+FeatureInfo pluginFeature(const char* name, const char* key, std::string (*describe)(std::string* path)) {
   FeatureInfo f;
-  f.name = "NCCL tuner plugin";
-  f.key = "tunerPlugin";
+  f.name = name;
+  f.key = key;
   f.compiled = true;
   std::string path;
-  f.detail = processTunerPlugin(&path);
-  f.available = !path.empty();
-  f.path = path;
-  return f;
-}
-
-// The NCCL profiler plugin as NCCL_PROFILER_PLUGIN names it (or a net plugin's library exports).
-FeatureInfo profilerPlugin() {
-  FeatureInfo f;
-  f.name = "NCCL profiler plugin";
-  f.key = "profilerPlugin";
-  f.compiled = true;
-  std::string path;
-  f.detail = processProfilerPlugin(&path);
+  f.detail = describe(&path);
   f.available = !path.empty();
   f.path = path;
   return f;
@@ -154,8 +142,8 @@ std::vector<FeatureInfo> collectFeatures() {
     out.push_back(std::move(f));
   }
   out.push_back(netPlugins());
-  out.push_back(tunerPlugin());
-  out.push_back(profilerPlugin());
+  out.push_back(pluginFeature("NCCL tuner plugin", "tunerPlugin", processTunerPlugin));
+  out.push_back(pluginFeature("NCCL profiler plugin", "profilerPlugin", processProfilerPlugin));
   return out;
 }
 
