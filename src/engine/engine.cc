@@ -138,21 +138,25 @@ class LaunchProfile {
   void coll(const Op& op, const Plan& plan, Task* t) {
     if (!p_) return;
     const int channels = static_cast<int>(plan.channels.size());
-    void* h = p_->startColl(op.profApi, group_, op.coll, op.sendbuff, op.recvbuff, op.count, op.dtype, op.root,
-                            channels, profAlgoName(plan.algo), t->interp == Task::kInterpLL ? "LL" : "SIMPLE");
+    void* h = p_->startColl(op.profApi, group_, op.coll, op.profSendbuff ? op.profSendbuff : op.sendbuff,
+                            op.profRecvbuff ? op.profRecvbuff : op.recvbuff, op.count, op.dtype, op.root, channels,
+                            profAlgoName(plan.algo), t->interp == Task::kInterpLL ? "LL" : "SIMPLE");
     attach(t, {h}, channels);
   }
   void p2p(const std::vector<const Op*>& ops, Task* t) {
     if (!p_) return;
     std::vector<void*> hs;
     for (const Op* op : ops)
-      hs.push_back(p_->startP2p(op->profApi, group_, op->isSend,
-                                op->isSend ? const_cast<void*>(op->sendbuff) : op->recvbuff, op->count, op->dtype,
-                                op->root));
+      hs.push_back(p_->startP2p(op->profApi, group_, op->isSend, buffer(*op), op->count, op->dtype, op->root));
     attach(t, std::move(hs), 1);
   }
 
  private:
+  static void* buffer(const Op& op) {  // a send's or receive's, as the caller gave it
+    const void* send = op.profSendbuff ? op.profSendbuff : op.sendbuff;
+    void* recv = op.profRecvbuff ? op.profRecvbuff : op.recvbuff;
+    return op.isSend ? const_cast<void*>(send) : recv;
+  }
   void attach(Task* t, std::vector<void*> events, int channels) {
     for (void* h : events)
       if (h) tasks_.push_back(h);

@@ -527,10 +527,14 @@ class Launcher {
     char* at = rec_->block + kFlagBytes;
     for (size_t i = 0; i < ops_.size(); ++i) {
       Op& h = rec_->hostOps[i];
-      // No profiler events for the host engine's part (a graph replays it after the call's
-      // API events are gone; engine/profiler_plugin.h).
-      h.comm.profiler = nullptr;
-      h.profApi = nullptr;
+      // The profiler sees the host engine's part with the caller's buffers; none when
+      // captured (a graph replays it after the call's API events are gone).
+      h.profSendbuff = h.sendbuff;
+      h.profRecvbuff = h.recvbuff;
+      if (captured_) {
+        h.comm.profiler = nullptr;
+        h.profApi = nullptr;
+      }
       if (h.deviceScalar) {  // the proxy makes the reducer from this copy (runRecord)
         h.deviceScalar = at;
         at += kAlign;

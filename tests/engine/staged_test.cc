@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1260,6 +1261,78 @@ TEST(STAGED_SUITE, RanksAsThreadsQueueGrowingSizesWithoutWaiting) {
         }
         return "";
       }));
+}
+
+// An NCCL profiler plugin (Loom's test plugin, test_profiler_plugin.cc) sees the staged
+// path's host engine: each call's Coll event under its CollApi event, with the caller's
+// device buffers (not the staging), and its channel events while the host engine runs it.
+TEST(STAGED_SUITE, AProfilerPluginSeesTheHostEnginesPartInThreads) {
+  NEED_DEVICE();
+  const std::string path = std::string(LOOM_TEST_PROFILER_PLUGIN_DIR) + "/libnccl-profiler-loomtest-v5.so";
+  if (access(path.c_str(), R_OK) != 0) GTEST_SKIP() << "no test profiler plugin at " << path;
+  const std::string log = ::testing::TempDir() + "loom-staged-profiler-" + std::to_string(getpid()) + ".log";
+  remove(log.c_str());
+  EnvGuard plugin("NCCL_PROFILER_PLUGIN", path.c_str()), logEnv("LOOM_TEST_PROFILER_LOG", log.c_str());
+  const void* send[2] = {};
+  const void* recv[2] = {};
+  verdict(threadsOnOwnDevices(2, [&](int rank, int n, ncclComm_t comm) -> std::string {
+    auto s = static_cast<cudaStream_t>(mem().createStream());
+    const size_t k = 1000;
+    int32_t* src = devInts(inputs(1, rank, k));
+    int32_t* out = devInts(std::vector<int32_t>(k, -1));
+    send[rank] = src;
+    recv[rank] = out;
+    RANK_NCCL(ncclAllReduce(src, out, k, ncclInt32, ncclSum, comm, s));
+    mem().syncStream(s);
+    std::vector<int32_t> want(k);
+    for (size_t i = 0; i < k; ++i)
+      for (int r = 0; r < n; ++r) want[i] += in(1, r, i);
+    return expectInts("all-reduce", hostInts(out, k), want);
+  }));
+  // start ctx=C ev=E type=T parent=P rank=R ... (test_profiler_plugin.cc); state/stop ev=E.
+  struct Ev {
+    std::map<std::string, std::string> f;
+    int stops = 0, kernelChStops = 0;
+  };
+  std::map<std::string, Ev> ev;
+  std::ifstream in(log);
+  for (std::string l; std::getline(in, l);) {
+    std::istringstream line(l);
+    std::string what;
+    line >> what;
+    std::map<std::string, std::string> f;
+    for (std::string kv; line >> kv;)
+      if (const size_t eq = kv.find('='); eq != std::string::npos) f[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (what == "start") ev[f["ev"]].f = f;
+    if (what == "stop") ++ev[f["ev"]].stops;
+    if (what == "state" && f["state"] == "22") ++ev[f["ev"]].kernelChStops;
+  }
+  remove(log.c_str());
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    std::vector<const Ev*> apis, colls, channels;
+    for (const auto& [id, e] : ev) {
+      if (e.f.at("rank") != std::to_string(rank)) continue;
+      const std::string type = e.f.at("type");
+      (type == "512" ? apis : type == "2" ? colls : type == "64" ? channels : apis).push_back(&e);
+      EXPECT_EQ(e.stops, 1) << "event " << id;
+    }
+    ASSERT_EQ(colls.size(), 1u);
+    const Ev& c = *colls[0];
+    EXPECT_EQ(c.f.at("func"), "AllReduce");
+    EXPECT_EQ(c.f.at("count"), "1000");
+    std::ostringstream sb, rb;
+    sb << send[rank];
+    rb << recv[rank];
+    EXPECT_EQ(c.f.at("send"), sb.str()) << "the caller's device buffer";
+    EXPECT_EQ(c.f.at("recv"), rb.str());
+    EXPECT_TRUE(ev.count(c.f.at("parent")) && ev.at(c.f.at("parent")).f.at("type") == "512") << "under its CollApi";
+    ASSERT_EQ(static_cast<long>(channels.size()), std::stol(c.f.at("nch")));
+    for (const Ev* k : channels) {
+      EXPECT_EQ(k->f.at("parent"), c.f.at("ev"));
+      EXPECT_EQ(k->kernelChStops, 1);
+    }
+  }
 }
 
 // One thread drives two ranks on one device through a group: one staged launch spanning
