@@ -43,11 +43,14 @@ void PlanContext::loadChannelBounds(int configMin, int configMax) {
   const int64_t maxN = std::clamp<int64_t>(eitherOf(kMaxNchannels, kMaxNrings, -2, kMaxPlanChannels), 1,
                                            kMaxPlanChannels);
   const int64_t envMin = kMinCtas.get(), envMax = kMaxCtas.get();
-  configMinCtas = envMin > 0 ? 0 : std::max(configMin, 0);
-  configMaxCtas = envMax > 0 ? 0 : std::max(configMax, 0);
-  const int64_t minC0 = envMin > 0 ? envMin : configMinCtas, maxC0 = envMax > 0 ? envMax : configMaxCtas;
+  minCtasFromConfig = envMin <= 0 && configMin > 0;
+  maxCtasFromConfig = envMax <= 0 && configMax > 0;
+  const int64_t minC0 = envMin > 0 ? envMin : std::max(configMin, 0);
+  const int64_t maxC0 = envMax > 0 ? envMax : std::max(configMax, 0);
   const int64_t maxC = maxC0 > 0 ? std::min<int64_t>(maxC0, kMaxPlanChannels) : kMaxPlanChannels;
   const int64_t minC = std::min(minC0 > 0 ? std::min<int64_t>(minC0, kMaxPlanChannels) : 1, maxC);
+  minCtas = minC0 > 0 ? static_cast<int>(minC) : 0;
+  maxCtas = maxC0 > 0 ? static_cast<int>(maxC) : 0;
   maxChannels = static_cast<int>(std::min(maxN, maxC));
   minChannels = static_cast<int>(std::max(minN, minC));
 }

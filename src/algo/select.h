@@ -87,10 +87,10 @@ struct PlanContext {
   // a tuner's count included, runs at most maxChannels.
   int minChannels = 1;
   int maxChannels = kMaxPlanChannels;
-  // The CTA bounds ncclConfig_t's minCTAs / maxCTAs set, where NCCL_MIN_CTAS / NCCL_MAX_CTAS
-  // leave them to it (0: none): job-wide, as the knobs.
-  int configMinCtas = 0;
-  int configMaxCtas = 0;
+  // The CTA bounds in force (0: none; NCCL_MIN_CTAS / NCCL_MAX_CTAS, else ncclConfig_t's
+  // minCTAs / maxCTAs, clamped) and whether the config set them: what ranks compare.
+  int minCtas = 0, maxCtas = 0;
+  bool minCtasFromConfig = false, maxCtasFromConfig = false;
 
   PlanContext();
   // Reads NCCL_ALGO / LOOM_ALGO and NCCL_PROTO / LOOM_PROTO into `allowed*`; throws

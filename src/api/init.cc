@@ -61,17 +61,10 @@ void applyConfig(ncclComm_t comm, const ncclConfig_t* config, const char* fn) {
   const ncclConfig_t c = kept.fields();
   if (c.blocking != NCCL_CONFIG_UNDEF_INT) comm->blocking = c.blocking == 1;
   if (c.commName) comm->commName = c.commName;
-  // minCTAs / maxCTAs (NCCL 2.17+ headers), checked as NCCL checks them; they bound the
-  // channels as NCCL_MIN_CTAS / NCCL_MAX_CTAS do, which override them (algo/select.h).
-  if (c.version >= NCCL_VERSION(2, 17, 0)) {
-    const bool minSet = c.minCTAs != NCCL_CONFIG_UNDEF_INT, maxSet = c.maxCTAs != NCCL_CONFIG_UNDEF_INT;
-    LOOM_CHECK_ARG(!minSet || c.minCTAs > 0, "%s: config->minCTAs=%d must be positive", fn, c.minCTAs);
-    LOOM_CHECK_ARG(!maxSet || c.maxCTAs > 0, "%s: config->maxCTAs=%d must be positive", fn, c.maxCTAs);
-    LOOM_CHECK_ARG(!minSet || !maxSet || c.minCTAs <= c.maxCTAs,
-                   "%s: config->minCTAs=%d is larger than config->maxCTAs=%d", fn, c.minCTAs, c.maxCTAs);
-    comm->configMinCtas = minSet ? c.minCTAs : 0;
-    comm->configMaxCtas = maxSet ? c.maxCTAs : 0;
-  }
+  // They bound the channels as NCCL_MIN_CTAS / NCCL_MAX_CTAS do, which override them
+  // (algo/select.h); checked when kept.
+  comm->configMinCtas = kept.minCtas();
+  comm->configMaxCtas = kept.maxCtas();
   comm->config = kept;
 }
 

@@ -42,9 +42,27 @@ KeptConfig::KeptConfig(const ncclConfig_t* config, const char* fn) {
     hasNetName_ = true;
   }
   repoint();
-  const int blocking = fields().blocking;
-  if (blocking != NCCL_CONFIG_UNDEF_INT && blocking != 0 && blocking != 1)
-    LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, blocking);
+  const ncclConfig_t f = fields();
+  if (f.blocking != NCCL_CONFIG_UNDEF_INT && f.blocking != 0 && f.blocking != 1)
+    LOOM_THROW(kInvalidArgument, "%s: config->blocking=%d (expected 0 or 1)", fn, f.blocking);
+  // minCTAs / maxCTAs (NCCL 2.17+ headers), checked as NCCL checks them.
+  if (f.version >= NCCL_VERSION(2, 17, 0)) {
+    const bool minSet = f.minCTAs != NCCL_CONFIG_UNDEF_INT, maxSet = f.maxCTAs != NCCL_CONFIG_UNDEF_INT;
+    LOOM_CHECK_ARG(!minSet || f.minCTAs > 0, "%s: config->minCTAs=%d must be positive", fn, f.minCTAs);
+    LOOM_CHECK_ARG(!maxSet || f.maxCTAs > 0, "%s: config->maxCTAs=%d must be positive", fn, f.maxCTAs);
+    LOOM_CHECK_ARG(!minSet || !maxSet || f.minCTAs <= f.maxCTAs,
+                   "%s: config->minCTAs=%d is larger than config->maxCTAs=%d", fn, f.minCTAs, f.maxCTAs);
+  }
+}
+
+int KeptConfig::minCtas() const {
+  const ncclConfig_t f = fields();
+  return f.version >= NCCL_VERSION(2, 17, 0) && f.minCTAs != NCCL_CONFIG_UNDEF_INT ? f.minCTAs : 0;
+}
+
+int KeptConfig::maxCtas() const {
+  const ncclConfig_t f = fields();
+  return f.version >= NCCL_VERSION(2, 17, 0) && f.maxCTAs != NCCL_CONFIG_UNDEF_INT ? f.maxCTAs : 0;
 }
 
 KeptConfig& KeptConfig::operator=(const KeptConfig& other) {

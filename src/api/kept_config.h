@@ -16,7 +16,8 @@ class KeptConfig {
   KeptConfig() = default;
   // Checks the header as NCCL does (a size that holds `blocking`, NCCL_CONFIG_INITIALIZER's
   // magic) before reading anything else, then keeps the bytes, and checks `blocking` (0, 1
-  // or unset); throws kInvalidArgument naming `fn`. A null config keeps nothing.
+  // or unset) and `minCTAs` / `maxCTAs` (positive where set, the minimum not over the
+  // maximum); throws kInvalidArgument naming `fn`. A null config keeps nothing.
   KeptConfig(const ncclConfig_t* config, const char* fn);
   KeptConfig(const KeptConfig& other) { *this = other; }
   KeptConfig& operator=(const KeptConfig& other);
@@ -31,6 +32,9 @@ class KeptConfig {
   // NCCL 2.28.9's fields as the caller gave them (UNDEF where its header has none);
   // `blocking` UNDEF for a config older than NCCL 2.14, which had no such field.
   ncclConfig_t fields() const;
+  // minCTAs / maxCTAs where set (NCCL 2.17+ headers), else 0.
+  int minCtas() const;
+  int maxCtas() const;
 
  private:
   void repoint();

@@ -65,15 +65,20 @@ std::vector<JobSetting> jobSettings(FifoShape shape, uint8_t interp, const PlanC
                                   : interp == Task::kInterpSimple ? "simple"
                                                                   : ""},
   };
-  for (const KnobBase* k : channelBoundKnobs()) v.push_back({k, k->canonical()});
+  // The CTA bounds as they apply (the knob's, else ncclConfig_t's), so that a rank setting
+  // the variable and one setting the config to the same bound agree.
+  for (const KnobBase* k : channelBoundKnobs()) {
+    const bool isMin = strcmp(k->name(), "LOOM_MIN_CTAS") == 0, isMax = strcmp(k->name(), "LOOM_MAX_CTAS") == 0;
+    if (!isMin && !isMax) {
+      v.push_back({k, k->canonical()});
+      continue;
+    }
+    const int bound = isMin ? ctx.minCtas : ctx.maxCtas;
+    const bool fromConfig = isMin ? ctx.minCtasFromConfig : ctx.maxCtasFromConfig;
+    v.push_back({k, std::to_string(bound), fromConfig ? std::to_string(bound) : "",
+                 fromConfig ? (isMin ? "ncclConfig_t minCTAs" : "ncclConfig_t maxCTAs") : ""});
+  }
   for (JobSetting& s : v) s = read.published(s);
-  // ncclConfig_t's CTA bounds, where the environment leaves them to the config.
-  auto config = [](const char* name, const char* field, int value) {
-    const std::string shown = value > 0 ? std::to_string(value) : "";
-    return JobSetting{knob(name), shown, shown, value > 0 ? strprintf("ncclConfig_t %s", field) : "unset"};
-  };
-  v.push_back(config("LOOM_MIN_CTAS", "minCTAs", ctx.configMinCtas));
-  v.push_back(config("LOOM_MAX_CTAS", "maxCTAs", ctx.configMaxCtas));
   return v;
 }
 

@@ -12,9 +12,9 @@
 #include "base/time.h"
 #include "engine/flight_recorder.h"
 #include "engine/job_status.h"
-#include "engine/profiler_plugin.h"
 #include "engine/host_step_ops.h"
 #include "engine/interp_executor.h"
+#include "engine/profiler_plugin.h"
 #include "kernels/plan_steps.h"
 
 namespace loom {

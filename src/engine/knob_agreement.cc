@@ -47,6 +47,8 @@ JobSetting JobSettingsReader::published(JobSetting s) const {
 }
 
 uint64_t jobDigest(const std::vector<JobSetting>& settings) {
+  // A mismatch names its setting only among the first kMaxJobKnobs (throwDiffering).
+  LOOM_ASSERT(settings.size() <= static_cast<size_t>(kMaxJobKnobs));
   uint64_t h = kFnvOffset;
   for (const JobSetting& s : settings) h = fnv1a(s.value, fnv1a(s.knob->name(), h));
   return h;

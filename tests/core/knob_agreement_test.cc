@@ -151,13 +151,15 @@ TEST(CoreKnobAgreement, ConfigCtaBoundsAsTheKnobs) {
   struct Case {
     int minCtas, maxCtas;
     const char* envMax;
-    int wantMin, wantMax, wantConfigMax, wantTreeChannels;
+    int wantMin, wantMax;
+    bool wantMaxFromConfig;
+    int wantTreeChannels;
   };
   // A host tree runs 2 channels at 8 MiB on 4 ranks unbounded (Select.ChannelBoundsAsNccl).
-  for (const Case& k : {Case{NCCL_CONFIG_UNDEF_INT, 1, nullptr, 1, 1, 1, 1},
-                        Case{3, 5, nullptr, 3, 5, 5, 2},
-                        Case{NCCL_CONFIG_UNDEF_INT, 1, "2", 1, 2, 0, 2},
-                        Case{NCCL_CONFIG_UNDEF_INT, 100, nullptr, 1, 64, 100, 2}}) {
+  for (const Case& k : {Case{NCCL_CONFIG_UNDEF_INT, 1, nullptr, 1, 1, true, 1},
+                        Case{3, 5, nullptr, 3, 5, true, 2},
+                        Case{NCCL_CONFIG_UNDEF_INT, 1, "2", 1, 2, false, 2},
+                        Case{NCCL_CONFIG_UNDEF_INT, 100, nullptr, 1, 64, true, 2}}) {
     SCOPED_TRACE(std::to_string(k.minCtas) + "/" + std::to_string(k.maxCtas) + " env " +
                  (k.envMax ? k.envMax : "-"));
     // (Ranks as threads share the environment: set here, for the case only.)
@@ -167,8 +169,10 @@ TEST(CoreKnobAgreement, ConfigCtaBoundsAsTheKnobs) {
         [&](int rank, ncclResult_t r, const std::string& msg, ncclComm_t comm) {
           RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
           const loom::PlanContext& ctx = comm->core->planContext();
-          RANK_CHECK(ctx.minChannels == k.wantMin && ctx.maxChannels == k.wantMax && ctx.configMaxCtas == k.wantConfigMax,
-                     "channels %d..%d, config max %d", ctx.minChannels, ctx.maxChannels, ctx.configMaxCtas);
+          RANK_CHECK(ctx.minChannels == k.wantMin && ctx.maxChannels == k.wantMax && ctx.maxCtas == k.wantMax &&
+                         ctx.maxCtasFromConfig == k.wantMaxFromConfig,
+                     "channels %d..%d, CTA maximum %d (from the config: %d)", ctx.minChannels, ctx.maxChannels,
+                     ctx.maxCtas, ctx.maxCtasFromConfig);
           const loom::Selection s = loom::select({loom::Collective::kAllReduce, (size_t{8} << 20) / 4, 4, 0}, ctx);
           RANK_CHECK(s.channels == k.wantTreeChannels, "the tree runs %d channels", s.channels);
           std::vector<float> in(2 << 20, static_cast<float>(rank + 1)), out(in.size(), 0);
@@ -185,20 +189,25 @@ TEST(CoreKnobAgreement, ConfigCtaBoundsAsTheKnobs) {
     EXPECT_TRUE(f.empty()) << joinFailures(f);
   }
   expectInitFails({{}, {}, {}},
-                  "ncclConfig_t maxCTAs differs between ranks: rank 0 has \"\" (unset), rank 1 has \"2\" "
+                  "ncclConfig_t maxCTAs differs between ranks: rank 0 has \"0\" (default), rank 1 has \"2\" "
                   "(ncclConfig_t maxCTAs); 1 of 3 ranks differ from rank 0",
                   -1, "", [](int rank, ncclConfig_t* config) {
                     if (rank == 1) config->maxCTAs = 2;
                   });
-  // The environment's bound stands for the config's everywhere: nothing differs.
-  auto f = initEach(
-      std::vector<Settings>(2, Settings{{"NCCL_MAX_CTAS", "4"}}),
-      [](int, ncclResult_t r, const std::string& msg, ncclComm_t comm) {
-        RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
-        RANK_NCCL(ncclCommDestroy(comm));
-        return std::string();
-      },
-      [](int rank, ncclConfig_t* config) { config->maxCTAs = rank + 1; });
+  // The environment's bound stands for the config's everywhere: nothing differs. Nor does a
+  // bound one rank sets in the environment and another in its config.
+  const auto agree = [](int, ncclResult_t r, const std::string& msg, ncclComm_t comm) {
+    RANK_CHECK(r == ncclSuccess, "init: %s", msg.c_str());
+    RANK_CHECK(comm->core->planContext().maxChannels == 4, "at most %d channels",
+               comm->core->planContext().maxChannels);
+    RANK_NCCL(ncclCommDestroy(comm));
+    return std::string();
+  };
+  auto f = initEach(std::vector<Settings>(2, Settings{{"NCCL_MAX_CTAS", "4"}}), agree,
+                    [](int rank, ncclConfig_t* config) { config->maxCTAs = rank + 1; });
+  EXPECT_TRUE(f.empty()) << joinFailures(f);
+  f = initEach({Settings{{"NCCL_MAX_CTAS", "4"}}, Settings{}}, agree,
+               [](int rank, ncclConfig_t* config) { config->maxCTAs = rank == 1 ? 4 : NCCL_CONFIG_UNDEF_INT; });
   EXPECT_TRUE(f.empty()) << joinFailures(f);
 }
 
