@@ -125,46 +125,58 @@ const char* profAlgoName(Algorithm a) {
 }
 
 // One communicator's part of a launch: its Group event and its task events, started as the
-// tasks are bound and stopped once they all are (queued, as NCCL's); the channel events are
-// the executor's (Task::prof).
+// tasks are bound (the group with the first) and stopped once they all are (queued, as
+// NCCL's); the channel events are the executor's (Task::prof). Operations whose task events
+// were made when they were queued (Op::profQueued) get only the channel events.
 class LaunchProfile {
  public:
-  explicit LaunchProfile(Profiler* p) : p_(p), group_(p ? p->startGroup() : nullptr) {}
+  explicit LaunchProfile(Profiler* p) : p_(p) {}
   ~LaunchProfile() {
     if (!p_) return;
     for (void* h : tasks_) p_->stop(h);
     p_->stop(group_);
   }
+  LaunchProfile(const LaunchProfile&) = delete;
+  LaunchProfile& operator=(const LaunchProfile&) = delete;
+
+  void* collEvent(const Op& op, const Plan& plan, uint8_t interp) {
+    return keep(p_->startColl(op.profApi, group(), op.coll, op.sendbuff, op.recvbuff, op.count, op.dtype, op.root,
+                              static_cast<int>(plan.channels.size()), profAlgoName(plan.algo),
+                              interp == Task::kInterpLL ? "LL" : "SIMPLE"));
+  }
+  void* p2pEvent(const Op& op) {
+    void* buff = op.isSend ? const_cast<void*>(op.sendbuff) : op.recvbuff;
+    return keep(p_->startP2p(op.profApi, group(), op.isSend, buff, op.count, op.dtype, op.root));
+  }
   void coll(const Op& op, const Plan& plan, Task* t) {
     if (!p_) return;
-    const int channels = static_cast<int>(plan.channels.size());
-    void* h = p_->startColl(op.profApi, group_, op.coll, op.profSendbuff ? op.profSendbuff : op.sendbuff,
-                            op.profRecvbuff ? op.profRecvbuff : op.recvbuff, op.count, op.dtype, op.root, channels,
-                            profAlgoName(plan.algo), t->interp == Task::kInterpLL ? "LL" : "SIMPLE");
-    attach(t, {h}, channels);
+    void* h = op.profQueued ? op.profTask : collEvent(op, plan, t->interp);
+    attach(t, {h}, static_cast<int>(plan.channels.size()));
   }
   void p2p(const std::vector<const Op*>& ops, Task* t) {
     if (!p_) return;
     std::vector<void*> hs;
-    for (const Op* op : ops)
-      hs.push_back(p_->startP2p(op->profApi, group_, op->isSend, buffer(*op), op->count, op->dtype, op->root));
+    for (const Op* op : ops) hs.push_back(op->profQueued ? op->profTask : p2pEvent(*op));
     attach(t, std::move(hs), 1);
   }
 
  private:
-  static void* buffer(const Op& op) {  // a send's or receive's, as the caller gave it
-    const void* send = op.profSendbuff ? op.profSendbuff : op.sendbuff;
-    void* recv = op.profRecvbuff ? op.profRecvbuff : op.recvbuff;
-    return op.isSend ? const_cast<void*>(send) : recv;
+  void* group() {
+    if (!groupStarted_) group_ = p_->startGroup();
+    groupStarted_ = true;
+    return group_;
+  }
+  void* keep(void* h) {
+    if (h) tasks_.push_back(h);
+    return h;
   }
   void attach(Task* t, std::vector<void*> events, int channels) {
-    for (void* h : events)
-      if (h) tasks_.push_back(h);
     if (p_->wants(profabi::kKernelCh) && std::any_of(events.begin(), events.end(), [](void* h) { return h; }))
       t->prof = std::make_shared<TaskProfile>(p_, std::move(events), channels);
   }
   Profiler* p_;
-  void* group_;
+  void* group_ = nullptr;
+  bool groupStarted_ = false;
   std::vector<void*> tasks_;
 };
 
@@ -335,6 +347,28 @@ std::shared_ptr<const Plan> p2pPlan(int rank, const std::vector<const Op*>& ops)
 }
 
 void failBatch(const Batch& batch, const Error& e) { failAll(batch.comms, e); }
+
+void profileQueued(std::span<Op> ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Profiler* p = ops[i].comm.profiler;
+    if (!p || ops[i].profQueued) continue;
+    LaunchProfile prof(p);  // this communicator's operations of the launch
+    for (size_t j = i; j < ops.size(); ++j) {
+      Op& op = ops[j];
+      if (op.comm.profiler != p) continue;
+      Communicator& core = *op.comm.core;
+      op.profQueued = true;
+      if (op.isP2p()) {
+        op.profTask = prof.p2pEvent(op);
+        continue;
+      }
+      // The plan the host engine will run: the communicator's cached one for the request.
+      const std::shared_ptr<CachedPlan> cp =
+          core.planCache().get({op.coll, op.count, op.eltSize, op.root}, core.planContext());
+      op.profTask = prof.collEvent(op, cp->plan, core.interp());
+    }
+  }
+}
 
 std::shared_ptr<Work> enqueue(std::span<const Op> ops, Completion completion) {
   if (ops.empty()) return completedWork();

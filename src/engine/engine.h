@@ -26,6 +26,11 @@ namespace loom {
 std::shared_ptr<Work> enqueue(std::span<const Op> ops,
                               Completion completion = Completion::kBeforeReturn);
 
+// The profiler plugin's task events (engine/profiler_plugin.h) of operations that the host
+// engine runs later, made now on the calling thread as NCCL makes them when a call is
+// queued (the staged path): each op's profTask, profQueued set.
+void profileQueued(std::span<Op> ops);
+
 struct Plan;
 // The plan of a group's sends and receives on one communicator (absolute buffer addresses,
 // so made per call): a channel per (direction, peer), connection 0 of each peer, so that

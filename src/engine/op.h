@@ -57,10 +57,11 @@ struct Op {
   int device = -1;               // the communicator's CUDA device (device memory)
   OpComm comm;
   void* profApi = nullptr;  // the call's CollApi / P2pApi profiler event (null: none)
-  // The caller's buffers where the engine runs on copies (the staged path's staging), for
-  // the profiler's events; null: sendbuff / recvbuff are the caller's.
-  const void* profSendbuff = nullptr;
-  void* profRecvbuff = nullptr;
+  // Its profiler task event (Coll / P2p) was made when the call was queued (the staged path:
+  // engine.h's profileQueued), `profTask` (null: the mask wanted none); the engine then makes
+  // only the channel events.
+  bool profQueued = false;
+  void* profTask = nullptr;
 
   bool isP2p() const { return isSend || isRecv; }
   // The call, for messages: "ncclSend", "ncclRecv", or the collective as NCCL prints it.

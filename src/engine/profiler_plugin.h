@@ -23,9 +23,10 @@
 //                the Coll / P2p), started when it begins, its KernelChStop state carrying
 //                the end; pTimer is the host's clock (CLOCK_REALTIME, ns) where NCCL
 //                passes the GPU's globaltimer
-// Device memory on the staged path: the host engine's part gets the task and channel events
-// (with the caller's device buffers; the channel events time the host engine, not the copies
-// to and from the device), except in a CUDA graph's capture; the device executor's kernels
+// Device memory on the staged path: the task events are made when the call is queued (on the
+// calling thread, with the caller's device buffers, the plan the host engine will run), the
+// channel events when the host engine runs it (its time, not the copies to and from the
+// device); none in a CUDA graph's capture; the device executor's kernels
 // and the direct copies of ranks on one device get the API events only. Loom does not emit
 // ProxyOp, ProxyStep, ProxyCtrl, NetPlugin or KernelLaunch events; calls served by stock
 // NCCL's shadow communicator are stock NCCL's to report (it loads the plugin itself).

@@ -524,13 +524,13 @@ class Launcher {
       rec_->flagDev = b.dev;
     }
     rec_->hostOps.assign(ops_.begin(), ops_.end());
+    // The profiler's task events, now (with the caller's buffers), as NCCL makes them when a
+    // call is queued; the host engine adds the channel events. None when captured: a graph
+    // replays the work after the call's API events are gone.
+    if (!captured_) profileQueued(rec_->hostOps);
     char* at = rec_->block + kFlagBytes;
     for (size_t i = 0; i < ops_.size(); ++i) {
       Op& h = rec_->hostOps[i];
-      // The profiler sees the host engine's part with the caller's buffers; none when
-      // captured (a graph replays it after the call's API events are gone).
-      h.profSendbuff = h.sendbuff;
-      h.profRecvbuff = h.recvbuff;
       if (captured_) {
         h.comm.profiler = nullptr;
         h.profApi = nullptr;

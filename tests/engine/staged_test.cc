@@ -1264,7 +1264,8 @@ TEST(STAGED_SUITE, RanksAsThreadsQueueGrowingSizesWithoutWaiting) {
 }
 
 // An NCCL profiler plugin (Loom's test plugin, test_profiler_plugin.cc) sees the staged
-// path's host engine: each call's Coll event under its CollApi event, with the caller's
+// path's host engine: each call's Coll event under its CollApi event, made before the call
+// returns (as NCCL makes it, not when the stream reaches the work), with the caller's
 // device buffers (not the staging), and its channel events while the host engine runs it.
 TEST(STAGED_SUITE, AProfilerPluginSeesTheHostEnginesPartInThreads) {
   NEED_DEVICE();
@@ -1283,6 +1284,7 @@ TEST(STAGED_SUITE, AProfilerPluginSeesTheHostEnginesPartInThreads) {
     send[rank] = src;
     recv[rank] = out;
     RANK_NCCL(ncclAllReduce(src, out, k, ncclInt32, ncclSum, comm, s));
+    std::ofstream(log, std::ios::app) << "returned rank=" << rank << "\n";
     mem().syncStream(s);
     std::vector<int32_t> want(k);
     for (size_t i = 0; i < k; ++i)
@@ -1292,18 +1294,24 @@ TEST(STAGED_SUITE, AProfilerPluginSeesTheHostEnginesPartInThreads) {
   // start ctx=C ev=E type=T parent=P rank=R ... (test_profiler_plugin.cc); state/stop ev=E.
   struct Ev {
     std::map<std::string, std::string> f;
-    int stops = 0, kernelChStops = 0;
+    int stops = 0, kernelChStops = 0, line = 0;
   };
   std::map<std::string, Ev> ev;
+  std::map<std::string, int> returned;  // rank -> the line its call's return was noted on
   std::ifstream in(log);
-  for (std::string l; std::getline(in, l);) {
+  int lineNo = 0;
+  for (std::string l; std::getline(in, l); ++lineNo) {
     std::istringstream line(l);
     std::string what;
     line >> what;
     std::map<std::string, std::string> f;
     for (std::string kv; line >> kv;)
       if (const size_t eq = kv.find('='); eq != std::string::npos) f[kv.substr(0, eq)] = kv.substr(eq + 1);
-    if (what == "start") ev[f["ev"]].f = f;
+    if (what == "returned") returned[f["rank"]] = lineNo;
+    if (what == "start") {
+      ev[f["ev"]].f = f;
+      ev[f["ev"]].line = lineNo;
+    }
     if (what == "stop") ++ev[f["ev"]].stops;
     if (what == "state" && f["state"] == "22") ++ev[f["ev"]].kernelChStops;
   }
@@ -1321,6 +1329,8 @@ TEST(STAGED_SUITE, AProfilerPluginSeesTheHostEnginesPartInThreads) {
     const Ev& c = *colls[0];
     EXPECT_EQ(c.f.at("func"), "AllReduce");
     EXPECT_EQ(c.f.at("count"), "1000");
+    ASSERT_TRUE(returned.count(std::to_string(rank)));
+    EXPECT_LT(c.line, returned.at(std::to_string(rank))) << "the Coll event comes before the call returns";
     std::ostringstream sb, rb;
     sb << send[rank];
     rb << recv[rank];
