@@ -100,7 +100,7 @@ const PluginLibrary* processPlugin(const PluginKind& kind, std::string* why) {
   static auto* byName = new std::map<std::pair<std::string, std::string>, const PluginLibrary*>;
   static auto* byNetPlugin = new std::map<std::pair<std::string, std::string>, const PluginLibrary*>;
   const std::string value = kind.knob->get();
-  const bool set = kind.knob->isSet();
+  const bool set = kind.knob->isSet() && !value.empty();  // empty: unset, as NCCL
   if (set && strcasecmp(value.c_str(), "none") == 0) {
     if (why) *why = strprintf("none (%s=none)", kind.variable);
     return nullptr;

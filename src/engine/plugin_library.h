@@ -1,9 +1,10 @@
 // The libraries of NCCL's plugins of one kind beside the network's (tuner, profiler), found
-// as NCCL 2.28 finds them: the library the kind's variable names (unset: <prefix>.so; none,
-// in any case: no plugin; else the name as given, then <prefix>-<name>.so unless it holds a
-// '/' or is already lib*.so), else, when that does not load, the NCCL net plugin libraries
-// this process loaded; in the library the newest <symbol><N> of the versions Loom takes.
-// Loaded once per process and value of the variable, and never unloaded: plugins keep state.
+// as NCCL 2.28 finds them: the library the kind's variable names (unset or empty:
+// <prefix>.so; none, in any case: no plugin; STATIC_PLUGIN: the program itself; else the
+// name as given, then <prefix>-<name>.so unless it holds a '/' or is already lib*.so), else,
+// when that does not load, the NCCL net plugin libraries this process loaded; in the library
+// the newest <symbol><N> of the versions Loom takes. Loaded once per process and value of
+// the variable, and never unloaded: plugins keep state.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ struct PluginKind {
   const char* symbol;       // "ncclTunerPlugin_v"
   int newest, oldest;       // the versions Loom takes
   uint64_t logSubsys;       // the log lines' subsystem
-  bool staticPlugin;        // STATIC_PLUGIN names the program itself (tuners)
+  bool staticPlugin;        // STATIC_PLUGIN names the program itself
 };
 
 // The libraries a value of the kind's variable (null: unset) names, in the order they are tried.

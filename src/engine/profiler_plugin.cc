@@ -55,7 +55,7 @@ const char* ncclTypeName(int dtype) {
 const char* funcName(Collective c) { return collectiveName(c); }
 
 const PluginKind kProfiler{"PROFILER/Plugin", &kProfilerPlugin, "NCCL_PROFILER_PLUGIN", "libnccl-profiler",
-                           "ncclProfiler_v", 6, 4, kLogInit, /*staticPlugin=*/false};
+                           "ncclProfiler_v", 6, 4, kLogInit, /*staticPlugin=*/true};
 
 const ProfilerV4& v4(const PluginLibrary& lib) { return *static_cast<const ProfilerV4*>(lib.table); }
 const ProfilerV5& v5(const PluginLibrary& lib) { return *static_cast<const ProfilerV5*>(lib.table); }

@@ -1,8 +1,8 @@
 // NCCL profiler plugins, loaded as NCCL loads them, fed the events of the work Loom runs.
 //
-// NCCL_PROFILER_PLUGIN unset: "libnccl-profiler.so"; "none" (any case): no plugin; else the
-// name as given, then libnccl-profiler-<name>.so (unless it holds a '/' or is already
-// lib*.so). When none of those loads, the NCCL net plugin libraries this process loaded are
+// NCCL_PROFILER_PLUGIN unset: "libnccl-profiler.so"; "none" (any case): no plugin;
+// "STATIC_PLUGIN": the program itself; else the name as given, then
+// libnccl-profiler-<name>.so (unless it holds a '/' or is already lib*.so). When none of those loads, the NCCL net plugin libraries this process loaded are
 // searched, as NCCL searches its own. The newest ncclProfiler_v<N> symbol wins (v6 down to
 // v4). Loaded once per process and never unloaded; each communicator initialises the plugin
 // for itself (a failed init: no events for that communicator; NCCL goes on calling the

@@ -522,6 +522,13 @@ TEST(ProfilerPluginLoader, NamesAsNccl) {
     EXPECT_EQ(path, "");
   }
   {
+    // As NCCL: STATIC_PLUGIN is the program itself (this test exports no profiler); empty is unset.
+    EnvGuard self("NCCL_PROFILER_PLUGIN", "STATIC_PLUGIN"), net("NCCL_NET_PLUGIN", "none");
+    EXPECT_EQ(loom::processProfilerPlugin(&path), "none: STATIC_PLUGIN loads but exports no ncclProfiler_v4..v6 symbol");
+    EnvGuard empty("NCCL_PROFILER_PLUGIN", "");
+    EXPECT_NE(loom::processProfilerPlugin(&path).find("libnccl-profiler.so does not load"), std::string::npos);
+  }
+  {
     EnvGuard v6("NCCL_PROFILER_PLUGIN", pluginPath(6).c_str());
     EXPECT_EQ(loom::processProfilerPlugin(&path), "loomtest-v6 (v6, " + pluginPath(6) + ")");
     EXPECT_EQ(path, pluginPath(6));
