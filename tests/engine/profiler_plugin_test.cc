@@ -529,6 +529,12 @@ TEST(ProfilerPluginLoader, NamesAsNccl) {
     EXPECT_NE(loom::processProfilerPlugin(&path).find("libnccl-profiler.so does not load"), std::string::npos);
   }
   {
+    EnvGuard v3("NCCL_PROFILER_PLUGIN", pluginPath(3).c_str());
+    EXPECT_EQ(loom::processProfilerPlugin(&path),
+              "none: " + pluginPath(3) + " exports only ncclProfiler_v3 or older, which Loom does not load");
+    EXPECT_EQ(path, "");
+  }
+  {
     EnvGuard v6("NCCL_PROFILER_PLUGIN", pluginPath(6).c_str());
     EXPECT_EQ(loom::processProfilerPlugin(&path), "loomtest-v6 (v6, " + pluginPath(6) + ")");
     EXPECT_EQ(path, pluginPath(6));

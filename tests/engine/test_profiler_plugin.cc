@@ -27,7 +27,7 @@
 #include "engine/profiler_abi.h"
 
 #ifndef LOOM_TEST_PROFILER_VERSION
-#error "LOOM_TEST_PROFILER_VERSION must be 4, 5 or 6"
+#error "LOOM_TEST_PROFILER_VERSION must be 3 (a symbol Loom refuses), 4, 5 or 6"
 #endif
 
 namespace {
@@ -185,7 +185,11 @@ Result initV5(void** context, uint64_t commId, int* mask, const char* name, int 
 #define LOOM_CAT(a, b) LOOM_CAT2(a, b)
 #define LOOM_STR2(x) #x
 #define LOOM_STR(x) LOOM_STR2(x)
-#if LOOM_TEST_PROFILER_VERSION == 4
+#if LOOM_TEST_PROFILER_VERSION == 3
+// Only a v3 table (its layout is not v5's; nothing calls it): Loom must refuse the library.
+extern "C" __attribute__((visibility("default"))) const ProfilerV5 ncclProfiler_v3 = {
+    "loomtest-v3", initV5, startEvent, stopEvent, recordEventState, finalize};
+#elif LOOM_TEST_PROFILER_VERSION == 4
 extern "C" __attribute__((visibility("default"))) const ProfilerV4 ncclProfiler_v4 = {
     "loomtest-v4", initV4, startEvent, stopEvent, recordEventState, finalize};
 #else
