@@ -42,12 +42,14 @@ struct Handle {  // a context or an event
 };
 std::atomic<int> gNextId{1};
 std::mutex gMu;
-std::vector<Handle*>* gHandles = new std::vector<Handle*>;  // every handle, kept: they outlive stops
 
 Handle* make(int ctx) {
+  // Every handle, kept reachable: they outlive their stops. Made on first use, so that a
+  // library that is only loaded and unloaded (the v3 one) allocates nothing.
+  static auto* handles = new std::vector<Handle*>;
   auto* h = new Handle{kMagic, gNextId.fetch_add(1), ctx};
   std::lock_guard<std::mutex> lock(gMu);
-  gHandles->push_back(h);
+  handles->push_back(h);
   return h;
 }
 int idOf(void* h) {
