@@ -385,33 +385,45 @@ double estimateGroupMicros(const std::vector<OpArgs>& ops) {
 
 bool inGroup() { return tlsGroup.depth > 0; }
 
-void submit(const OpArgs& args) {
+namespace {
+
+// submit() with the profiler plugin's API events of a call Loom serves (stock NCCL reports
+// its own).
+void submitProfiled(const OpArgs& args, Profiler* prof) {
   GroupState& g = tlsGroup;
   OpArgs op = args;
-  // The profiler plugin's API events of the calls Loom serves (stock NCCL reports its own).
-  Profiler* prof = onStock(op) ? nullptr : op.comm->profiler.get();
-  if (__builtin_expect(prof != nullptr, 0)) {
-    const bool captured = capturing(op);
-    if (!g.groupApiComm) {
-      // As NCCL's: 1 for a lone call's implicit group, more inside the caller's groups.
-      g.groupApi = prof->startGroupApi(g.depth - g.internal + 1, captured);
-      g.groupApiComm = op.comm;
-      g.groupApiSerial = op.comm->serial;
-    }
-    op.profApi = op.isSend || op.isRecv
-                     ? prof->startP2pApi(g.groupApi, op.isSend, op.count, static_cast<int>(op.dtype), op.stream,
-                                         captured)
-                     : prof->startCollApi(g.groupApi, op.coll, op.count, static_cast<int>(op.dtype), op.root,
-                                          op.stream, captured);
+  const bool captured = capturing(op);
+  if (!g.groupApiComm) {
+    // As NCCL's: 1 for a lone call's implicit group, more inside the caller's groups.
+    g.groupApi = prof->startGroupApi(g.depth - g.internal + 1, captured);
+    g.groupApiComm = op.comm;
+    g.groupApiSerial = op.comm->serial;
   }
+  op.profApi = op.isSend || op.isRecv
+                   ? prof->startP2pApi(g.groupApi, op.isSend, op.count, static_cast<int>(op.dtype), op.stream,
+                                       captured)
+                   : prof->startCollApi(g.groupApi, op.coll, op.count, static_cast<int>(op.dtype), op.root,
+                                        op.stream, captured);
+  prof->stop(op.profApi);  // the call itself ends here
   if (inGroup()) {
     g.ops.push_back(op);
     g.ops.back().serial = op.comm->serial;  // the recording call is counted in it
-    if (prof) prof->stop(op.profApi);
     return;
   }
-  if (prof) prof->stop(op.profApi);
   GroupApiEnd end(g);
+  launchOne(op);
+}
+
+}  // namespace
+
+void submit(const OpArgs& op) {
+  if (Profiler* prof = onStock(op) ? nullptr : op.comm->profiler.get(); __builtin_expect(prof != nullptr, 0))
+    return submitProfiled(op, prof);
+  if (inGroup()) {
+    tlsGroup.ops.push_back(op);
+    tlsGroup.ops.back().serial = op.comm->serial;  // the recording call is counted in it
+    return;
+  }
   launchOne(op);
 }
 

@@ -22,6 +22,13 @@ inline uint64_t coarseNowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// CLOCK_REALTIME (Unix time) in nanoseconds: for times other hosts and tools read.
+inline uint64_t realtimeNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // A point in time after which a wait gives up. Deadline::never() waits forever.
 class Deadline {
  public:

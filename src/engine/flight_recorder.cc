@@ -45,12 +45,7 @@ double wallSeconds(uint64_t steadyNs, int64_t offsetNs) {
   return static_cast<double>(static_cast<int64_t>(steadyNs) + offsetNs) / 1e9;
 }
 
-int64_t steadyToWallOffset() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t wall = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  return wall - static_cast<int64_t>(nowNs());
-}
+int64_t steadyToWallOffset() { return static_cast<int64_t>(realtimeNs()) - static_cast<int64_t>(nowNs()); }
 
 const char* redopName(int op) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};

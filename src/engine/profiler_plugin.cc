@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstdarg>
-#include <ctime>
 
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/time.h"
 #include "engine/plugin_library.h"
 #include "engine/profiler_abi.h"
 #include "kernels/reduce.h"
@@ -51,9 +51,6 @@ const char* ncclTypeName(int dtype) {
   return dtype >= 0 && dtype < 12 ? kNames[dtype] : "Unknown";
 }
 
-// ncclFuncToString's names.
-const char* funcName(Collective c) { return collectiveName(c); }
-
 const PluginKind kProfiler{"PROFILER/Plugin", &kProfilerPlugin, "NCCL_PROFILER_PLUGIN", "libnccl-profiler",
                            "ncclProfiler_v", 6, 4, kLogInit, /*staticPlugin=*/true};
 
@@ -66,16 +63,6 @@ std::vector<std::string> profilerLibraryNames(const char* spec) { return pluginL
 
 std::string processProfilerPlugin(std::string* path) { return describeProcessPlugin(kProfiler, path); }
 
-namespace {
-
-// The host clock Loom passes as a KernelCh event's pTimer (CLOCK_REALTIME, ns).
-uint64_t profilerTimer() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
 
 std::unique_ptr<Profiler> Profiler::open(uint64_t commHash, const char* commName, int nNodes, int nranks,
                                          int rank) {
@@ -132,7 +119,7 @@ void* Profiler::startCollApi(void* groupApi, Collective coll, size_t count, int 
   d.type = kCollApi;
   d.parentObj = groupApi;
   d.rank = rank_;
-  d.collApi.func = funcName(coll);
+  d.collApi.func = collectiveName(coll);
   d.collApi.count = count;
   d.collApi.datatype = ncclTypeName(dtype);
   d.collApi.root = root;
@@ -194,7 +181,7 @@ void* Profiler::startColl(void* api, void* group, Collective coll, const void* s
   if (!wants(kCollNeeds)) return nullptr;
   CollFields c{};
   c.seqNumber = seq;
-  c.func = funcName(coll);
+  c.func = collectiveName(coll);
   c.sendBuff = sendbuff;
   c.recvBuff = recvbuff;
   c.count = count;
@@ -257,7 +244,7 @@ void Profiler::stop(void* event) {
 void TaskProfile::begin() {
   if (begun_ || !prof_) return;
   begun_ = true;
-  const uint64_t t = profilerTimer();
+  const uint64_t t = realtimeNs();
   for (void* p : parents_)
     for (int c = 0; c < channels_; ++c)
       if (void* h = prof_->startKernelCh(p, c, t)) running_.push_back(h);
@@ -266,7 +253,7 @@ void TaskProfile::begin() {
 void TaskProfile::end() {
   if (!begun_ || ended_) return;
   ended_ = true;
-  const uint64_t t = profilerTimer();
+  const uint64_t t = realtimeNs();
   for (void* h : running_) {
     prof_->record(h, kStateKernelChStop, t);
     prof_->stop(h);

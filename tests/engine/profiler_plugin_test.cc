@@ -6,7 +6,6 @@
 // stopped, the activation mask obeyed, and a failed init leaving only that rank without.
 #include <gtest/gtest.h>
 #include <nccl.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/time.h"
 #include "core/core_util.h"
 #include "core/rank_harness.h"
 #include "engine/profiler_abi.h"
@@ -30,12 +30,6 @@ namespace abi = loom::profabi;
 
 std::string pluginPath(int v) {
   return std::string(LOOM_TEST_PROFILER_PLUGIN_DIR) + "/libnccl-profiler-loomtest-v" + std::to_string(v) + ".so";
-}
-
-uint64_t realtimeNs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 struct Event {
@@ -199,9 +193,9 @@ TEST_F(ProfilerPluginTest, LoneCallsMakeNcclsEventTree) {
     EnvGuard executor("LOOM_EXECUTOR", interp ? "interp" : nullptr);
     EnvGuard proto("LOOM_INTERP_PROTO", interp ? "ll" : nullptr);
     Buffers b;
-    const uint64_t from = realtimeNs();
+    const uint64_t from = loom::realtimeNs();
     auto f = runRanks(Mode::kThreads, 2, [&](int r, int n, ncclComm_t c) { return threeCalls(r, n, c, &b); });
-    const uint64_t to = realtimeNs();
+    const uint64_t to = loom::realtimeNs();
     ASSERT_TRUE(f.empty()) << joinFailures(f);
     const Log log = readLog(log_);
     ASSERT_EQ(log.inits.size(), 2u);
@@ -273,7 +267,7 @@ TEST_F(ProfilerPluginTest, LoneCallsMakeNcclsEventTree) {
 
 TEST_F(ProfilerPluginTest, AGroupIsOneGroupApiEventOverItsCalls) {
   EnvGuard plugin("NCCL_PROFILER_PLUGIN", pluginPath(5).c_str());
-  const uint64_t from = realtimeNs();
+  const uint64_t from = loom::realtimeNs();
   auto f = runRanks(Mode::kThreads, 2, [&](int rank, int nranks, ncclComm_t comm) -> std::string {
     const int peer = 1 - rank;
     std::vector<double> x(300, rank + 1.0), y(300, 0), s(77, rank * 10.0), r(77, -1);
@@ -287,7 +281,7 @@ TEST_F(ProfilerPluginTest, AGroupIsOneGroupApiEventOverItsCalls) {
     (void)nranks;
     return "";
   });
-  const uint64_t to = realtimeNs();
+  const uint64_t to = loom::realtimeNs();
   ASSERT_TRUE(f.empty()) << joinFailures(f);
   const Log log = readLog(log_);
   expectAllStopped(log);
@@ -394,10 +388,10 @@ TEST_F(ProfilerPluginTest, RanksAsProcessesNumberTheirCollectivesAlike) {
 
 TEST_F(ProfilerPluginTest, Version4GetsTaskEventsUnderGroups) {
   EnvGuard plugin("NCCL_PROFILER_PLUGIN", pluginPath(4).c_str());
-  const uint64_t from = realtimeNs();
+  const uint64_t from = loom::realtimeNs();
   Buffers b;
   auto f = runRanks(Mode::kThreads, 2, [&](int r, int n, ncclComm_t c) { return threeCalls(r, n, c, &b); });
-  const uint64_t to = realtimeNs();
+  const uint64_t to = loom::realtimeNs();
   ASSERT_TRUE(f.empty()) << joinFailures(f);
   const Log log = readLog(log_);
   expectAllStopped(log);
