@@ -135,8 +135,9 @@ else
   # a group's events across the API and the executor, an abort from another thread).
   profiler_filter='*:-*Processes*'
   # Status queries answered on the listener's thread and metrics scraped by the exporter's,
-  # both reading flight recorders the ranks' threads are writing.
-  diag_filter='FlightRecorder.KeepsTheLastEntriesWithTheirStatesAndTotals:FlightRecorder.DumpStateAndStatusQueriesOnLiveRanks:DiagStatus.*'
+  # both reading flight recorders the ranks' threads are writing; RAS reports reading the
+  # process's communicators while their ranks run and destroy them.
+  diag_filter='FlightRecorder.KeepsTheLastEntriesWithTheirStatesAndTotals:FlightRecorder.DumpStateAndStatusQueriesOnLiveRanks:DiagStatus.*:RasQuery.RanksAsThreadsAreOneProcess:RasQuery.ReportsWhileRanksRunAndGo'
   metrics_filter='Metrics.HttpScrapeDuringRun:Metrics.FileExport:Metrics.RenderPerCollective'
   # The staged path's proxies, CUDA's host-function thread and the streams' threads (of the
   # stand-in driver) sharing records, flags and the staging pool; ranks as threads.

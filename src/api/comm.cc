@@ -8,6 +8,7 @@
 
 #include "api/guard.h"
 #include "api/mgmt_job.h"
+#include "api/ras_server.h"
 #include "api/stock_route.h"
 #include "base/log.h"
 #include "bootstrap/root.h"
@@ -57,6 +58,11 @@ void unregisterComm(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(registry().mu);
   registry().live.erase(comm);
   registry().removals.fetch_add(1);  // seq_cst: ordered against enterCall's (Dekker)
+}
+
+std::vector<std::pair<ncclComm_t, uint64_t>> liveComms() {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return {registry().live.begin(), registry().live.end()};
 }
 
 // Every call checks its communicator: a training loop calls with the same one again and
@@ -196,6 +202,7 @@ void destroyComm(ncclComm_t comm) {
 void ncclComm::runInit() noexcept {
   ncclResult_t rc = loom::api::guard("ncclCommInitRank", this, [&]() {
     loom::ScopedLogRank lr(rank);
+    loom::ras::startServer();
     for (int t = 0; t < ncclNumTypes; ++t)
       for (int o = 0; o < ncclNumOps; ++o) builtinOps[t][o] = loom::Reducer::make(t, o, nranks);
     auto c = std::make_unique<loom::Communicator>(job, rank, nranks, &abortFlag, configMinCtas, configMaxCtas);
@@ -219,6 +226,7 @@ void ncclComm::runInit() noexcept {
         allWant &= r.wantsKernel != 0;
         devices.push_back(r.cudaDev);
       }
+      peerCudaDevs = devices;
       c->setDeviceExec(loom::DeviceExec::create(c->bootstrap(), c->peers(), devices,
                                                 c->planContext(), c->sameContextRanks(), allWant));
       if (!shadow && !c->deviceExec() && onePidNs &&
@@ -253,6 +261,7 @@ void ncclComm::runInit() noexcept {
     }
     return ncclSuccess;
   });
+  initState.store(rc, std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(initMu);
     asyncError.store(rc);

@@ -50,6 +50,10 @@ struct ncclComm {
   std::atomic<bool> abortFlag{false};
   std::atomic<bool> revoked{false};
   std::atomic<int> asyncError{ncclSuccess};  // ncclInProgress while initializing
+  // The init's outcome alone (asyncError also carries later errors and jobs): ncclInProgress
+  // until runInit ends, then its result; core is set before it turns ncclSuccess (RAS reads).
+  std::atomic<int> initState{ncclInProgress};
+  std::vector<int> peerCudaDevs;  // every rank's CUDA device (-1 none), set with core
   std::thread initThread;                    // non-blocking / grouped init
   std::mutex initMu;
   std::condition_variable initCv;
@@ -69,7 +73,7 @@ struct ncclComm {
   // Set by the one call that frees the comm (destroy, abort, or a blocking init that
   // failed), so that two of them racing never free it twice. Read under a CallScope.
   std::atomic<bool> teardown{false};
-  bool finalized = false;
+  std::atomic<bool> finalized{false};  // atomic: RAS reads it from its own thread
 
   struct UserOp {
     bool live = false;
@@ -109,6 +113,8 @@ void unregisterComm(ncclComm_t comm);
 // With a serial (ncclComm::serial), also that it is the same communicator, not one made
 // since at the address of a freed one.
 bool isLiveComm(ncclComm_t comm, uint64_t serial = 0);
+// Every live communicator with its serial (for enterCall), e.g. for RAS reports.
+std::vector<std::pair<ncclComm_t, uint64_t>> liveComms();
 // Records comm's last error if comm is still live; safe against a concurrent destroy.
 void setCommLastError(ncclComm_t comm, const std::string& msg);
 

@@ -329,10 +329,14 @@ bool Bootstrap::serveStatus(const PeerHello& h, const Socket& s) {
 }
 
 std::string Bootstrap::queryStatus(int peer, double timeoutSec, uint64_t detail) {
+  return queryStatusAt(statusTarget(peer), timeoutSec, detail);
+}
+
+std::string Bootstrap::queryStatusAt(const StatusTarget& t, double timeoutSec, uint64_t detail) {
   try {
     Deadline d = Deadline::in(timeoutSec);
-    Socket s = Socket::connect(peers_[peer], d, "status query", false);
-    PeerHello h = makePeerHello(statusJob_, kStatusHelloKind, rank_, peer, detail);
+    Socket s = Socket::connect(t.addr, d, "status query", false);
+    PeerHello h = makePeerHello(t.statusJob, kStatusHelloKind, t.from, t.to, detail);
     s.sendAll(&h, sizeof(h), d, "status query");
     uint32_t len = 0;
     s.recvAll(&len, sizeof(len), d, "status reply");

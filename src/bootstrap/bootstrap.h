@@ -60,6 +60,15 @@ class Bootstrap {
   void setStatusSource(std::function<std::string(uint64_t detail)> source);
   // Asks `peer` for its status; "" when it does not answer within timeoutSec.
   std::string queryStatus(int peer, double timeoutSec, uint64_t detail = 0);
+  // What a query to `peer` needs, so that it can be made without this object (which its
+  // communicator's destroy may free meanwhile).
+  struct StatusTarget {
+    SocketAddr addr;
+    JobId statusJob;
+    int from = 0, to = 0;
+  };
+  StatusTarget statusTarget(int peer) const { return {peers_[peer], statusJob_, rank_, peer}; }
+  static std::string queryStatusAt(const StatusTarget& t, double timeoutSec, uint64_t detail);
   // HMAC(secret, "loom-status-key"): what a status query proves it knows.
   static std::array<uint8_t, 32> statusKey(const JobId& job);
   // Status replies: a 4-byte little-endian length, then the payload. (PeerHello kinds:

@@ -116,6 +116,8 @@ FlightEntry* FlightRecorder::record(uint64_t seq, Collective coll, Algorithm alg
                                     uint64_t bytes, int dtype, int redop, int root,
                                     const int* peers, int npeers) {
   lastQueued_.store(seq, kRelaxed);
+  std::atomic<uint64_t>& q = queued_[static_cast<int>(coll)];
+  q.store(q.load(kRelaxed) + 1, kRelaxed);  // one caller at a time: no locked add
   if (!ring_) return nullptr;
   FlightEntry& e = ring_[seq & mask_];
   e.seq.store(0, kRelaxed);  // readers skip it while it changes

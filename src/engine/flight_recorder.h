@@ -180,6 +180,10 @@ class FlightRecorder {
   // The entry of `seq`, if still held and readable; false if overwritten or torn.
   bool read(uint64_t seq, FlightRecord* out) const;
   CollTotals totals(Collective c) const;
+  // Operations of collective c queued so far (NCCL's RAS counts per collective).
+  uint64_t queuedOps(Collective c) const {
+    return queued_[static_cast<int>(c)].load(std::memory_order_relaxed);
+  }
   // Mean time the last (up to 64) completed operations waited for their peers, in us.
   double recentWaitUs(uint64_t* ops = nullptr) const;
   uint64_t failures() const { return failures_.load(std::memory_order_relaxed); }
@@ -206,6 +210,7 @@ class FlightRecorder {
   std::unique_ptr<FlightEntry[]> ring_;
   std::atomic<uint64_t> lastQueued_{0}, lastCompleted_{0};
   std::atomic<uint64_t> failures_{0};
+  std::array<std::atomic<uint64_t>, kCollectiveCount> queued_{};  // written by the caller only
   struct Totals {
     std::atomic<uint64_t> ops{0}, bytes{0}, ns{0};
   };

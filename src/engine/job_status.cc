@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -84,7 +85,17 @@ const char* collName(int c) {
 
 }  // namespace
 
+namespace {
+std::atomic<std::string (*)()> gProcessReport{nullptr};
+}  // namespace
+
+void setProcessReportSource(std::string (*source)()) { gProcessReport.store(source); }
+
 std::string statusPayload(Communicator& c, uint64_t detail) {
+  if (detail == kProcessReportDetail) {
+    auto source = gProcessReport.load();
+    return source ? source() : std::string();
+  }
   StatusWire w = localStatus(c.recorder());
   std::string out(reinterpret_cast<const char*>(&w), sizeof(w));
   if (detail == 0) return out;

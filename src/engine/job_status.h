@@ -31,6 +31,11 @@ struct StatusWire {
 static_assert(sizeof(StatusWire) == 80, "loom-status unpacks this layout");
 constexpr uint32_t kStatusMagic = 0x4c535431;  // "LST1"
 
+// Status detail asking for the whole process's RAS report (api/ras_server.h): the API layer,
+// which knows every communicator of the process, installs the function that makes it.
+constexpr uint64_t kProcessReportDetail = 3;
+void setProcessReportSource(std::string (*source)());
+
 // What this rank answers: StatusWire, then for detail 1 the JSON line with every rank's
 // address (what loom-status asks rank 0), for detail 2 the JSON line alone (other ranks).
 std::string statusPayload(Communicator& c, uint64_t detail);
