@@ -8,7 +8,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <system_error>
 #include <thread>
 
@@ -103,10 +107,34 @@ std::string localProcessPayload() { return encodeProcess(localProcess()); }
 struct JobView::Known {
   uint64_t hostHash = 0, pidNs = 0;
   int pid = 0;
-  std::optional<Bootstrap::StatusTarget> target;  // none for this process
+  // Its ranks' status channels, one per communicator shared with it (none for this process):
+  // a rank it has destroyed since refuses, and the next is asked.
+  std::vector<Bootstrap::StatusTarget> targets;
   std::optional<ProcessRecord> answer;
   bool timedOut = false;
 };
+
+namespace {
+
+// A process that will never answer: gone, or a zombie (it exited; nobody reaped it yet).
+bool processGone(int pid) {
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return errno == ENOENT;
+  char buf[512] = {};
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char* paren = strrchr(buf, ')');
+  return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+// Ranks of communicators this process is not in that nobody reported: bounded, so that a
+// peer's record cannot make the report (or this process's memory) grow without end.
+constexpr size_t kMaxUnplacedMissing = 1 << 20;
+
+}  // namespace
 
 JobView::JobView() {
   self_.pid = getpid();
@@ -121,31 +149,36 @@ JobView::JobView() {
   known_[0].pid = self_.pid;
   r.processes.emplace_back();
   r.processes[0].pid = self_.pid;
+  // (host, pid namespace, pid) -> index in known_.
+  std::map<std::tuple<uint64_t, uint64_t, int>, size_t> index;
   forEachInitialised([&](const ncclComm& c) {
     addRank(self_, c);
     const std::vector<PeerInfo>& peers = c.core->peers();
+    const PeerInfo& me = peers[c.rank];
+    index.emplace(std::make_tuple(me.hostHash, me.pidNs, me.pid), 0);
     std::vector<Home>& homes = homes_[{c.core->commHash(), c.nranks}];
     homes.assign(peers.size(), Home{});
+    std::vector<bool> targeted(known_.size() + peers.size());  // one target per process here
     for (int rank = 0; rank < static_cast<int>(peers.size()); ++rank) {
       const PeerInfo& p = peers[rank];
-      auto it = std::find_if(known_.begin(), known_.end(), [&](const Known& k) {
-        return k.pid == p.pid && k.hostHash == p.hostHash && k.pidNs == p.pidNs;
-      });
-      bool self = p.pid == self_.pid && p.hostHash == peers[c.rank].hostHash && p.pidNs == peers[c.rank].pidNs;
-      if (self) it = known_.begin();
-      if (it == known_.end()) {
-        it = known_.insert(known_.end(), Known{p.hostHash, p.pidNs, p.pid, {}, {}, false});
+      auto [it, added] = index.emplace(std::make_tuple(p.hostHash, p.pidNs, p.pid), known_.size());
+      const size_t i = it->second;
+      if (added) {
+        known_.push_back(Known{p.hostHash, p.pidNs, p.pid, {}, {}, false});
         r.processes.emplace_back();
         r.processes.back().pid = p.pid;
+        targeted.resize(known_.size() + peers.size());
       }
-      size_t i = it - known_.begin();
       homes[rank].process = static_cast<int>(i);
       if (rank < static_cast<int>(c.peerCudaDevs.size())) homes[rank].cudaDev = c.peerCudaDevs[rank];
       ProcessView& v = r.processes[i];
       if (v.node.empty()) v.node = hostOf(c.core->bootstrap().peerAddr(rank));
       v.cudaDevs |= devBit(homes[rank].cudaDev);
       v.nvmlDevs = v.cudaDevs;
-      if (!self && !it->target) it->target = c.core->bootstrap().statusTarget(rank);
+      if (i != 0 && !targeted[i]) {
+        known_[i].targets.push_back(c.core->bootstrap().statusTarget(rank));
+        targeted[i] = true;
+      }
     }
   });
   known_[0].hostHash = self_.hostHash;
@@ -158,19 +191,35 @@ JobView::~JobView() = default;
 
 const Report& JobView::gather(double timeoutSec) {
   const uint64_t start = nowNs();
-  const double limit = timeoutSec > 0 ? timeoutSec : 1e9;
-  // Every other process at once, through a few threads: a stopped one costs the time-out,
-  // not the time-out times the processes behind it.
+  // One deadline for every process: the client waits for the slowest, not their sum.
+  const Deadline deadline = Deadline::in(timeoutSec > 0 ? timeoutSec : 1e6);
   std::atomic<size_t> next{1};
   auto ask = [&] {
     for (size_t i; (i = next.fetch_add(1)) < known_.size();) {
       Known& k = known_[i];
-      if (!k.target) continue;
-      Deadline d = Deadline::in(limit);
-      std::string reply = Bootstrap::queryStatusAt(*k.target, limit, kProcessReportDetail);
-      ProcessRecord p;
-      if (!reply.empty() && decodeProcess(reply, &p)) k.answer = std::move(p);
-      else k.timedOut = d.expired();
+      for (const Bootstrap::StatusTarget& t : k.targets) {
+        const double left = static_cast<double>(deadline.ns() - std::min(deadline.ns(), nowNs())) / 1e9;
+        if (left <= 0) {
+          k.timedOut = true;
+          break;
+        }
+        std::string reply = Bootstrap::queryStatusAt(t, left, kProcessReportDetail);
+        ProcessRecord p;
+        if (!reply.empty() && decodeProcess(reply, &p)) {
+          k.answer = std::move(p);
+          break;
+        }
+        if (deadline.expired()) {  // no answer in time: a stopped or slow process
+          k.timedOut = true;
+          break;
+        }
+      }
+    }
+  };
+  auto askSafely = [&] {
+    try {
+      ask();
+    } catch (...) {  // out of memory: the processes not asked yet stay unanswered
     }
   };
   {
@@ -178,28 +227,26 @@ const Report& JobView::gather(double timeoutSec) {
     size_t n = std::min<size_t>(known_.size() - 1, 32);
     for (size_t t = 0; t < n; ++t) {
       try {
-        threads.emplace_back(ask);
+        threads.emplace_back(askSafely);
       } catch (const std::system_error&) {
         break;  // out of threads: the ones started ask for the rest
       }
     }
-    if (threads.empty()) ask();
+    if (threads.empty()) askSafely();
     for (auto& t : threads) t.join();
   }
   known_[0].answer = self_;
 
   Report& r = report_;
-  bool anyUnanswered = false;
   std::map<std::pair<uint64_t, int>, CommView> comms;
   for (size_t i = 0; i < known_.size(); ++i) {
     ProcessView& v = r.processes[i];
     v.answered = known_[i].answer.has_value();
     r.timeouts += known_[i].timedOut;
     if (!v.answered) {
-      anyUnanswered = true;
-      // A process of this host (and pid namespace) that no longer exists is dead, not late.
+      // A process of this host (and pid namespace) that no longer runs is dead, not late.
       v.dead = known_[i].hostHash == self_.hostHash && known_[i].pidNs == self_.pidNs &&
-               kill(known_[i].pid, 0) != 0 && errno == ESRCH;
+               processGone(known_[i].pid);
       continue;
     }
     for (const CommRecord& c : known_[i].answer->comms) {
@@ -211,8 +258,6 @@ const Report& JobView::gather(double timeoutSec) {
         view.secondary[1] = c.secondary[1];
       }
       for (const RankRecord& k : c.ranks) {
-        if (std::any_of(view.ranks.begin(), view.ranks.end(), [&](const RankView& x) { return x.rank == k.rank; }))
-          continue;
         RankView x;
         x.rank = k.rank;
         x.process = static_cast<int>(i);
@@ -227,10 +272,20 @@ const Report& JobView::gather(double timeoutSec) {
       }
     }
   }
+  size_t unplaced = 0;
   for (auto& [key, view] : comms) {
-    std::sort(view.ranks.begin(), view.ranks.end(),
-              [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
-    auto homes = homes_.find(key);
+    // In rank order, each rank once (the first process to report it).
+    std::stable_sort(view.ranks.begin(), view.ranks.end(),
+                     [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
+    view.ranks.erase(std::unique(view.ranks.begin(), view.ranks.end(),
+                                 [](const RankView& a, const RankView& b) { return a.rank == b.rank; }),
+                     view.ranks.end());
+    const auto homes = homes_.find(key);
+    const bool mine = homes != homes_.end();
+    if (!mine) {
+      unplaced += static_cast<size_t>(view.nranks) - view.ranks.size();
+      if (unplaced > kMaxUnplacedMissing) continue;
+    }
     size_t next = 0;
     for (int rank = 0; rank < view.nranks; ++rank) {
       if (next < view.ranks.size() && view.ranks[next].rank == rank) {
@@ -239,12 +294,16 @@ const Report& JobView::gather(double timeoutSec) {
       }
       MissingRank m;
       m.rank = rank;
-      if (homes != homes_.end()) {
+      if (mine) {
         m.process = homes->second[rank].process;
         m.cudaDev = m.nvmlDev = homes->second[rank].cudaDev;
+        // Its process answered without it: not (or no longer, or not yet) a member.
+        m.unresponsive = !r.processes[m.process].answered;
+      } else {
+        // A communicator this process is not in: where the rank lives is not known here, so
+        // it may be a process nobody asked. Missing data, not a mismatch.
+        m.unresponsive = true;
       }
-      // Its process answered without it: not (or no longer, or not yet) a member.
-      m.unresponsive = m.process >= 0 ? !r.processes[m.process].answered : anyUnanswered;
       view.missing.push_back(m);
     }
     r.comms.push_back(std::move(view));

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "api/ras_gather.h"
@@ -25,20 +26,25 @@
 namespace loom::ras {
 namespace {
 
-BoolKnob kEnable("LOOM_RAS_ENABLE", "NCCL_RAS_ENABLE", true,
-                 "Answer NCCL's RAS queries (ncclras, `echo status | nc localhost 28028`) on the "
-                 "RAS address; 0: no RAS socket (peers' queries through a communicator are "
-                 "still answered)");
+// Read as NCCL reads its integer parameters (strtoll, nothing refused), once per process,
+// so that no value can fail an init or a client's query.
+StringKnob kEnable("LOOM_RAS_ENABLE", "NCCL_RAS_ENABLE", "1",
+                   "1: answer NCCL's RAS queries (ncclras, `echo status | nc localhost 28028`) "
+                   "at the RAS address; anything else (as NCCL): no RAS socket (peers' queries "
+                   "through a communicator are still answered)");
 StringKnob kAddr("LOOM_RAS_ADDR", "NCCL_RAS_ADDR", "localhost:28028",
                  "Address (host:port or [ipv6]:port) where each process listens for RAS "
                  "clients; the processes of one user on a host share it");
-IntKnob kTimeoutFactor("LOOM_RAS_TIMEOUT_FACTOR", "NCCL_RAS_TIMEOUT_FACTOR", 1,
-                       "Multiplies the RAS query's default time-out (5 s) for the other "
-                       "processes' answers (a client's TIMEOUT command sets its own)");
+StringKnob kTimeoutFactor("LOOM_RAS_TIMEOUT_FACTOR", "NCCL_RAS_TIMEOUT_FACTOR", "1",
+                          "Multiplies the RAS query's default time-out (5 s) for the other "
+                          "processes' answers (a client's TIMEOUT command sets its own)");
 
-constexpr size_t kMaxLine = 1024;      // as NCCL: a longer line ends the connection
-constexpr int kMaxClients = 16;        // at once; more are closed at once
+constexpr size_t kMaxLine = 1024;        // as NCCL: a longer line ends the connection
+constexpr int kMaxClients = 64;          // at once; more are closed at once (NCCL: no limit)
 constexpr int kIdleMs = 10 * 60 * 1000;  // a connection that says nothing for this long
+constexpr long kMaxWaitSec = 600;        // TIMEOUT 0 (NCCL: no limit) and longer ones
+
+std::atomic<double> gDefaultWaitSec{5.0};  // 5 s times NCCL_RAS_TIMEOUT_FACTOR
 
 std::atomic<pid_t> gServingPid{0};  // the process whose listener runs (not a forked child's)
 std::atomic<bool> gStarting{false};
@@ -82,7 +88,9 @@ bool command(int fd, std::string line, Client& c) {
     long n = strtol(s + 8, &end, 10);
     if (n < 0 || *end != '\0' || errno == ERANGE)
       return sendAll(fd, std::string("ERROR: Invalid timeout value ") + (s + 8) + "\n");
-    c.timeoutSec = static_cast<double>(n);  // 0: no limit
+    // 0 is NCCL's "no limit": a bound all the same, so that clients gone with a stopped peer
+    // unanswered do not hold their threads for ever.
+    c.timeoutSec = static_cast<double>(n == 0 || n > kMaxWaitSec ? kMaxWaitSec : n);
     return sendAll(fd, "OK\n");
   }
   if (strncasecmp(s, "set format ", 11) == 0) {
@@ -102,7 +110,7 @@ bool command(int fd, std::string line, Client& c) {
 
 void serveClient(int fd) {
   Client c;
-  c.timeoutSec = 5.0 * static_cast<double>(std::max<int64_t>(kTimeoutFactor.get(), 1));
+  c.timeoutSec = gDefaultWaitSec.load();
   timeval tv{10, 0};  // a client that stops reading does not hold the thread for ever
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   std::string buf;
@@ -124,6 +132,16 @@ void serveClient(int fd) {
     }
     if (buf.size() >= kMaxLine) break;  // a line too long for NCCL's buffer
   }
+}
+
+void serveAndClose(int fd) {
+  try {
+    serveClient(fd);
+  } catch (...) {  // out of memory or threads: this client goes, the process stays
+  }
+  // The end of the report is the client's end of file, even where a child forked meanwhile
+  // holds a copy of this descriptor.
+  ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
 }
 
@@ -144,10 +162,10 @@ void acceptLoop(int listenFd) {
     }
     try {
       std::thread([fd] {
-        serveClient(fd);
+        serveAndClose(fd);
         gClients.fetch_sub(1);
       }).detach();
-    } catch (const std::system_error&) {
+    } catch (...) {
       gClients.fetch_sub(1);
       ::close(fd);
     }
@@ -189,21 +207,26 @@ void startServer() {
   static std::once_flag atfork;
   std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, inChild); });
   gServingPid.store(me);  // tried once per process, whatever comes of it
-  if (!kEnable.get()) return;
-  const std::string addr = kAddr.get();
+  std::string addr;
   try {
+    if (strtoll(kEnable.get().c_str(), nullptr, 0) != 1) return;  // as NCCL: exactly 1
+    long long factor = strtoll(kTimeoutFactor.get().c_str(), nullptr, 0);
+    gDefaultWaitSec.store(5.0 * static_cast<double>(factor >= 1 && factor <= 100 ? factor : 1));
+    addr = kAddr.get();
     std::string bound;
     int fd = listenAt(addr, &bound);
-    gListenFd.store(fd);
-    {
-      std::lock_guard<std::mutex> lock(gAddrMu);
-      gAddr = bound;
+    try {
+      std::thread(acceptLoop, fd).detach();
+    } catch (...) {
+      ::close(fd);
+      throw;
     }
-    std::thread(acceptLoop, fd).detach();
+    gListenFd.store(fd);
+    std::lock_guard<std::mutex> lock(gAddrMu);
+    gAddr = bound;
     LOOM_INFO(kLogInit | kLogRas, "RAS client listening socket at %s", bound.c_str());
-  } catch (const std::exception& e) {
-    // As NCCL: the init goes on without a RAS socket. Said louder where the address was
-    // asked for than for the default.
+  } catch (const std::exception& e) {  // as NCCL: the init goes on without a RAS socket
+    // Said louder where the address was asked for than for the default.
     if (kAddr.isSet())
       LOOM_WARN("RAS: no client socket at %s (NCCL_RAS_ADDR): %s", addr.c_str(), e.what());
     else

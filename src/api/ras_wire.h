@@ -38,7 +38,7 @@ struct ProcessRecord {
 constexpr size_t kMaxNodeBytes = 64;
 constexpr uint32_t kMaxComms = 4096;
 constexpr uint32_t kMaxLocalRanks = 4096;
-constexpr int32_t kMaxCommRanks = 1 << 24;
+constexpr int32_t kMaxCommRanks = 1 << 20;
 
 std::string encodeProcess(const ProcessRecord& p);
 // False (out untouched or partly filled) unless `bytes` is exactly one well-formed record.

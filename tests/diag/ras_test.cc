@@ -13,6 +13,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -250,6 +251,98 @@ TEST(RasQuery, AnswersNcclsProtocolForAJobOfProcesses) {
   EXPECT_FALSE(has(out, "TIMEOUT\n")) << out;  // refused at once, not waited for
   b->phase = kDone;
   for (int r = 0; r < 2; ++r) EXPECT_EQ(waitChild(kids[r], 60), "") << "rank " << r;
+}
+
+// Three processes A, B, C: a world communicator, P = {A, B} and Q = {B, C}; B then destroys
+// its rank of P. Asked at A's own RAS port, A still reaches B (through the world
+// communicator if P's channel refuses), sees P's missing rank as NOCOMM (B answered without
+// it), and sees Q, which A is not in, through B's and C's answers.
+struct ThreeBoard {
+  RankSlot ranks[3];
+  std::atomic<int> phase{0};
+  ncclUniqueId ids[2];  // P's and Q's, made by A and B
+  std::atomic<int> idsReady{0};
+  int ports[3];  // each process's RAS port
+};
+
+std::string threeRank(const ncclUniqueId& world, int me, ThreeBoard* b) {
+  const std::string addr = "127.0.0.1:" + std::to_string(b->ports[me]);  // a port of its own
+  setenv("NCCL_RAS_ADDR", addr.c_str(), 1);
+  ncclComm_t w = nullptr, sub = nullptr, sub2 = nullptr;
+  RANK_CHECK(ncclCommInitRank(&w, 3, world, me) == ncclSuccess, "%s", ncclGetLastError(nullptr));
+  if (me < 2) {  // A makes P's id, B makes Q's
+    ncclUniqueId id;
+    RANK_CHECK(ncclGetUniqueId(&id) == ncclSuccess, "id");
+    b->ids[me] = id;
+    b->idsReady.fetch_add(1);
+  }
+  RANK_CHECK(waitFor([&] { return b->idsReady.load() == 2; }, 60000), "ids");
+  if (me <= 1) RANK_CHECK(ncclCommInitRank(&sub, 2, b->ids[0], me) == ncclSuccess, "P");
+  if (me >= 1) RANK_CHECK(ncclCommInitRank(&sub2, 2, b->ids[1], me - 1) == ncclSuccess, "Q");
+  std::vector<float> v(64, 1.0f);
+  RANK_CHECK(ncclAllReduce(v.data(), v.data(), 64, ncclFloat32, ncclSum, w, nullptr) == ncclSuccess, "W");
+  if (sub2) RANK_CHECK(ncclBroadcast(v.data(), v.data(), 64, ncclFloat32, 0, sub2, nullptr) == ncclSuccess, "Q");
+  if (me == 1) ncclCommDestroy(sub), sub = nullptr;  // B leaves P
+  b->ranks[me].stage = kReady;
+  RANK_CHECK(waitFor([&] { return b->phase.load() >= kDone; }, 120000), "phase");
+  for (ncclComm_t c : {w, sub, sub2})
+    if (c) ncclCommAbort(c);
+  return "";
+}
+
+TEST(RasQuery, PeersAreReachedThroughAnyCommunicatorAndTheirsAreSeen) {
+  SharedBoard<ThreeBoard> b;
+  for (int& p : b->ports) p = freePort();
+  LateId id;
+  std::vector<Child> kids(3);
+  for (int r = 0; r < 3; ++r) kids[r] = forkChild([&, r] { return threeRank(id, r, &*b); });
+  struct Cleanup {
+    std::vector<Child>& kids;
+    ~Cleanup() {
+      for (Child& k : kids)
+        if (k.fd >= 0) {
+          kill(k.pid, SIGKILL);
+          reapKilled(k);
+        }
+    }
+  } cleanup{kids};
+  ASSERT_EQ(id.make(), ncclSuccess);
+  ASSERT_TRUE(waitFor([&] {
+    for (auto& s : b->ranks)
+      if (s.stage.load() < kReady) return false;
+    return true;
+  }, 60000)) << "the ranks never got ready";
+  std::string json = ask(b->ports[0], "SET FORMAT json\nSTATUS\n");  // A's port
+  std::string doc = json.substr(std::min(json.find('{'), json.size()));
+  char path[] = "/tmp/loom-ras-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, doc.data(), doc.size()), static_cast<ssize_t>(doc.size()));
+  close(fd);
+  int rc = -1;
+  // Per communicator, by size and pids: its ranks' pids and its missing ranks' pid and
+  // whether their process did not answer.
+  std::string comms = runTool(std::string("python3 -c 'import json,sys\n"
+                                          "d=json.load(open(sys.argv[1]))\n"
+                                          "for c in sorted(d[\"communicators\"], key=lambda c: (-c[\"size\"], sorted(r[\"pid\"] for r in c[\"ranks\"]))):\n"
+                                          " print(c[\"size\"], sorted(r[\"pid\"] for r in c[\"ranks\"]), "
+                                          "[(m[\"pid\"], m[\"status\"][\"unresponsive\"]) for m in c[\"missing_ranks\"]])' ") + path, &rc);
+  unlink(path);
+  EXPECT_EQ(rc, 0) << comms << doc;
+  const int A = kids[0].pid, B = kids[1].pid, C = kids[2].pid;
+  std::vector<int> all{A, B, C}, bc{B, C};
+  std::sort(all.begin(), all.end());
+  std::sort(bc.begin(), bc.end());
+  // W: every rank. P: A's rank only, B's missing though B answered (NOCOMM, not
+  // unresponsive). Q: both ranks, seen through B's and C's answers. P and Q in the order
+  // the script sorts them (by their ranks' pids).
+  std::vector<std::pair<std::vector<int>, std::string>> pq{
+      {{A}, row("2 [%d] [(%d, False)]\n", A, B)}, {bc, row("2 [%d, %d] []\n", bc[0], bc[1])}};
+  std::sort(pq.begin(), pq.end());
+  const std::string want = row("3 [%d, %d, %d] []\n", all[0], all[1], all[2]) + pq[0].second + pq[1].second;
+  EXPECT_EQ(comms, want) << doc;
+  b->phase = kDone;
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(waitChild(kids[r], 60), "") << "rank " << r;
 }
 
 // Two ranks of one communicator as threads of this process: one process, both ranks in

@@ -27,6 +27,10 @@ bool mentions(const std::string& s, const char* what) { return s.find(what) != s
 
 // The rank that joins and then never enters the collective; it waits for rank 0 to be
 // done so that rank 0's call can end only through the abort, not through a dead peer.
+// The RAS socket and its thread are the process's, kept until it exits (as NCCL's): not a
+// communicator's to free, so they stay out of these resource counts.
+void noRasSocket() { setenv("NCCL_RAS_ENABLE", "0", 1); }
+
 std::string idleRank1(const ncclUniqueId& id, Board* b) {
   ncclComm_t comm = nullptr;
   RANK_NCCL(ncclCommInitRank(&comm, 2, id, 1));
@@ -40,6 +44,7 @@ std::string idleRank1(const ncclUniqueId& id, Board* b) {
 }
 
 std::string abortedRank0(const ncclUniqueId& id, Board* b) {
+  noRasSocket();
   Resources before = snapshot();
   ncclComm_t comm = nullptr;
   RANK_NCCL(ncclCommInitRank(&comm, 2, id, 0));
@@ -98,6 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Fault, AbortTest, testing::Values(Transport::kShm, Tran
 // called the blocking ncclCommInitRank returns once another thread aborts the handle
 // (which the call publishes before it blocks, so that it can be aborted).
 std::string abortBlockingInit(const ncclUniqueId& id) {
+  noRasSocket();
   Resources before = snapshot();
   ncclComm_t comm = nullptr;
   std::atomic<int> rc{-1};
@@ -147,6 +153,7 @@ TEST(FaultAbort, DuringBlockingInit) {
 // ncclCommGetAsyncError, give up after 200 ms and abort from that thread while the
 // library's init thread waits for a rank that never arrives.
 std::string abortNonBlockingInit(const ncclUniqueId& id, bool otherThreadWaits) {
+  noRasSocket();
   Resources before = snapshot();
   ncclComm_t comm = nullptr;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;

@@ -142,6 +142,9 @@ class HostileTest : public testing::TestWithParam<Transport> {
   EnvGuard stall_{"LOOM_TIMEOUT", "60"};
   EnvGuard hello_{"LOOM_HELLO_TIMEOUT", std::to_string(kHelloTimeoutSec).c_str()};
   EnvGuard debug_{"NCCL_DEBUG", "WARN"};
+  // The RAS socket speaks NCCL's unauthenticated text protocol to anyone on the host by
+  // design (RasQuery sends it garbage): strangers here are for Loom's own listeners.
+  EnvGuard ras_{"NCCL_RAS_ENABLE", "0"};
 };
 
 TEST_P(HostileTest, StrangersOnEveryListenerDuringInitAndCollectives) {
