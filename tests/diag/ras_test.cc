@@ -481,24 +481,30 @@ TEST(RasWire, RoundTripsAndRefusesWhatIsMalformed) {
   EXPECT_FALSE(loom::ras::decodeProcess(loom::ras::encodeProcess(p), &q));
 }
 
-// NCCL_RAS_ENABLE=0: no listener (in a process of its own: one listener per process).
-TEST(RasQuery, DisabledMeansNoSocket) {
+// NCCL_RAS_ENABLE other than 1: no listener (in a process of its own: one listener per
+// process). No value of the RAS knobs fails an init or a query (NCCL reads them with
+// strtoll): a factor of "1.5" is 1.
+TEST(RasQuery, KnobsAreReadAsNcclReadsThem) {
   const int port = freePort();
   const std::string addr = "127.0.0.1:" + std::to_string(port);
   EnvGuard ras("NCCL_RAS_ADDR", addr.c_str());
-  for (const char* enable : {"0", "1"}) {
+  EnvGuard factor("NCCL_RAS_TIMEOUT_FACTOR", "1.5");
+  for (const char* enable : {"0", "2", "yes", "1", "0x1"}) {
     EnvGuard e("NCCL_RAS_ENABLE", enable);
+    const bool on = strtoll(enable, nullptr, 0) == 1;
     Child c = forkChild([&]() -> std::string {
       ncclComm_t comm;
       int dev = -1;
       RANK_CHECK(ncclCommInitAll(&comm, 1, &dev) == ncclSuccess, "%s", ncclGetLastError(nullptr));
       std::string at = loom::ras::serverAddress();
+      std::string out = on ? ask(port, "STATUS\n") : "";
       ncclCommDestroy(comm);
-      std::string want = enable[0] == '1' ? addr : "";
-      RANK_CHECK(at == want, "NCCL_RAS_ENABLE=%s: listening at '%s'", enable, at.c_str());
+      RANK_CHECK(at == (on ? addr : ""), "NCCL_RAS_ENABLE=%s: listening at '%s'", enable, at.c_str());
+      RANK_CHECK(!on || out.find(row("%5d  %8d  %8d  %8s  %8d  %8d  %8s  %6s\n", 0, 1, 1, "1", 1, 1,
+                                     "RUNNING", "OK")) != std::string::npos, "%s", out.c_str());
       return "";
     });
-    EXPECT_EQ(waitChild(c, 60), "");
+    EXPECT_EQ(waitChild(c, 60), "") << "NCCL_RAS_ENABLE=" << enable;
   }
 }
 
