@@ -1,7 +1,6 @@
 #include "api/ras_gather.h"
 
 #include <nccl.h>
-#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,9 +11,9 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <tuple>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include "api/comm.h"
 #include "api/guard.h"

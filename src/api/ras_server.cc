@@ -151,7 +151,7 @@ void acceptLoop(int listenFd) {
     int fd = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EBADF || errno == EINVAL) return;  // a forked child closed its copy
+      if (errno == EBADF || errno == EINVAL) return;  // the socket is gone: nothing to serve
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // out of descriptors
       continue;
     }
