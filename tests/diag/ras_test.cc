@@ -1,8 +1,11 @@
-// NCCL's RAS queries against a live job: three ranks as processes, each listening on
+// NCCL's RAS queries against live jobs: three ranks as processes, each listening on
 // NCCL_RAS_ADDR (one port, shared as NCCL's processes share it). A client speaks NCCL 2.28's
 // protocol and gets NCCL's report: a healthy job (text and JSON), a rank ahead of the others
 // (MISMATCH with the counts), a stopped process (INCOMPLETE and TIMEOUT), a killed one
-// (DEAD); bad commands get NCCL's errors. Ranks as threads: one process, two ranks.
+// (DEAD); bad commands get NCCL's errors. A peer reached through another communicator when
+// its rank of one is gone; communicators the answering process is not in. Ranks as threads
+// (one process, two ranks; a report read while they run and go); the wire record; the
+// knobs read as NCCL reads them.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <nccl.h>
@@ -11,9 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
-#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
